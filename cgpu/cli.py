@@ -1,0 +1,45 @@
+"""The `cgpu` command: one entry point, one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand -> (module, help). Each module defines register(parser) and run(args) -> int.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "shim-path": ("cgpu.commands.shim_path", "print the installed shim's absolute path"),
+    "run": ("cgpu.run", "run a command under a GPU memory slice"),
+    "ledger": ("cgpu.commands.ledger", "show a container ledger: slices, use, processes"),
+    "smi": ("cgpu.commands.smi", "show GPU memory as NVML reports it in this process"),
+    "device-plugin": ("deviceplugin.cli", "serve the kubelet device-plugin API"),
+    "hook": ("hooks.cli", "OCI runtime hook that injects the shim"),
+    "cdi": ("hooks.cdi", "write a CDI spec that injects the shim"),
+    "exporter": ("cgpu.exporter.cli", "serve Prometheus metrics"),
+}
+
+
+def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """Build the parser, importing only the subcommand being run."""
+    parser = argparse.ArgumentParser(prog="cgpu", description="GPU sharing with memory isolation")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    wanted = next((a for a in argv if not a.startswith("-")), None)
+    for name, (module, help_text) in COMMANDS.items():
+        child = sub.add_parser(name, help=help_text, description=help_text)
+        if name == wanted:
+            importlib.import_module(module).register(child)
+            child.set_defaults(_module=module)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `cgpu` console script."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(args_list).parse_args(args_list)
+    module = importlib.import_module(args._module)
+    return int(module.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

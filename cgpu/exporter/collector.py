@@ -1,0 +1,212 @@
+"""The Prometheus collector: every scrape reads the state dir, NVML and pod-resources afresh.
+
+Series exist only while their container directory (or GPU) does, because nothing is kept between
+scrapes except caches of facts that do not change (NVML handles, meta.json, pod assignments) and the
+cumulative count of skipped ledgers.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cgpu.exporter.gpus import GpuStatus, NvmlSource
+from cgpu.exporter.labels import device_ids, resolve
+from cgpu.exporter.podresources import PodResourcesSource
+from cgpu.exporter.scan import ALL_REASONS, ContainerUsage, MetaCache, scan
+
+CONTAINER_LABELS = ["namespace", "pod", "container", "gpu_uuid", "gpu_index"]
+GPU_LABELS = ["gpu_uuid", "gpu_index"]
+GPU_MODEL_LABELS = ["gpu_uuid", "gpu_index", "model"]
+
+
+@dataclass
+class _Slice:
+    """One container's share of one GPU, after merging directories with the same labels."""
+
+    limit: int = 0
+    used: int = 0
+    peak: int = 0
+    processes: int = 0
+
+
+class _Families:
+    """The metric families of one scrape."""
+
+    def __init__(self) -> None:
+        self.limit = GaugeMetricFamily(
+            "cgpu_container_gpu_memory_limit_bytes",
+            "The container's GPU memory slice on this GPU, in bytes.",
+            labels=CONTAINER_LABELS,
+        )
+        self.used = GaugeMetricFamily(
+            "cgpu_container_gpu_memory_used_bytes",
+            "GPU memory the container's live processes hold on this GPU, in bytes (cgpu ledger).",
+            labels=CONTAINER_LABELS,
+        )
+        self.peak = GaugeMetricFamily(
+            "cgpu_container_gpu_memory_peak_bytes",
+            "Highest GPU memory use the ledger recorded for the container on this GPU, in bytes.",
+            labels=CONTAINER_LABELS,
+        )
+        self.processes = GaugeMetricFamily(
+            "cgpu_container_gpu_processes",
+            "Live processes of the container holding memory on this GPU.",
+            labels=CONTAINER_LABELS,
+        )
+        self.gpu_total = GaugeMetricFamily(
+            "cgpu_gpu_memory_total_bytes",
+            "GPU memory as NVML reports it, in bytes.",
+            labels=GPU_MODEL_LABELS,
+        )
+        self.gpu_used = GaugeMetricFamily(
+            "cgpu_gpu_memory_used_bytes",
+            "GPU memory used by every process on the GPU, as NVML reports it, in bytes.",
+            labels=GPU_MODEL_LABELS,
+        )
+        self.gpu_allocated = GaugeMetricFamily(
+            "cgpu_gpu_memory_allocated_bytes",
+            "Sum of the slices of the containers on this GPU, in bytes.",
+            labels=GPU_LABELS,
+        )
+        self.gpu_containers = GaugeMetricFamily(
+            "cgpu_gpu_containers", "Containers with a slice on this GPU.", labels=GPU_LABELS
+        )
+        self.gpu_healthy = GaugeMetricFamily(
+            "cgpu_gpu_healthy",
+            "1 when NVML answered for this GPU at this scrape, 0 when the query failed.",
+            labels=GPU_MODEL_LABELS,
+        )
+
+    def all(self) -> list[Metric]:
+        return [
+            self.limit,
+            self.used,
+            self.peak,
+            self.processes,
+            self.gpu_total,
+            self.gpu_used,
+            self.gpu_allocated,
+            self.gpu_containers,
+            self.gpu_healthy,
+        ]
+
+
+class CgpuCollector(Collector):
+    """Collects the cgpu metrics of one node; safe to call from concurrent scrapes."""
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        gpus: NvmlSource | None = None,
+        pods: PodResourcesSource | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._state_dir = state_dir
+        self._gpus = gpus
+        self._pods = pods
+        self._clock = clock
+        self._metas = MetaCache()
+        self._errors: Counter[str] = Counter({reason: 0 for reason in ALL_REASONS})
+        self._lock = threading.Lock()
+
+    def describe(self) -> Iterator[Metric]:
+        """The families this collector serves, without reading anything."""
+        yield from _Families().all()
+        yield from self._exporter_families(Counter(), 0.0)
+
+    def collect(self) -> Iterator[Metric]:
+        """Read everything and yield the metric families of this scrape."""
+        with self._lock:
+            start = self._clock()
+            families = _Families()
+            result = scan(self._state_dir, self._metas)
+            gpus = self._gpus.gpus() if self._gpus is not None else []
+            self._errors.update(result.skipped)
+            self._fill(families, result.containers, gpus)
+            elapsed = self._clock() - start
+            metrics = families.all() + list(self._exporter_families(result.skipped, elapsed))
+        yield from metrics
+
+    def _fill(
+        self, fam: _Families, containers: list[ContainerUsage], gpus: list[GpuStatus]
+    ) -> None:
+        wanted = [i for c in containers for i in device_ids(c.meta)]
+        by_device = self._pods.devices(wanted) if self._pods is not None else {}
+        index = {g.uuid: str(g.index) for g in gpus}
+
+        # Merge directories that resolve to the same container on the same GPU (a restarted
+        # container whose old directory is not yet removed), so no series is emitted twice.
+        slices: dict[tuple[str, str, str, str], _Slice] = {}
+        for usage in containers:
+            ident = resolve(usage.key, usage.meta, by_device)
+            for dev in usage.devices:
+                s = slices.setdefault(
+                    (ident.namespace, ident.pod, ident.container, dev.uuid), _Slice()
+                )
+                s.limit = max(s.limit, dev.limit)
+                s.used += dev.used
+                s.peak = max(s.peak, dev.peak)
+                s.processes += dev.processes
+
+        allocated: Counter[str] = Counter({g.uuid: 0 for g in gpus})
+        members: Counter[str] = Counter({g.uuid: 0 for g in gpus})
+        for (namespace, pod, container, uuid), s in slices.items():
+            labels = [namespace, pod, container, uuid, index.get(uuid, "")]
+            fam.limit.add_metric(labels, s.limit)
+            fam.used.add_metric(labels, s.used)
+            fam.peak.add_metric(labels, s.peak)
+            fam.processes.add_metric(labels, s.processes)
+            allocated[uuid] += s.limit
+            members[uuid] += 1
+
+        for uuid, total in allocated.items():
+            labels = [uuid, index.get(uuid, "")]
+            fam.gpu_allocated.add_metric(labels, total)
+            fam.gpu_containers.add_metric(labels, members[uuid])
+        for g in gpus:
+            labels = [g.uuid, str(g.index), g.model]
+            fam.gpu_healthy.add_metric(labels, 1 if g.healthy else 0)
+            if g.total is not None and g.used is not None:
+                fam.gpu_total.add_metric(labels, g.total)
+                fam.gpu_used.add_metric(labels, g.used)
+
+    def _exporter_families(self, skipped: Counter[str], elapsed: float) -> Iterator[Metric]:
+        errors = CounterMetricFamily(
+            "cgpu_ledger_errors",
+            "Ledger or config files skipped because they were corrupt, truncated, foreign, of "
+            "another version or unreadable, counted once per scrape that met them.",
+            labels=["reason"],
+        )
+        current = GaugeMetricFamily(
+            "cgpu_ledgers_skipped",
+            "Container directories skipped at this scrape, by reason.",
+            labels=["reason"],
+        )
+        for reason in ALL_REASONS:
+            errors.add_metric([reason], self._errors[reason])
+            current.add_metric([reason], skipped[reason])
+        yield errors
+        yield current
+        yield GaugeMetricFamily(
+            "cgpu_exporter_nvml_up",
+            "1 when NVML is initialised and lists the GPUs, else 0.",
+            value=1 if self._gpus is not None and self._gpus.up else 0,
+        )
+        yield GaugeMetricFamily(
+            "cgpu_exporter_pod_resources_up",
+            "1 when the kubelet's pod-resources API answered, else 0 (labels from meta.json).",
+            value=1 if self._pods is not None and self._pods.up else 0,
+        )
+        yield GaugeMetricFamily(
+            "cgpu_exporter_scrape_duration_seconds",
+            "Time this scrape spent reading ledgers, NVML and pod-resources.",
+            value=elapsed,
+        )

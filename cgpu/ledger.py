@@ -1,0 +1,97 @@
+"""Read and create container ledgers through the C code the shim uses."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from cgpu.native import load
+
+LEDGER_NAME = "cgpu.ledger"
+
+
+class LedgerError(Exception):
+    """A ledger that cannot be read: missing, foreign, truncated, corrupt or of another version."""
+
+    def __init__(self, path: str, code: int, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.code = code
+
+
+@dataclass(frozen=True)
+class DeviceUsage:
+    """One device of a container: its slice and what its live processes use."""
+
+    uuid: str
+    limit: int
+    used: int
+    peak: int
+    processes: int
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    """One live process of a container and its bytes per device UUID."""
+
+    pid: int
+    start_time: int
+    used: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A consistent view of one ledger."""
+
+    path: str
+    devices: list[DeviceUsage]
+    processes: list[ProcessUsage]
+    reclaimed: int
+
+
+def _check(path: str, code: int) -> None:
+    if code != 0:
+        ffi, lib = load()
+        message = ffi.string(lib.cgpu_strerror(code)).decode()
+        if code == -1:
+            message += f" ({os.strerror(ffi.errno)})" if ffi.errno else ""
+        raise LedgerError(path, code, message)
+
+
+def read_ledger(path: str | os.PathLike[str]) -> Snapshot:
+    """Snapshot a ledger, reclaiming the slots of dead processes when the file is writable."""
+    ffi, lib = load()
+    spath = os.fspath(path)
+    snap = ffi.new("struct cgpu_snapshot *")
+    _check(spath, lib.cgpu_ledger_snapshot(spath.encode(), snap))
+    uuids = [ffi.string(snap.devices[i].uuid).decode() for i in range(snap.ndevices)]
+    devices = [
+        DeviceUsage(
+            uuid=uuids[i],
+            limit=int(snap.devices[i].limit),
+            used=int(snap.devices[i].used),
+            peak=int(snap.devices[i].peak),
+            processes=int(snap.devices[i].processes),
+        )
+        for i in range(snap.ndevices)
+    ]
+    processes = []
+    for p in range(snap.nprocesses):
+        proc = snap.processes[p]
+        used = {uuids[i]: int(proc.used[i]) for i in range(snap.ndevices) if proc.used[i]}
+        processes.append(ProcessUsage(int(proc.pid), int(proc.start_time), used))
+    return Snapshot(spath, devices, processes, int(snap.reclaimed))
+
+
+def init_ledger(path: str | os.PathLike[str], limits: dict[str, int]) -> None:
+    """Create the ledger (or extend an existing one) with each device at its slice and 0 used."""
+    ffi, lib = load()
+    spath = os.fspath(path)
+    cfg = ffi.new("struct cgpu_config *")
+    if len(limits) > len(cfg.entries):
+        raise LedgerError(spath, -6, f"too many devices ({len(limits)})")
+    for i, (uuid, limit) in enumerate(limits.items()):
+        cfg.entries[i].uuid = uuid.encode()
+        cfg.entries[i].limit = limit
+    cfg.nentries = len(limits)
+    _check(spath, lib.cgpu_ledger_init_file(spath.encode(), cfg))

@@ -1,0 +1,64 @@
+"""What Allocate puts into a container: the shim, /etc/ld.so.preload and the ledger directory."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
+
+CONTAINER_SHIM = "/usr/local/cgpu/libcgpu.so"
+CONTAINER_PRELOAD = "/etc/ld.so.preload"
+CONTAINER_LEDGER_DIR = "/var/run/cgpu"
+LIB_SUBDIR = "lib"
+
+
+def _atomic_write(target: Path, data: bytes, mode: int = 0o644) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def install_shim(source: Path, state_dir: Path) -> Path:
+    """Copy the shim to `<state>/lib/libcgpu.so` (atomically, only when it changed).
+
+    The state directory is a host path, so the copy is mountable into containers even when
+    the plugin itself runs in a container. Replacing by rename leaves the file that running
+    containers already have mounted untouched.
+    """
+    if not source.is_file():
+        raise FileNotFoundError(f"shim not found: {source} (build cgpu or pass --host-shim-path)")
+    target = state_dir / LIB_SUBDIR / "libcgpu.so"
+    if target.is_file() and filecmp.cmp(source, target, shallow=False):
+        return target
+    _atomic_write(target, source.read_bytes(), 0o755)
+    shutil.copystat(source, target)
+    return target
+
+
+def write_preload(state_dir: Path) -> Path:
+    """Write `<state>/lib/ld.so.preload`, naming the shim at its path inside the container."""
+    target = state_dir / LIB_SUBDIR / "ld.so.preload"
+    _atomic_write(target, f"{CONTAINER_SHIM}\n".encode())
+    return target
+
+
+def mounts(shim: Path, preload: Path, container_dir: Path) -> list[api.Mount]:
+    """The three mounts every allocated container gets."""
+    return [
+        api.Mount(container_path=CONTAINER_SHIM, host_path=str(shim), read_only=True),
+        api.Mount(container_path=CONTAINER_PRELOAD, host_path=str(preload), read_only=True),
+        api.Mount(
+            container_path=CONTAINER_LEDGER_DIR, host_path=str(container_dir), read_only=False
+        ),
+    ]

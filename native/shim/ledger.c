@@ -1,0 +1,592 @@
+/* The container ledger and the public C API (cgpu_api.h). */
+#include "ledger.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+
+/* ---- process identity ---------------------------------------------------- */
+
+/* Field 22 of /proc/self/stat: start time in clock ticks since boot. */
+static uint64_t self_start_time(void)
+{
+    char buf[1024];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    /* after ")" come fields 3.. ; start time is field 22 */
+    int field = 2;
+    for (; *p && field < 22; p++)
+        if (*p == ' ')
+            field++;
+    return strtoull(p, NULL, 10);
+}
+
+/* ---- open / create ------------------------------------------------------- */
+
+static int init_mutex(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    if (pthread_mutexattr_init(&a))
+        return -1;
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    int rc = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return rc ? -1 : 0;
+}
+
+static int validate(const struct ledger *l, size_t file_size)
+{
+    if (file_size < sizeof l->magic + sizeof l->version + sizeof l->size)
+        return CGPU_ERR_TRUNCATED;
+    if (memcmp(l->magic, CGPU_LEDGER_MAGIC_STR, 8) != 0)
+        return CGPU_ERR_FOREIGN;
+    if (l->version != CGPU_LEDGER_VERSION)
+        return CGPU_ERR_VERSION;
+    if (l->size != sizeof(struct ledger) || file_size < sizeof(struct ledger))
+        return file_size < l->size ? CGPU_ERR_TRUNCATED : CGPU_ERR_CORRUPT;
+    if (l->ndevices > CGPU_MAX_DEVICES)
+        return CGPU_ERR_CORRUPT;
+    return CGPU_OK;
+}
+
+/* Initialise a new file under an exclusive flock so two creators cannot race. */
+static int initialise(int fd)
+{
+    struct ledger *l = mmap(NULL, sizeof *l, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (l == MAP_FAILED)
+        return CGPU_ERR_IO;
+    memset(l, 0, sizeof *l);
+    if (init_mutex(&l->lock.mutex)) {
+        munmap(l, sizeof *l);
+        return CGPU_ERR_IO;
+    }
+    l->version = CGPU_LEDGER_VERSION;
+    l->size = sizeof *l;
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    memcpy(l->magic, CGPU_LEDGER_MAGIC_STR, 8); /* last: readers see a whole header */
+    msync(l, sizeof *l, MS_SYNC);
+    munmap(l, sizeof *l);
+    return CGPU_OK;
+}
+
+int ledger_open(const char *path, int create, struct ledger_handle *h)
+{
+    memset(h, 0, sizeof *h);
+    h->fd = -1;
+    h->slot = -1;
+    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0666);
+    int writable = 1;
+    if (fd < 0 && !create && (errno == EACCES || errno == EROFS)) {
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        writable = 0;
+    }
+    if (fd < 0)
+        return CGPU_ERR_IO;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return CGPU_ERR_IO;
+    }
+    if (create && (size_t)st.st_size < sizeof(struct ledger)) {
+        flock(fd, LOCK_EX);
+        if (fstat(fd, &st) == 0 && st.st_size == 0) {
+            int rc = ftruncate(fd, sizeof(struct ledger)) == 0 ? initialise(fd) : CGPU_ERR_IO;
+            if (rc != CGPU_OK) {
+                flock(fd, LOCK_UN);
+                close(fd);
+                return rc;
+            }
+            st.st_size = sizeof(struct ledger);
+        }
+        flock(fd, LOCK_UN);
+    }
+    if ((size_t)st.st_size < 16) {
+        close(fd);
+        return st.st_size == 0 ? CGPU_ERR_TRUNCATED : CGPU_ERR_TRUNCATED;
+    }
+    size_t map_size = (size_t)st.st_size < sizeof(struct ledger) ? (size_t)st.st_size : sizeof(struct ledger);
+    void *m = mmap(NULL, map_size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) {
+        close(fd);
+        return CGPU_ERR_IO;
+    }
+    int rc = validate(m, (size_t)st.st_size);
+    if (rc != CGPU_OK) {
+        munmap(m, map_size);
+        close(fd);
+        return rc;
+    }
+    h->l = m;
+    h->fd = fd;
+    h->writable = writable;
+    return CGPU_OK;
+}
+
+void ledger_close(struct ledger_handle *h)
+{
+    if (h->l)
+        munmap(h->l, sizeof(struct ledger));
+    if (h->fd >= 0)
+        close(h->fd);
+    h->l = NULL;
+    h->fd = -1;
+    h->slot = -1;
+}
+
+/* ---- locking and repair -------------------------------------------------- */
+
+/* Recompute every device total from the slots: the slots are the truth. */
+static void repair(struct ledger *l)
+{
+    for (unsigned d = 0; d < l->ndevices; d++) {
+        uint64_t sum = 0;
+        for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
+            if (l->slots[s].in_use)
+                sum += l->slots[s].used[d];
+        __atomic_store_n(&l->devices[d].used, sum, __ATOMIC_RELAXED);
+    }
+}
+
+void ledger_lock(struct ledger *l)
+{
+    int rc = pthread_mutex_lock(&l->lock.mutex);
+    if (rc == EOWNERDEAD) {
+        repair(l);
+        pthread_mutex_consistent(&l->lock.mutex);
+    }
+}
+
+void ledger_unlock(struct ledger *l)
+{
+    pthread_mutex_unlock(&l->lock.mutex);
+}
+
+/* ---- devices --------------------------------------------------------------- */
+
+int ledger_find_device(const struct ledger *l, const char *uuid)
+{
+    for (unsigned d = 0; d < l->ndevices && d < CGPU_MAX_DEVICES; d++)
+        if (strncmp(l->devices[d].uuid, uuid, CGPU_UUID_LEN) == 0)
+            return (int)d;
+    return -1;
+}
+
+int ledger_ensure_devices(struct ledger_handle *h, const struct cgpu_config *cfg)
+{
+    struct ledger *l = h->l;
+    int rc = CGPU_OK;
+    ledger_lock(l);
+    for (unsigned i = 0; i < cfg->nentries; i++) {
+        int d = ledger_find_device(l, cfg->entries[i].uuid);
+        if (d >= 0) {
+            l->devices[d].limit = cfg->entries[i].limit;
+            continue;
+        }
+        if (l->ndevices >= CGPU_MAX_DEVICES) {
+            rc = CGPU_ERR_FULL;
+            break;
+        }
+        struct ledger_device *dev = &l->devices[l->ndevices];
+        memset(dev, 0, sizeof *dev);
+        snprintf(dev->uuid, sizeof dev->uuid, "%s", cfg->entries[i].uuid);
+        dev->limit = cfg->entries[i].limit;
+        __atomic_store_n(&l->ndevices, l->ndevices + 1, __ATOMIC_RELEASE);
+    }
+    ledger_unlock(l);
+    return rc;
+}
+
+/* ---- process slots --------------------------------------------------------- */
+
+/* Open-file-description locks: owned by the open file, so closing another fd
+ * of the same file in this process does not drop them, and F_OFD_GETLK sees
+ * them from any other open file, this process's included. */
+static int liveness_lock(int fd, unsigned slot, short type, int cmd, struct flock *out)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET,
+                       .l_start = (off_t)(CGPU_LIVENESS_BASE + slot), .l_len = 1, .l_pid = 0};
+    int rc = fcntl(fd, cmd, &fl);
+    if (out)
+        *out = fl;
+    return rc;
+}
+
+/* Whether the slot's owner is gone: nobody else holds its liveness lock. */
+static int slot_is_dead(const struct ledger_handle *h, unsigned s)
+{
+    if ((int)s == h->slot)
+        return 0;
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    if (liveness_lock(h->fd, s, F_WRLCK, F_OFD_GETLK, &fl) != 0)
+        return 0; /* cannot tell: keep it */
+    return fl.l_type == F_UNLCK;
+}
+
+int ledger_claim_slot(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    uint64_t start = self_start_time();
+    for (int attempt = 0; attempt < 2; attempt++) {
+        ledger_lock(l);
+        for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
+            struct ledger_slot *slot = &l->slots[s];
+            if (slot->in_use)
+                continue;
+            if (liveness_lock(h->fd, s, F_WRLCK, F_OFD_SETLK, NULL) != 0)
+                continue; /* someone still holds it (a claim in flight elsewhere) */
+            memset(slot->used, 0, sizeof slot->used);
+            slot->pid = (int32_t)getpid();
+            slot->start_time = start;
+            __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE);
+            h->slot = (int)s;
+            ledger_unlock(l);
+            return CGPU_OK;
+        }
+        ledger_unlock(l);
+        if (ledger_sweep(h) == 0)
+            break;
+    }
+    return CGPU_ERR_FULL;
+}
+
+unsigned ledger_sweep(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    unsigned dead[CGPU_MAX_SLOTS], n = 0, freed = 0;
+    /* The liveness test is a syscall per slot: do it outside the lock. */
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
+        if (__atomic_load_n(&l->slots[s].in_use, __ATOMIC_ACQUIRE) && slot_is_dead(h, s))
+            dead[n++] = s;
+    if (n == 0 || !h->writable)
+        return 0;
+    ledger_lock(l);
+    for (unsigned i = 0; i < n; i++) {
+        struct ledger_slot *slot = &l->slots[dead[i]];
+        if (!slot->in_use || !slot_is_dead(h, dead[i]))
+            continue; /* reclaimed or re-claimed meanwhile */
+        for (unsigned d = 0; d < l->ndevices; d++) {
+            uint64_t u = l->devices[d].used, v = slot->used[d];
+            __atomic_store_n(&l->devices[d].used, u >= v ? u - v : 0, __ATOMIC_RELAXED);
+        }
+        memset(slot->used, 0, sizeof slot->used);
+        __atomic_store_n(&slot->in_use, 0, __ATOMIC_RELEASE);
+        freed++;
+    }
+    ledger_unlock(l);
+    return freed;
+}
+
+/* ---- charge / credit -------------------------------------------------------- */
+
+int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int force)
+{
+    struct ledger *l = h->l;
+    struct ledger_device *d = &l->devices[dev];
+    ledger_lock(l);
+    uint64_t used = d->used;
+    if (!force && (bytes > d->limit || used > d->limit - bytes)) {
+        ledger_unlock(l);
+        return CGPU_ERR_LIMIT;
+    }
+    __atomic_store_n(&d->used, used + bytes, __ATOMIC_RELAXED);
+    l->slots[h->slot].used[dev] += bytes;
+    if (used + bytes > d->peak)
+        d->peak = used + bytes;
+    ledger_unlock(l);
+    return CGPU_OK;
+}
+
+void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
+{
+    struct ledger *l = h->l;
+    struct ledger_device *d = &l->devices[dev];
+    ledger_lock(l);
+    uint64_t *mine = &l->slots[h->slot].used[dev];
+    if (bytes > *mine)
+        bytes = *mine; /* never credit what this process did not charge */
+    *mine -= bytes;
+    __atomic_store_n(&d->used, d->used - bytes, __ATOMIC_RELAXED);
+    ledger_unlock(l);
+}
+
+/* ---- sizes and the config file -------------------------------------------- */
+
+API int cgpu_parse_size(const char *text, unsigned long long *out)
+{
+    if (!text)
+        return -1;
+    const char *p = text;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (*p < '0' || *p > '9')
+        return -1;
+    unsigned long long v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (~0ULL - 9) / 10)
+            return -1;
+        v = v * 10 + (unsigned)(*p - '0');
+    }
+    static const struct { const char *suffix; unsigned shift; } units[] = {
+        {"", 0}, {"B", 0}, {"K", 10}, {"KiB", 10}, {"M", 20}, {"MiB", 20},
+        {"G", 30}, {"GiB", 30}, {"T", 40}, {"TiB", 40},
+    };
+    const char *end = p;
+    while (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')
+        end++;
+    const char *rest = end;
+    while (*rest == ' ' || *rest == '\t' || *rest == '\n' || *rest == '\r')
+        rest++;
+    if (*rest)
+        return -1;
+    size_t len = (size_t)(end - p);
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strlen(units[i].suffix) == len && strncmp(units[i].suffix, p, len) == 0) {
+            if (units[i].shift && v > (~0ULL >> units[i].shift))
+                return -1;
+            v <<= units[i].shift;
+            if (v == 0)
+                return -1;
+            *out = v;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int uuid_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= CGPU_UUID_LEN)
+        return 0;
+    for (; *s; s++)
+        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '-'))
+            return 0;
+    return 1;
+}
+
+int config_parse_text(const char *text, const char *origin, struct cgpu_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    int line_no = 0, have_version = 0;
+    const char *p = text;
+    while (*p) {
+        line_no++;
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        char line[256];
+        if (len >= sizeof line) {
+            snprintf(cfg->error, sizeof cfg->error, "%s:%d: line too long", origin, line_no);
+            return CGPU_ERR_PARSE;
+        }
+        memcpy(line, p, len);
+        line[len] = 0;
+        p = eol ? eol + 1 : p + len;
+        char *s = line;
+        while (*s == ' ' || *s == '\t')
+            s++;
+        if (*s == 0 || *s == '#' || *s == '\r')
+            continue;
+        char kw[16], a[CGPU_UUID_LEN + 8], b[64], extra[8];
+        int n = sscanf(s, "%15s %103s %63s %7s", kw, a, b, extra);
+        if (!have_version) {
+            if (n == 2 && strcmp(kw, "version") == 0 && strcmp(a, "1") == 0) {
+                have_version = 1;
+                continue;
+            }
+            snprintf(cfg->error, sizeof cfg->error, "%s:%d: expected 'version 1' first", origin, line_no);
+            return CGPU_ERR_PARSE;
+        }
+        unsigned long long limit;
+        if (n != 3 || strcmp(kw, "device") != 0) {
+            snprintf(cfg->error, sizeof cfg->error, "%s:%d: expected 'device <uuid> <size>'", origin, line_no);
+            return CGPU_ERR_PARSE;
+        }
+        if (!uuid_ok(a)) {
+            snprintf(cfg->error, sizeof cfg->error, "%s:%d: invalid device UUID", origin, line_no);
+            return CGPU_ERR_PARSE;
+        }
+        if (cgpu_parse_size(b, &limit) != 0) {
+            snprintf(cfg->error, sizeof cfg->error, "%s:%d: malformed size '%s'", origin, line_no, b);
+            return CGPU_ERR_PARSE;
+        }
+        for (unsigned i = 0; i < cfg->nentries; i++)
+            if (strcmp(cfg->entries[i].uuid, a) == 0) {
+                snprintf(cfg->error, sizeof cfg->error, "%s:%d: device listed twice", origin, line_no);
+                return CGPU_ERR_PARSE;
+            }
+        if (cfg->nentries >= CGPU_MAX_DEVICES) {
+            snprintf(cfg->error, sizeof cfg->error, "%s:%d: more than %d devices", origin, line_no, CGPU_MAX_DEVICES);
+            return CGPU_ERR_PARSE;
+        }
+        snprintf(cfg->entries[cfg->nentries].uuid, CGPU_UUID_LEN, "%s", a);
+        cfg->entries[cfg->nentries].limit = limit;
+        cfg->nentries++;
+    }
+    if (!have_version || cfg->nentries == 0) {
+        snprintf(cfg->error, sizeof cfg->error, "%s: no devices", origin);
+        return CGPU_ERR_PARSE;
+    }
+    return CGPU_OK;
+}
+
+API int cgpu_config_load(const char *path, struct cgpu_config *cfg)
+{
+    char text[8192];
+    memset(cfg, 0, sizeof *cfg);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(cfg->error, sizeof cfg->error, "%s: %s", path, strerror(errno));
+        return CGPU_ERR_IO;
+    }
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n < 0 || n == (ssize_t)sizeof text - 1) {
+        snprintf(cfg->error, sizeof cfg->error, "%s: unreadable or too large", path);
+        return n < 0 ? CGPU_ERR_IO : CGPU_ERR_PARSE;
+    }
+    text[n] = 0;
+    if (memchr(text, 0, (size_t)n)) {
+        snprintf(cfg->error, sizeof cfg->error, "%s: binary content", path);
+        return CGPU_ERR_PARSE;
+    }
+    return config_parse_text(text, path, cfg);
+}
+
+int config_write_atomic(const char *dir, const struct cgpu_config *cfg)
+{
+    char tmp[4096], final[4096];
+    if (snprintf(tmp, sizeof tmp, "%s/.%s.%d", dir, CGPU_CONFIG_NAME, (int)getpid()) >= (int)sizeof tmp ||
+        snprintf(final, sizeof final, "%s/%s", dir, CGPU_CONFIG_NAME) >= (int)sizeof final)
+        return CGPU_ERR_IO;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return CGPU_ERR_IO;
+    char text[4096];
+    int len = snprintf(text, sizeof text, "# cgpu container config (written by the shim)\nversion 1\n");
+    for (unsigned i = 0; i < cfg->nentries && len < (int)sizeof text; i++)
+        len += snprintf(text + len, sizeof text - (size_t)len, "device %s %llu\n", cfg->entries[i].uuid,
+                        cfg->entries[i].limit);
+    int ok = len < (int)sizeof text && write(fd, text, (size_t)len) == len;
+    ok = close(fd) == 0 && ok;
+    /* link() fails if another process wrote the file first: theirs wins. */
+    if (ok && link(tmp, final) != 0)
+        ok = errno == EEXIST;
+    unlink(tmp);
+    return ok ? CGPU_OK : CGPU_ERR_IO;
+}
+
+/* ---- public API for readers (cffi) ----------------------------------------- */
+
+API const char *cgpu_strerror(int code)
+{
+    switch (code) {
+    case CGPU_OK: return "ok";
+    case CGPU_ERR_IO: return "cannot open or map the file";
+    case CGPU_ERR_FOREIGN: return "not a cgpu ledger (bad magic)";
+    case CGPU_ERR_VERSION: return "cgpu ledger of an unsupported layout version";
+    case CGPU_ERR_TRUNCATED: return "truncated ledger";
+    case CGPU_ERR_CORRUPT: return "corrupt ledger header";
+    case CGPU_ERR_FULL: return "no free device or process slot";
+    case CGPU_ERR_PARSE: return "malformed config";
+    case CGPU_ERR_LIMIT: return "over the slice";
+    default: return "unknown error";
+    }
+}
+
+API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
+{
+    struct ledger_handle h;
+    memset(out, 0, sizeof *out);
+    int rc = ledger_open(path, 0, &h);
+    if (rc != CGPU_OK)
+        return rc;
+    out->reclaimed = ledger_sweep(&h);
+    struct ledger *l = h.l;
+    if (h.writable)
+        ledger_lock(l);
+    out->version = l->version;
+    out->ndevices = l->ndevices;
+    for (unsigned d = 0; d < l->ndevices; d++) {
+        memcpy(out->devices[d].uuid, l->devices[d].uuid, CGPU_UUID_LEN);
+        out->devices[d].uuid[CGPU_UUID_LEN - 1] = 0;
+        out->devices[d].limit = l->devices[d].limit;
+        out->devices[d].peak = l->devices[d].peak;
+    }
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
+        const struct ledger_slot *slot = &l->slots[s];
+        if (!slot->in_use || (!h.writable && slot_is_dead(&h, s)))
+            continue;
+        struct cgpu_process_usage *p = &out->processes[out->nprocesses++];
+        p->pid = slot->pid;
+        p->start_time = slot->start_time;
+        for (unsigned d = 0; d < l->ndevices; d++) {
+            p->used[d] = slot->used[d];
+            out->devices[d].used += slot->used[d];
+            if (slot->used[d])
+                out->devices[d].processes++;
+        }
+    }
+    if (h.writable)
+        ledger_unlock(l);
+    ledger_close(&h);
+    return CGPU_OK;
+}
+
+API int cgpu_ledger_init_file(const char *path, const struct cgpu_config *devices)
+{
+    struct ledger_handle h;
+    int rc = ledger_open(path, 1, &h);
+    if (rc != CGPU_OK)
+        return rc;
+    rc = ledger_ensure_devices(&h, devices);
+    ledger_close(&h);
+    return rc;
+}
+
+/* A process-wide handle for the test entry point, so charges persist. */
+static struct ledger_handle test_handle = {.fd = -1, .slot = -1};
+static char test_path[4096];
+static pthread_mutex_t test_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+API int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned long long bytes, int sign)
+{
+    int rc = CGPU_OK;
+    pthread_mutex_lock(&test_mutex);
+    if (test_handle.l == NULL || strcmp(test_path, path) != 0) {
+        ledger_close(&test_handle);
+        rc = ledger_open(path, 0, &test_handle);
+        if (rc == CGPU_OK)
+            rc = ledger_claim_slot(&test_handle);
+        snprintf(test_path, sizeof test_path, "%s", path);
+    }
+    if (rc == CGPU_OK && dev >= test_handle.l->ndevices)
+        rc = CGPU_ERR_CORRUPT;
+    if (rc == CGPU_OK) {
+        if (sign >= 0)
+            rc = ledger_charge(&test_handle, dev, bytes, 0);
+        else
+            ledger_credit(&test_handle, dev, bytes);
+    }
+    pthread_mutex_unlock(&test_mutex);
+    return rc;
+}

@@ -1,0 +1,440 @@
+/* Working out the slices (contract: "The limit: which variables the shim reads"),
+ * opening the container's ledger, and the per-process set-up.  Nothing here is
+ * on the allocation hot path. */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "shim.h"
+
+struct shim_state g_shim = {.single_device = SHIM_MULTI_DEVICE, .ledger = {.fd = -1, .slot = -1}};
+
+static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
+static int limits_state = SHIM_UNINIT;
+static long long ctx_overhead_env = -1;
+static uint64_t ctx_used_before[CGPU_MAX_DEVICES];
+
+#define SHIM_LEDGER_MOUNT "/var/run/cgpu"
+
+static void fail_line(const char *fmt, const char *a, const char *b)
+{
+    fprintf(stderr, "cgpu: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "; refusing to run without a GPU memory limit\n");
+}
+
+/* ---- device enumeration, through CUDA or NVML ------------------------------- */
+
+struct device_info {
+    char uuid[CGPU_UUID_LEN];
+    uint64_t total;
+};
+
+static void format_uuid(const unsigned char b[16], char out[CGPU_UUID_LEN])
+{
+    snprintf(out, CGPU_UUID_LEN,
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
+             b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+/* Visible CUDA devices by ordinal; returns the count or -1 if the driver is not ready. */
+static int cuda_devices(struct device_info *out, int max)
+{
+    CUresult (*count_fn)(int *) = (CUresult(*)(int *))shim_driver_sym("cuDeviceGetCount");
+    CUresult (*get_fn)(CUdevice *, int) = (CUresult(*)(CUdevice *, int))shim_driver_sym("cuDeviceGet");
+    CUresult (*uuid_fn)(CUuuid *, CUdevice) = (CUresult(*)(CUuuid *, CUdevice))shim_driver_sym("cuDeviceGetUuid_v2");
+    if (!uuid_fn)
+        uuid_fn = (CUresult(*)(CUuuid *, CUdevice))shim_driver_sym("cuDeviceGetUuid");
+    CUresult (*total_fn)(size_t *, CUdevice) = (CUresult(*)(size_t *, CUdevice))shim_driver_sym("cuDeviceTotalMem_v2");
+    int n = 0;
+    if (!count_fn || !get_fn || !uuid_fn || !total_fn || count_fn(&n) != CUDA_SUCCESS)
+        return -1;
+    if (n > max)
+        n = max;
+    for (int i = 0; i < n; i++) {
+        CUdevice d;
+        CUuuid u;
+        size_t total = 0;
+        if (get_fn(&d, i) != CUDA_SUCCESS || uuid_fn(&u, d) != CUDA_SUCCESS || total_fn(&total, d) != CUDA_SUCCESS)
+            return -1;
+        format_uuid((const unsigned char *)u.bytes, out[i].uuid);
+        out[i].total = total;
+    }
+    return n;
+}
+
+typedef nvmlReturn_t (*nvml_count_fn)(unsigned int *);
+typedef nvmlReturn_t (*nvml_by_index_fn)(unsigned int, nvmlDevice_t *);
+typedef nvmlReturn_t (*nvml_by_uuid_fn)(const char *, nvmlDevice_t *);
+typedef nvmlReturn_t (*nvml_uuid_fn)(nvmlDevice_t, char *, unsigned int);
+typedef nvmlReturn_t (*nvml_mem_fn)(nvmlDevice_t, nvmlMemory_t *);
+
+/* The NVML handle of CUDA ordinal `i`, honouring CUDA_VISIBLE_DEVICES. */
+static int nvml_handle_of_ordinal(int i, nvmlDevice_t *dev)
+{
+    nvml_by_index_fn by_index = (nvml_by_index_fn)shim_nvml_sym("nvmlDeviceGetHandleByIndex_v2");
+    nvml_by_uuid_fn by_uuid = (nvml_by_uuid_fn)shim_nvml_sym("nvmlDeviceGetHandleByUUID");
+    if (!by_index)
+        return -1;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (!cvd || !*cvd)
+        return by_index((unsigned)i, dev) == NVML_SUCCESS ? 0 : -1;
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", cvd);
+    char *save = NULL, *tok = strtok_r(buf, ",", &save);
+    for (int k = 0; tok && k < i; k++)
+        tok = strtok_r(NULL, ",", &save);
+    if (!tok)
+        return -1;
+    if (strncmp(tok, "GPU-", 4) == 0 || strncmp(tok, "MIG-", 4) == 0)
+        return by_uuid && by_uuid(tok, dev) == NVML_SUCCESS ? 0 : -1;
+    char *end;
+    long idx = strtol(tok, &end, 10);
+    if (*end || idx < 0)
+        return -1;
+    return by_index((unsigned)idx, dev) == NVML_SUCCESS ? 0 : -1;
+}
+
+static int nvml_devices(struct device_info *out, int max)
+{
+    nvml_count_fn count_fn = (nvml_count_fn)shim_nvml_sym("nvmlDeviceGetCount_v2");
+    nvml_uuid_fn uuid_fn = (nvml_uuid_fn)shim_nvml_sym("nvmlDeviceGetUUID");
+    nvml_mem_fn mem_fn = (nvml_mem_fn)shim_nvml_sym("nvmlDeviceGetMemoryInfo");
+    unsigned int n = 0;
+    if (!count_fn || !uuid_fn || !mem_fn || count_fn(&n) != NVML_SUCCESS)
+        return -1;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd && *cvd) {
+        unsigned k = 1;
+        for (const char *p = cvd; *p; p++)
+            k += *p == ',';
+        if (k < n)
+            n = k;
+    }
+    int got = 0;
+    for (int i = 0; i < (int)n && got < max; i++) {
+        nvmlDevice_t dev;
+        nvmlMemory_t mem;
+        if (nvml_handle_of_ordinal(i, &dev) != 0)
+            break;
+        if (uuid_fn(dev, out[got].uuid, CGPU_UUID_LEN) != NVML_SUCCESS || mem_fn(dev, &mem) != NVML_SUCCESS)
+            return -1;
+        out[got++].total = mem.total;
+    }
+    return got;
+}
+
+/* ---- the limit sources ------------------------------------------------------------ */
+
+enum { SRC_NONE = 0, SRC_OK = 1, SRC_BAD = -1 };
+
+static int parse_units(const char *name, const char *value, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(value, &end, 10);
+    if (!*value || *end || errno || v == 0 || value[0] == '-') {
+        fail_line("%s=%s is malformed: expected a positive whole number", name, value);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A CONTAINER-over-DEV pair of variables: slice = floor(total * part / whole). */
+static int share_source(const char *part_var, const char *whole_var, uint64_t total, uint64_t *slice)
+{
+    const char *part = getenv(part_var), *whole = getenv(whole_var);
+    if (!part && !whole)
+        return SRC_NONE;
+    if (!part || !whole) {
+        fail_line("%s is set but %s is not", part ? part_var : whole_var, part ? whole_var : part_var);
+        return SRC_BAD;
+    }
+    unsigned long long p, w;
+    if (parse_units(part_var, part, &p) || parse_units(whole_var, whole, &w))
+        return SRC_BAD;
+    if (p > w) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s=%s exceeds %s", part_var, part, whole_var);
+        fail_line("%s (%s)", msg, whole);
+        return SRC_BAD;
+    }
+    *slice = (uint64_t)((unsigned __int128)total * p / w);
+    return SRC_OK;
+}
+
+/* The slice of CUDA ordinal `i`: the first source present wins. */
+static int env_slice(int i, uint64_t total, uint64_t *slice)
+{
+    char name[48];
+    snprintf(name, sizeof name, "CGPU_MEM_LIMIT_%d", i);
+    const char *var = name, *value = getenv(name);
+    if (!value) {
+        var = "CGPU_MEM_LIMIT";
+        value = getenv(var);
+    }
+    if (value) {
+        unsigned long long v;
+        if (cgpu_parse_size(value, &v) != 0) {
+            fail_line("%s=%s is malformed: expected bytes or a size with KiB/MiB/GiB (or K/M/G)", var, value);
+            return SRC_BAD;
+        }
+        *slice = v;
+        return SRC_OK;
+    }
+    int rc = share_source("ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV", total, slice);
+    if (rc != SRC_NONE)
+        return rc;
+    return share_source("VOLCANO_GPU_ALLOCATED", "VOLCANO_GPU_MEMORY_TOTAL", total, slice);
+}
+
+static int any_limit_variable(void)
+{
+    extern char **environ;
+    static const char *const prefixes[] = {"CGPU_MEM_LIMIT", "ALIYUN_COM_GPU_MEM_CONTAINER=",
+                                           "ALIYUN_COM_GPU_MEM_DEV=", "VOLCANO_GPU_ALLOCATED=",
+                                           "VOLCANO_GPU_MEMORY_TOTAL="};
+    for (char **e = environ; e && *e; e++)
+        for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+            if (strncmp(*e, prefixes[i], strlen(prefixes[i])) == 0)
+                return 1;
+    return 0;
+}
+
+/* ---- the ledger directory ------------------------------------------------------------ */
+
+static int ledger_dir(char *out, size_t n)
+{
+    const char *e = getenv("CGPU_LEDGER_DIR");
+    struct stat st;
+    if (e && *e) {
+        snprintf(out, n, "%s", e);
+        return 0;
+    }
+    if (stat(SHIM_LEDGER_MOUNT, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(out, n, "%s", SHIM_LEDGER_MOUNT);
+        return 0;
+    }
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (xdg && *xdg)
+        snprintf(out, n, "%s/cgpu", xdg);
+    else
+        snprintf(out, n, "/tmp/cgpu-%u", (unsigned)getuid());
+    return 1; /* private: created on demand */
+}
+
+static int ensure_private_dir(const char *dir)
+{
+    struct stat st;
+    if (mkdir(dir, 0700) != 0 && errno != EEXIST)
+        return -1;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != getuid()) {
+        errno = EPERM;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- loading the limits ---------------------------------------------------------------- */
+
+typedef int (*enumerate_fn)(struct device_info *, int);
+
+/* Compute the slices and open the ledger.  Caller holds init_mutex.  Returns
+ * SHIM_PASSTHROUGH, SHIM_LIMITED, SHIM_FAILED, or SHIM_UNINIT when the driver
+ * cannot be asked yet. */
+static int load_limits(enumerate_fn enumerate)
+{
+    if (limits_state != SHIM_UNINIT)
+        return limits_state;
+    const char *disable = getenv("CGPU_DISABLE");
+    if (disable && (strcmp(disable, "true") == 0 || strcmp(disable, "1") == 0 || strcmp(disable, "yes") == 0))
+        return limits_state = SHIM_PASSTHROUGH;
+
+    const char *ovh = getenv("CGPU_CONTEXT_OVERHEAD");
+    if (ovh) {
+        unsigned long long v = 0;
+        if (strcmp(ovh, "0") != 0 && cgpu_parse_size(ovh, &v) != 0) {
+            fail_line("CGPU_CONTEXT_OVERHEAD=%s is malformed%s", ovh, "");
+            return limits_state = SHIM_FAILED;
+        }
+        ctx_overhead_env = (long long)v;
+    }
+
+    char dir[4096], conf[4200], path[4200];
+    int private_dir = ledger_dir(dir, sizeof dir);
+    snprintf(conf, sizeof conf, "%s/%s", dir, CGPU_CONFIG_NAME);
+    struct cgpu_config cfg;
+    int rc = cgpu_config_load(conf, &cfg);
+    if (rc != CGPU_OK && !(rc == CGPU_ERR_IO && errno == ENOENT)) {
+        fail_line("%s%s", cfg.error, "");
+        return limits_state = SHIM_FAILED;
+    }
+    if (rc != CGPU_OK) {
+        if (!any_limit_variable())
+            return limits_state = SHIM_PASSTHROUGH;
+        struct device_info devs[CGPU_MAX_DEVICES];
+        int n = enumerate(devs, CGPU_MAX_DEVICES);
+        if (n < 0)
+            return SHIM_UNINIT;
+        memset(&cfg, 0, sizeof cfg);
+        for (int i = 0; i < n; i++) {
+            uint64_t slice;
+            int src = env_slice(i, devs[i].total, &slice);
+            if (src == SRC_BAD)
+                return limits_state = SHIM_FAILED;
+            if (src == SRC_NONE)
+                continue;
+            memcpy(cfg.entries[cfg.nentries].uuid, devs[i].uuid, CGPU_UUID_LEN);
+            cfg.entries[cfg.nentries++].limit = slice;
+        }
+        if (cfg.nentries == 0)
+            return limits_state = SHIM_PASSTHROUGH;
+        if (private_dir && ensure_private_dir(dir) != 0) {
+            fail_line("cannot use the ledger directory %s: %s", dir, strerror(errno));
+            return limits_state = SHIM_FAILED;
+        }
+        /* Inside a container, keep processes that lose their environment limited. */
+        if (strcmp(dir, SHIM_LEDGER_MOUNT) == 0)
+            config_write_atomic(dir, &cfg);
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, CGPU_LEDGER_NAME);
+    rc = ledger_open(path, 1, &g_shim.ledger);
+    if (rc == CGPU_OK && !g_shim.ledger.writable)
+        rc = CGPU_ERR_IO;
+    if (rc == CGPU_OK)
+        rc = ledger_ensure_devices(&g_shim.ledger, &cfg);
+    if (rc != CGPU_OK) {
+        fail_line("cannot use the ledger %s: %s", path, cgpu_strerror(rc));
+        ledger_close(&g_shim.ledger);
+        return limits_state = SHIM_FAILED;
+    }
+    return limits_state = SHIM_LIMITED;
+}
+
+int shim_claim_slot(void)
+{
+    if (g_shim.ledger.slot >= 0)
+        return 0;
+    if (ledger_claim_slot(&g_shim.ledger) == CGPU_OK)
+        return 0;
+    fprintf(stderr, "cgpu: no free process slot in the container ledger (%d processes); refusing GPU memory\n",
+            CGPU_MAX_SLOTS);
+    return -1;
+}
+
+int shim_cuda_init(void)
+{
+    pthread_mutex_lock(&init_mutex);
+    int s = __atomic_load_n(&g_shim.state, __ATOMIC_ACQUIRE);
+    if (s != SHIM_UNINIT) {
+        pthread_mutex_unlock(&init_mutex);
+        return s;
+    }
+    s = load_limits(cuda_devices);
+    if (s == SHIM_LIMITED) {
+        struct device_info devs[SHIM_MAX_ORDINALS];
+        int n = cuda_devices(devs, SHIM_MAX_ORDINALS);
+        if (n < 0) {
+            pthread_mutex_unlock(&init_mutex);
+            return SHIM_PASSTHROUGH; /* driver not initialised yet: ask again later */
+        }
+        for (int i = 0; i < SHIM_MAX_ORDINALS; i++)
+            g_shim.devmap[i] = i < n ? ledger_find_device(g_shim.ledger.l, devs[i].uuid) : -1;
+        g_shim.single_device = n == 1 ? g_shim.devmap[0] : SHIM_MULTI_DEVICE;
+        if (shim_claim_slot() != 0)
+            s = SHIM_FAILED;
+    }
+    if (s != SHIM_UNINIT)
+        __atomic_store_n(&g_shim.state, s, __ATOMIC_RELEASE);
+    else
+        s = SHIM_PASSTHROUGH;
+    pthread_mutex_unlock(&init_mutex);
+    return s;
+}
+
+/* ---- NVML's view ----------------------------------------------------------------------- */
+
+int shim_nvml_view(nvmlDevice_t device, uint64_t *limit, uint64_t *used)
+{
+    pthread_mutex_lock(&init_mutex);
+    int s = load_limits(nvml_devices);
+    pthread_mutex_unlock(&init_mutex);
+    if (s != SHIM_LIMITED)
+        return s == SHIM_UNINIT ? SHIM_PASSTHROUGH : s;
+    nvml_uuid_fn uuid_fn = (nvml_uuid_fn)shim_nvml_sym("nvmlDeviceGetUUID");
+    char uuid[CGPU_UUID_LEN];
+    if (!uuid_fn || uuid_fn(device, uuid, sizeof uuid) != NVML_SUCCESS)
+        return SHIM_PASSTHROUGH;
+    struct ledger *l = g_shim.ledger.l;
+    int d = ledger_find_device(l, uuid);
+    if (d < 0)
+        return SHIM_PASSTHROUGH;
+    ledger_sweep(&g_shim.ledger); /* nvidia-smi must not show a dead process's memory */
+    *limit = l->devices[d].limit;
+    *used = ledger_used(l, (unsigned)d);
+    return SHIM_LIMITED;
+}
+
+/* ---- context overhead ---------------------------------------------------------------- */
+
+/* Host-level used memory of ledger device `dev`, through the real NVML. */
+static int nvml_used(int dev, uint64_t *used)
+{
+    static int nvml_ready;
+    nvmlReturn_t (*init_fn)(void) = (nvmlReturn_t(*)(void))shim_nvml_sym("nvmlInit_v2");
+    nvml_by_uuid_fn by_uuid = (nvml_by_uuid_fn)shim_nvml_sym("nvmlDeviceGetHandleByUUID");
+    nvml_mem_fn mem_fn = (nvml_mem_fn)shim_nvml_sym("nvmlDeviceGetMemoryInfo");
+    if (!init_fn || !by_uuid || !mem_fn)
+        return -1;
+    if (!__atomic_load_n(&nvml_ready, __ATOMIC_ACQUIRE)) {
+        if (init_fn() != NVML_SUCCESS)
+            return -1;
+        __atomic_store_n(&nvml_ready, 1, __ATOMIC_RELEASE);
+    }
+    nvmlDevice_t h;
+    nvmlMemory_t mem;
+    if (by_uuid(g_shim.ledger.l->devices[dev].uuid, &h) != NVML_SUCCESS || mem_fn(h, &mem) != NVML_SUCCESS)
+        return -1;
+    *used = mem.used;
+    return 0;
+}
+
+void shim_context_overhead_before(int dev)
+{
+    if (dev < 0 || ctx_overhead_env >= 0 || __atomic_load_n(&g_shim.ctx_charged[dev], __ATOMIC_ACQUIRE))
+        return;
+    uint64_t used;
+    ctx_used_before[dev] = nvml_used(dev, &used) == 0 ? used : UINT64_MAX;
+}
+
+uint64_t shim_context_overhead(int dev)
+{
+    if (ctx_overhead_env >= 0)
+        return (uint64_t)ctx_overhead_env;
+    uint64_t after, before = ctx_used_before[dev];
+    if (before == UINT64_MAX || nvml_used(dev, &after) != 0 || after <= before)
+        return 0;
+    uint64_t delta = after - before;
+    return delta > (8ULL << 30) ? 0 : delta; /* another tenant moved: do not guess */
+}
+
+/* ---- fork ------------------------------------------------------------------------------ */
+
+void shim_forget_process(void)
+{
+    pthread_mutex_init(&init_mutex, NULL);
+    if (g_shim.ledger.l)
+        ledger_close(&g_shim.ledger); /* the parent keeps its own liveness lock */
+    memset(g_shim.ctx_charged, 0, sizeof g_shim.ctx_charged);
+    g_shim.single_device = SHIM_MULTI_DEVICE;
+    limits_state = SHIM_UNINIT;
+    __atomic_store_n(&g_shim.state, SHIM_UNINIT, __ATOMIC_RELEASE);
+}

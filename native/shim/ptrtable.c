@@ -1,0 +1,93 @@
+#include "ptrtable.h"
+
+#include <string.h>
+#include <sys/mman.h>
+
+#define PT_INITIAL 4096u
+#define DEV_SHIFT 56
+
+static inline size_t home(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & mask;
+}
+
+static struct pt_entry *alloc_slots(size_t n)
+{
+    void *m = mmap(NULL, n * sizeof(struct pt_entry), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return m == MAP_FAILED ? NULL : m;
+}
+
+static void put(struct pt_entry *slots, size_t mask, uint64_t key, uint64_t value)
+{
+    size_t i = home(key, mask);
+    while (slots[i].key != 0)
+        i = (i + 1) & mask;
+    slots[i].key = key;
+    slots[i].bytes = value;
+}
+
+static int grow(struct ptrtable *t)
+{
+    size_t n = t->slots ? (t->mask + 1) * 2 : PT_INITIAL;
+    struct pt_entry *slots = alloc_slots(n);
+    if (!slots)
+        return -1;
+    if (t->slots) {
+        for (size_t i = 0; i <= t->mask; i++)
+            if (t->slots[i].key)
+                put(slots, n - 1, t->slots[i].key, t->slots[i].bytes);
+        munmap(t->slots, (t->mask + 1) * sizeof(struct pt_entry));
+    }
+    t->slots = slots;
+    t->mask = n - 1;
+    return 0;
+}
+
+int pt_insert(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes)
+{
+    if ((!t->slots || (t->count + 1) * 2 > t->mask + 1) && grow(t) != 0)
+        return -1;
+    put(t->slots, t->mask, key, bytes | ((uint64_t)dev << DEV_SHIFT));
+    t->count++;
+    return 0;
+}
+
+int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes)
+{
+    if (!t->slots || key == 0)
+        return 0;
+    size_t mask = t->mask, i = home(key, mask);
+    while (t->slots[i].key != key) {
+        if (t->slots[i].key == 0)
+            return 0;
+        i = (i + 1) & mask;
+    }
+    uint64_t v = t->slots[i].bytes;
+    *dev = (unsigned)(v >> DEV_SHIFT);
+    *bytes = v & ((1ULL << DEV_SHIFT) - 1);
+    /* Backward-shift deletion keeps every probe chain unbroken. */
+    size_t hole = i, j = i;
+    for (;;) {
+        j = (j + 1) & mask;
+        if (t->slots[j].key == 0)
+            break;
+        size_t h = home(t->slots[j].key, mask);
+        /* Move j into the hole unless its home lies cyclically in (hole, j]. */
+        int stays = hole <= j ? (h > hole && h <= j) : (h > hole || h <= j);
+        if (!stays) {
+            t->slots[hole] = t->slots[j];
+            hole = j;
+        }
+    }
+    t->slots[hole].key = 0;
+    t->slots[hole].bytes = 0;
+    t->count--;
+    return 1;
+}
+
+void pt_reset(struct ptrtable *t)
+{
+    if (t->slots)
+        munmap(t->slots, (t->mask + 1) * sizeof(struct pt_entry));
+    memset(t, 0, sizeof *t);
+}

@@ -1,0 +1,813 @@
+/* libcgpu.so: enforce a container's GPU memory slice inside every process.
+ *
+ * Interception: the exported wrappers (direct linking), dlsym (any handle,
+ * RTLD_NEXT) and cuGetProcAddress v1/v2 all hand out the same wrappers, from
+ * the one table in hooks.def.  Accounting: ledger.c.  Limits: limits.c.
+ */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cgpu_nvml.h"
+#include "ledger.h"
+#include "ptrtable.h"
+#include "shim.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* ---- the hook table ------------------------------------------------------ */
+
+enum hook_id {
+#define HOOK(sym, base, ver, pt) H_##sym,
+#include "hooks.def"
+#undef HOOK
+    H_COUNT
+};
+
+struct hook {
+    const char *name;
+    const char *base;
+    int version;
+    int per_thread;
+    void *wrapper;
+};
+
+static const struct hook hooks[H_COUNT] = {
+#define HOOK(sym, base, ver, pt) [H_##sym] = {#sym, #base, ver, pt, (void *)&sym},
+#include "hooks.def"
+#undef HOOK
+};
+
+static void *real_fns[H_COUNT];
+
+/* NVML entry points we wrap, and their real addresses. */
+enum { N_MEMINFO, N_MEMINFO_V2, N_COUNT };
+static const char *const nvml_names[N_COUNT] = {"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2"};
+static void *nvml_real[N_COUNT];
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
+static void *const nvml_wrappers[N_COUNT] = {(void *)&nvmlDeviceGetMemoryInfo, (void *)&nvmlDeviceGetMemoryInfo_v2};
+
+/* ---- real symbol resolution ---------------------------------------------- */
+
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn real_dlsym_ptr;
+
+static dlsym_fn real_dlsym(void)
+{
+    dlsym_fn f = __atomic_load_n(&real_dlsym_ptr, __ATOMIC_RELAXED);
+    if (likely(f))
+        return f;
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0"};
+    for (size_t i = 0; i < sizeof versions / sizeof versions[0] && !f; i++)
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    __atomic_store_n(&real_dlsym_ptr, f, __ATOMIC_RELAXED);
+    return f;
+}
+
+static void *lib_handle(const char *soname, void **cache)
+{
+    void *h = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+    if (h)
+        return h;
+    h = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
+    if (!h)
+        h = dlopen(soname, RTLD_LAZY);
+    if (h)
+        __atomic_store_n(cache, h, __ATOMIC_RELEASE);
+    return h;
+}
+
+static void *cuda_handle_cache, *nvml_handle_cache;
+
+void *shim_driver_sym(const char *name)
+{
+    void *h = lib_handle("libcuda.so.1", &cuda_handle_cache);
+    dlsym_fn rd = real_dlsym();
+    return h && rd ? rd(h, name) : NULL;
+}
+
+void *shim_nvml_sym(const char *name)
+{
+    void *h = lib_handle("libnvidia-ml.so.1", &nvml_handle_cache);
+    dlsym_fn rd = real_dlsym();
+    return h && rd ? rd(h, name) : NULL;
+}
+
+static void record_real(int id, void *p)
+{
+    if (p && p != hooks[id].wrapper)
+        __atomic_store_n(&real_fns[id], p, __ATOMIC_RELAXED);
+}
+
+static void *resolve_real(int id)
+{
+    void *p = shim_driver_sym(hooks[id].name);
+    if (p == hooks[id].wrapper)
+        p = NULL;
+    record_real(id, p);
+    return p;
+}
+
+static inline void *real_fn(int id)
+{
+    void *p = __atomic_load_n(&real_fns[id], __ATOMIC_RELAXED);
+    return likely(p != NULL) ? p : resolve_real(id);
+}
+
+/* Call the real driver function `sym`; a missing one reports CUDA_ERROR_NOT_FOUND. */
+#define REAL(sym) ((__typeof__(&sym))real_or_missing(H_##sym))
+
+static CUresult missing_fn(void)
+{
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+static inline void *real_or_missing(int id)
+{
+    void *p = real_fn(id);
+    return likely(p != NULL) ? p : (void *)&missing_fn;
+}
+
+static void *nvml_real_fn(int id)
+{
+    void *p = __atomic_load_n(&nvml_real[id], __ATOMIC_RELAXED);
+    if (!p) {
+        p = shim_nvml_sym(nvml_names[id]);
+        if (p == nvml_wrappers[id])
+            p = NULL;
+        __atomic_store_n(&nvml_real[id], p, __ATOMIC_RELAXED);
+    }
+    return p;
+}
+
+/* ---- process state ---------------------------------------------------------- */
+
+static struct ptrtable g_table; /* guarded by the ledger lock */
+static CUresult (*g_ctx_get_device)(CUdevice *);
+
+/* Ledger index of the calling thread's current device: -1 when that device
+ * has no slice, -2 when there is no current context. */
+static inline int current_device(void)
+{
+    int single = g_shim.single_device;
+    if (likely(single != SHIM_MULTI_DEVICE))
+        return single;
+    CUdevice d;
+    if (g_ctx_get_device(&d) != CUDA_SUCCESS)
+        return -2;
+    return (d >= 0 && d < SHIM_MAX_ORDINALS) ? g_shim.devmap[d] : -1;
+}
+
+static inline int device_of_ordinal(CUdevice d)
+{
+    return (d >= 0 && d < SHIM_MAX_ORDINALS) ? g_shim.devmap[d] : -1;
+}
+
+/* SHIM_LIMITED, SHIM_PASSTHROUGH or SHIM_FAILED; initialises on first use. */
+static inline int mode(void)
+{
+    int s = __atomic_load_n(&g_shim.state, __ATOMIC_ACQUIRE);
+    if (likely(s == SHIM_LIMITED))
+        return s;
+    if (s == SHIM_UNINIT) {
+        s = shim_cuda_init();
+        if (s == SHIM_LIMITED && !g_ctx_get_device)
+            g_ctx_get_device = (CUresult(*)(CUdevice *))shim_driver_sym("cuCtxGetDevice");
+    }
+    return s;
+}
+
+/* ---- charging ------------------------------------------------------------ */
+
+#define MiB (1ULL << 20)
+
+/* What an allocation of `bytes` really takes: large ones occupy whole 2 MiB
+ * pages, small ones are packed by the driver at 512-byte alignment. */
+static inline uint64_t charge_of(uint64_t bytes)
+{
+    if (bytes >= MiB)
+        return (bytes + 2 * MiB - 1) & ~(2 * MiB - 1);
+    return (bytes + 511) & ~511ULL;
+}
+
+static void report_oom(int dev, uint64_t bytes)
+{
+    struct ledger *l = g_shim.ledger.l;
+    fprintf(stderr,
+            "cgpu: out of GPU memory slice on %s: requested %llu bytes, %llu of %llu in use (CUDA_ERROR_OUT_OF_MEMORY)\n",
+            l->devices[dev].uuid, (unsigned long long)bytes, (unsigned long long)ledger_used(l, (unsigned)dev),
+            (unsigned long long)l->devices[dev].limit);
+}
+
+/* Reserve `charge` on `dev` before calling the driver. */
+static CUresult reserve(int dev, uint64_t charge)
+{
+    if (unlikely(g_shim.ledger.slot < 0) && shim_claim_slot() != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (likely(ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 0) == CGPU_OK))
+        return CUDA_SUCCESS;
+    /* Slow path: free what dead processes held, then try once more. */
+    if (ledger_sweep(&g_shim.ledger) > 0 && ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 0) == CGPU_OK)
+        return CUDA_SUCCESS;
+    report_oom(dev, charge);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static void unreserve(int dev, uint64_t charge)
+{
+    ledger_credit(&g_shim.ledger, (unsigned)dev, charge);
+}
+
+static void track(uint64_t key, int dev, uint64_t charge)
+{
+    struct ledger *l = g_shim.ledger.l;
+    ledger_lock(l);
+    int rc = pt_insert(&g_table, key, (unsigned)dev, charge);
+    ledger_unlock(l);
+    if (unlikely(rc != 0))
+        unreserve(dev, charge); /* cannot remember it: do not keep it charged */
+}
+
+/* Forget `key` and credit its charge; returns whether it was known. */
+static int untrack(uint64_t key, int *dev_out, uint64_t *charge_out)
+{
+    struct ledger *l = g_shim.ledger.l;
+    unsigned dev;
+    uint64_t charge;
+    ledger_lock(l);
+    int found = pt_remove(&g_table, key, &dev, &charge);
+    if (found) {
+        uint64_t *mine = &l->slots[g_shim.ledger.slot].used[dev];
+        uint64_t c = charge > *mine ? *mine : charge;
+        *mine -= c;
+        __atomic_store_n(&l->devices[dev].used, l->devices[dev].used - c, __ATOMIC_RELAXED);
+    }
+    ledger_unlock(l);
+    if (found) {
+        *dev_out = (int)dev;
+        *charge_out = charge;
+    }
+    return found;
+}
+
+/* Put back what untrack took when the driver refused the free. */
+static void retrack(uint64_t key, int dev, uint64_t charge)
+{
+    ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 1);
+    track(key, dev, charge);
+}
+
+/* The common shape of every allocation wrapper. */
+#define CHARGED_ALLOC(dev_expr, bytes_expr, call, key_expr)                     \
+    do {                                                                       \
+        int m_ = mode();                                                       \
+        if (unlikely(m_ == SHIM_FAILED))                                       \
+            return CUDA_ERROR_NOT_INITIALIZED;                                 \
+        int dev_ = m_ == SHIM_LIMITED ? (dev_expr) : -1;                       \
+        if (dev_ < 0)                                                          \
+            return call;                                                       \
+        uint64_t charge_ = (bytes_expr);                                       \
+        CUresult rc_ = reserve(dev_, charge_);                                 \
+        if (rc_ != CUDA_SUCCESS)                                               \
+            return rc_;                                                        \
+        rc_ = call;                                                            \
+        if (rc_ == CUDA_SUCCESS)                                               \
+            track((key_expr), dev_, charge_);                                  \
+        else                                                                   \
+            unreserve(dev_, charge_);                                          \
+        return rc_;                                                            \
+    } while (0)
+
+#define CHARGED_FREE(key_expr, call)                                           \
+    do {                                                                       \
+        int dev_;                                                              \
+        uint64_t charge_;                                                      \
+        if (mode() != SHIM_LIMITED || !untrack((key_expr), &dev_, &charge_))   \
+            return call;                                                       \
+        CUresult rc_ = call;                                                   \
+        if (unlikely(rc_ != CUDA_SUCCESS))                                     \
+            retrack((key_expr), dev_, charge_);                                \
+        return rc_;                                                            \
+    } while (0)
+
+/* ---- allocation families ------------------------------------------------------ */
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc_v2)(dptr, bytesize), PT_KIND_PTR ^ *dptr);
+}
+
+EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
+{
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc)(dptr, bytesize), PT_KIND_PTR ^ *dptr);
+}
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                   unsigned int ElementSizeBytes)
+{
+    CHARGED_ALLOC(current_device(), charge_of(((WidthInBytes + 511) & ~(size_t)511) * Height),
+                  REAL(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes),
+                  PT_KIND_PTR ^ *dptr);
+}
+
+EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                                unsigned int Height, unsigned int ElementSizeBytes)
+{
+    CHARGED_ALLOC(current_device(), charge_of(((uint64_t)(WidthInBytes + 511) & ~511ULL) * Height),
+                  REAL(cuMemAllocPitch)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes),
+                  PT_KIND_PTR ^ *dptr);
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAllocManaged)(dptr, bytesize, flags),
+                  PT_KIND_PTR ^ *dptr);
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFree_v2)(dptr));
+}
+
+EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFree)(dptr));
+}
+
+/* Virtual memory management: the device comes from prop->location, never from
+ * the current context (worker threads may have none), and only memory located
+ * on a device is charged. */
+static int vmm_device(const CUmemAllocationProp *prop)
+{
+    if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return -1;
+    return device_of_ordinal(prop->location.id);
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+                            unsigned long long flags)
+{
+    CHARGED_ALLOC(vmm_device(prop), size, REAL(cuMemCreate)(handle, size, prop, flags), PT_KIND_HANDLE ^ *handle);
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    CHARGED_FREE(PT_KIND_HANDLE ^ handle, REAL(cuMemRelease)(handle));
+}
+
+/* Stream-ordered allocation: charged at allocation, credited at the free call. */
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAllocAsync)(dptr, bytesize, hStream),
+                  PT_KIND_PTR ^ *dptr);
+}
+
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream),
+                  PT_KIND_PTR ^ *dptr);
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+    CHARGED_ALLOC(current_device(), charge_of(bytesize),
+                  REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), PT_KIND_PTR ^ *dptr);
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                             CUstream hStream)
+{
+    CHARGED_ALLOC(current_device(), charge_of(bytesize),
+                  REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), PT_KIND_PTR ^ *dptr);
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFreeAsync)(dptr, hStream));
+}
+
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFreeAsync_ptsz)(dptr, hStream));
+}
+
+/* Arrays: the size follows from the descriptor. */
+static uint64_t format_bytes(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        return 4;
+    default:
+        return 16; /* packed, block-compressed and video formats: charge generously */
+    }
+}
+
+static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f, unsigned channels, unsigned levels)
+{
+    uint64_t total = 0;
+    if (levels == 0)
+        levels = 1;
+    for (unsigned l = 0; l < levels && l < 64; l++) {
+        uint64_t lw = w >> l ? w >> l : 1, lh = h >> l ? h >> l : 1, ld = d >> l ? d >> l : 1;
+        total += lw * lh * ld;
+    }
+    return charge_of(total * format_bytes(f) * (channels ? channels : 1));
+}
+
+EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
+{
+    CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1) : 0,
+                  REAL(cuArrayCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle);
+}
+
+EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+{
+    CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1) : 0,
+                  REAL(cuArrayCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle);
+}
+
+EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
+{
+    CHARGED_ALLOC(current_device(),
+                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1) : 0,
+                  REAL(cuArray3DCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle);
+}
+
+EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+{
+    CHARGED_ALLOC(current_device(),
+                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1) : 0,
+                  REAL(cuArray3DCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle);
+}
+
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                       unsigned int numMipmapLevels)
+{
+    CHARGED_ALLOC(current_device(),
+                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels,
+                                     numMipmapLevels)
+                       : 0,
+                  REAL(cuMipmappedArrayCreate)(pHandle, desc, numMipmapLevels),
+                  PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)*pHandle);
+}
+
+EXPORT CUresult cuArrayDestroy(CUarray hArray)
+{
+    CHARGED_FREE(PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)hArray, REAL(cuArrayDestroy)(hArray));
+}
+
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+    CHARGED_FREE(PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)hMipmappedArray, REAL(cuMipmappedArrayDestroy)(hMipmappedArray));
+}
+
+/* ---- contexts: charge their overhead once per device per process ------------- */
+
+/* After a context was created on `ordinal`: charge its overhead, or undo it
+ * through `release` when the slice cannot hold it. */
+static CUresult charge_context(CUdevice ordinal, CUresult rc, CUcontext ctx, int primary)
+{
+    if (rc != CUDA_SUCCESS || mode() != SHIM_LIMITED)
+        return rc;
+    int dev = device_of_ordinal(ordinal);
+    if (dev < 0 || __atomic_exchange_n(&g_shim.ctx_charged[dev], 1, __ATOMIC_ACQ_REL))
+        return rc;
+    uint64_t overhead = shim_context_overhead(dev);
+    if (overhead == 0)
+        return rc;
+    if (reserve(dev, overhead) == CUDA_SUCCESS) {
+        /* Kept for the life of the process; returned when its slot is swept. */
+        return rc;
+    }
+    __atomic_store_n(&g_shim.ctx_charged[dev], 0, __ATOMIC_RELEASE);
+    if (primary) {
+        CUresult (*rel)(CUdevice) = (CUresult(*)(CUdevice))shim_driver_sym("cuDevicePrimaryCtxRelease_v2");
+        if (rel)
+            rel(ordinal);
+    } else {
+        CUresult (*destroy)(CUcontext) = (CUresult(*)(CUcontext))shim_driver_sym("cuCtxDestroy_v2");
+        if (destroy)
+            destroy(ctx);
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    if (mode() == SHIM_LIMITED)
+        shim_context_overhead_before(device_of_ordinal(dev));
+    CUresult rc = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
+    return charge_context(dev, rc, pctx ? *pctx : NULL, 1);
+}
+
+EXPORT CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    if (mode() == SHIM_LIMITED)
+        shim_context_overhead_before(device_of_ordinal(dev));
+    CUresult rc = REAL(cuCtxCreate)(pctx, flags, dev);
+    return charge_context(dev, rc, pctx ? *pctx : NULL, 0);
+}
+
+EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    if (mode() == SHIM_LIMITED)
+        shim_context_overhead_before(device_of_ordinal(dev));
+    CUresult rc = REAL(cuCtxCreate_v2)(pctx, flags, dev);
+    return charge_context(dev, rc, pctx ? *pctx : NULL, 0);
+}
+
+EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+                               CUdevice dev)
+{
+    if (mode() == SHIM_LIMITED)
+        shim_context_overhead_before(device_of_ordinal(dev));
+    CUresult rc = REAL(cuCtxCreate_v3)(pctx, paramsArray, numParams, flags, dev);
+    return charge_context(dev, rc, pctx ? *pctx : NULL, 0);
+}
+
+EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    if (mode() == SHIM_LIMITED)
+        shim_context_overhead_before(device_of_ordinal(dev));
+    CUresult rc = REAL(cuCtxCreate_v4)(pctx, params, flags, dev);
+    return charge_context(dev, rc, pctx ? *pctx : NULL, 0);
+}
+
+/* ---- what the program sees ------------------------------------------------------ */
+
+/* free = min(slice - use, device free); total = slice. */
+static void truncate_info(int dev, uint64_t *freep, uint64_t *totalp)
+{
+    struct ledger *l = g_shim.ledger.l;
+    uint64_t limit = l->devices[dev].limit, used = ledger_used(l, (unsigned)dev);
+    uint64_t left = used >= limit ? 0 : limit - used;
+    *totalp = limit;
+    if (*freep > left)
+        *freep = left;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    CUresult rc = REAL(cuMemGetInfo_v2)(free, total);
+    int dev;
+    if (rc != CUDA_SUCCESS || mode() != SHIM_LIMITED || (dev = current_device()) < 0 || !free || !total)
+        return rc;
+    uint64_t f = *free, t = *total;
+    truncate_info(dev, &f, &t);
+    *free = (size_t)f;
+    *total = (size_t)t;
+    return rc;
+}
+
+EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total)
+{
+    CUresult rc = REAL(cuMemGetInfo)(free, total);
+    int dev;
+    if (rc != CUDA_SUCCESS || mode() != SHIM_LIMITED || (dev = current_device()) < 0 || !free || !total)
+        return rc;
+    uint64_t f = *free, t = *total;
+    truncate_info(dev, &f, &t);
+    *free = f > 0xFFFFFFFFu ? 0xFFFFFFFFu : (unsigned)f;
+    *total = t > 0xFFFFFFFFu ? 0xFFFFFFFFu : (unsigned)t;
+    return rc;
+}
+
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    CUresult rc = REAL(cuDeviceTotalMem_v2)(bytes, dev);
+    int d;
+    if (rc == CUDA_SUCCESS && bytes && mode() == SHIM_LIMITED && (d = device_of_ordinal(dev)) >= 0)
+        *bytes = (size_t)g_shim.ledger.l->devices[d].limit;
+    return rc;
+}
+
+EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
+{
+    CUresult rc = REAL(cuDeviceTotalMem)(bytes, dev);
+    int d;
+    if (rc == CUDA_SUCCESS && bytes && mode() == SHIM_LIMITED && (d = device_of_ordinal(dev)) >= 0) {
+        uint64_t limit = g_shim.ledger.l->devices[d].limit;
+        *bytes = limit > 0xFFFFFFFFu ? 0xFFFFFFFFu : (unsigned)limit;
+    }
+    return rc;
+}
+
+/* cuInit is where a malformed limit fails closed. */
+EXPORT CUresult cuInit(unsigned int Flags)
+{
+    CUresult rc = REAL(cuInit)(Flags);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    int m = mode();
+    return m == SHIM_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+/* ---- cuGetProcAddress ------------------------------------------------------------ */
+
+/* Which hooked variant the driver handed out for `symbol`: by address when we
+ * know it, else by the driver's own rule (newest version <= cudaVersion, the
+ * per-thread variant when asked for). */
+static int pick_variant(const char *symbol, void *fn, int version, cuuint64_t flags)
+{
+    int best = -1, any = 0;
+    int per_thread = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+    for (int pass = 0; pass < 2 && best < 0; pass++) {
+        for (int i = 0; i < H_COUNT; i++) {
+            if (strcmp(hooks[i].base, symbol) != 0) {
+                if (pass == 0 && strcmp(hooks[i].name, symbol) == 0)
+                    return i;
+                continue;
+            }
+            any = 1;
+            if (pass == 0) {
+                void *r = __atomic_load_n(&real_fns[i], __ATOMIC_RELAXED);
+                if (r && r == fn)
+                    return i;
+                continue;
+            }
+            if (hooks[i].version > version || hooks[i].per_thread != per_thread)
+                continue;
+            if (best < 0 || hooks[i].version > hooks[best].version)
+                best = i;
+        }
+        if (pass == 1 && best < 0 && per_thread) {
+            per_thread = 0; /* no per-thread variant: the driver gives the plain one */
+            pass = 0;
+        }
+    }
+    return any ? best : -1;
+}
+
+static void swap_in_wrapper(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    if (!symbol || !pfn || !*pfn || symbol[0] != 'c' || symbol[1] != 'u')
+        return;
+    int id = pick_variant(symbol, *pfn, version, flags);
+    if (id < 0)
+        return;
+    record_real(id, *pfn);
+    *pfn = hooks[id].wrapper;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *symbolStatus)
+{
+    CUresult rc = REAL(cuGetProcAddress_v2)(symbol, pfn, cudaVersion, flags, symbolStatus);
+    if (rc == CUDA_SUCCESS)
+        swap_in_wrapper(symbol, pfn, cudaVersion, flags);
+    return rc;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    CUresult rc = REAL(cuGetProcAddress)(symbol, pfn, cudaVersion, flags);
+    if (rc == CUDA_SUCCESS)
+        swap_in_wrapper(symbol, pfn, cudaVersion, flags);
+    return rc;
+}
+
+/* ---- dlsym -------------------------------------------------------------------------- */
+
+static int find_hook(const char *name)
+{
+    for (int i = 0; i < H_COUNT; i++)
+        if (strcmp(hooks[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static int find_nvml(const char *name)
+{
+    for (int i = 0; i < N_COUNT; i++)
+        if (strcmp(nvml_names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+/* Hand out the wrapper for a hooked name, remembering the real address. */
+static __attribute__((noinline)) void *dlsym_hooked(void *handle, const char *name, int *matched)
+{
+    int id = find_hook(name), nid = id < 0 ? find_nvml(name) : -1;
+    *matched = id >= 0 || nid >= 0;
+    if (!*matched)
+        return NULL;
+    void *r = real_dlsym()(handle, name);
+    if (!r)
+        return NULL;
+    if (id >= 0) {
+        if (r == hooks[id].wrapper) /* the global scope found us: look in the driver */
+            r = resolve_real(id);
+        else
+            record_real(id, r);
+        return r ? hooks[id].wrapper : NULL;
+    }
+    if (r != nvml_wrappers[nid])
+        __atomic_store_n(&nvml_real[nid], r, __ATOMIC_RELAXED);
+    else if (!nvml_real_fn(nid))
+        return NULL;
+    return nvml_wrappers[nid];
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#define SIBLING_CALLS __attribute__((optimize("optimize-sibling-calls")))
+#else
+#define SIBLING_CALLS
+#endif
+
+/* Everything that is not ours is a tail call, so that glibc still sees the
+ * caller's return address and RTLD_NEXT keeps its meaning. */
+EXPORT SIBLING_CALLS void *dlsym(void *handle, const char *name)
+{
+    const char *volatile n = name; /* glibc declares it nonnull; callers still pass NULL */
+    if (n && ((n[0] == 'c' && n[1] == 'u') || (n[0] == 'n' && n[1] == 'v' && n[2] == 'm'))) {
+        int matched;
+        void *w = dlsym_hooked(handle, name, &matched);
+        if (matched)
+            return w;
+    }
+    return real_dlsym()(handle, name);
+}
+
+/* ---- NVML: what nvidia-smi in the container shows ------------------------------ */
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    nvmlReturn_t (*real)(nvmlDevice_t, nvmlMemory_t *) = (nvmlReturn_t(*)(nvmlDevice_t, nvmlMemory_t *))nvml_real_fn(N_MEMINFO);
+    if (!real)
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t rc = real(device, memory);
+    if (rc != NVML_SUCCESS || !memory)
+        return rc;
+    uint64_t limit, used;
+    switch (shim_nvml_view(device, &limit, &used)) {
+    case SHIM_FAILED:
+        return NVML_ERROR_UNKNOWN;
+    case SHIM_LIMITED:
+        memory->total = limit;
+        memory->used = used;
+        memory->free = used >= limit ? 0 : limit - used;
+        break;
+    default:
+        break;
+    }
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    nvmlReturn_t (*real)(nvmlDevice_t, nvmlMemory_v2_t *) =
+        (nvmlReturn_t(*)(nvmlDevice_t, nvmlMemory_v2_t *))nvml_real_fn(N_MEMINFO_V2);
+    if (!real)
+        return NVML_ERROR_FUNCTION_NOT_FOUND;
+    nvmlReturn_t rc = real(device, memory);
+    if (rc != NVML_SUCCESS || !memory)
+        return rc;
+    uint64_t limit, used;
+    switch (shim_nvml_view(device, &limit, &used)) {
+    case SHIM_FAILED:
+        return NVML_ERROR_UNKNOWN;
+    case SHIM_LIMITED:
+        memory->total = limit;
+        memory->reserved = 0;
+        memory->used = used;
+        memory->free = used >= limit ? 0 : limit - used;
+        break;
+    default:
+        break;
+    }
+    return rc;
+}
+
+/* ---- fork ----------------------------------------------------------------------------- */
+
+/* A child owns none of its parent's device memory (CUDA forbids it from using
+ * the parent's context), so it starts from nothing and claims its own slot. */
+static void after_fork_child(void)
+{
+    pt_reset(&g_table);
+    shim_forget_process();
+}
+
+__attribute__((constructor)) static void shim_constructor(void)
+{
+    /* Nothing that touches the driver: every process of the container loads us. */
+    pthread_atfork(NULL, NULL, after_fork_child);
+}

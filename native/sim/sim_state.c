@@ -1,0 +1,252 @@
+/* The cross-process state file (CGPU_SIM_STATE), shared by both libraries. */
+#include "sim_common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+unsigned long long sim_proc_start_time(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p)
+        return 0;
+    /* After ") ": field 3 (state) ... field 22 (starttime). */
+    p++;
+    for (int field = 2; field < 22 && p; field++)
+        p = strchr(p + 1, ' ');
+    return p ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+/* Alive, not a zombie, and (when known) the same process that took the slot. */
+int sim_pid_alive(int pid, unsigned long long start_time)
+{
+    if (pid <= 0)
+        return 0;
+    if (pid == getpid())
+        return 1;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return 0;
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 1; /* another pid namespace or no /proc: trust kill() */
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p || !p[1] || !p[2])
+        return 1;
+    if (p[2] == 'Z' || p[2] == 'X')
+        return 0;
+    if (start_time) {
+        char *q = p + 1;
+        for (int field = 2; field < 22 && q; field++)
+            q = strchr(q + 1, ' ');
+        if (q && strtoull(q + 1, NULL, 10) != start_time)
+            return 0; /* the pid was reused */
+    }
+    return 1;
+}
+
+static int init_mutex(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+    int r = pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+    return r;
+}
+
+struct sim_state *sim_state_open(const char *path)
+{
+    const size_t size = sizeof(struct sim_state_file);
+    int created = 0;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        created = fd >= 0;
+    }
+    if (fd < 0) {
+        fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: cannot open %s: %s\n", path, strerror(errno));
+        return NULL;
+    }
+    if (created)
+        (void)fchmod(fd, 0666); /* shared by every user of the simulator */
+    if (flock(fd, LOCK_EX) != 0) {
+        fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: cannot lock %s: %s\n", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        goto io_error;
+    int fresh = sb.st_size == 0;
+    if (!fresh && (size_t)sb.st_size != size) {
+        fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: %s is not a simulator state file (size %lld)\n",
+                path, (long long)sb.st_size);
+        flock(fd, LOCK_UN);
+        close(fd);
+        return NULL;
+    }
+    if (fresh && ftruncate(fd, (off_t)size) != 0)
+        goto io_error;
+    struct sim_state_file *f = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (f == MAP_FAILED)
+        goto io_error;
+    if (fresh || f->magic == 0) {
+        memset(f, 0, sizeof *f - sizeof f->slots);
+        f->version = SIM_STATE_VERSION;
+        f->header_size = (unsigned)offsetof(struct sim_state_file, slots);
+        f->slot_size = (unsigned)sizeof(struct sim_state_slot);
+        f->ndevices_max = SIM_STATE_DEVICES;
+        f->nslots = SIM_STATE_SLOTS;
+        init_mutex(&f->lock);
+        __atomic_store_n(&f->magic, SIM_STATE_MAGIC, __ATOMIC_RELEASE);
+    } else if (f->magic != SIM_STATE_MAGIC || f->version != SIM_STATE_VERSION ||
+               f->slot_size != sizeof(struct sim_state_slot) || f->nslots != SIM_STATE_SLOTS) {
+        fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: %s is not a simulator state file of this layout\n",
+                path);
+        munmap(f, size);
+        flock(fd, LOCK_UN);
+        close(fd);
+        return NULL;
+    }
+    flock(fd, LOCK_UN);
+    close(fd);
+    struct sim_state *st = calloc(1, sizeof *st);
+    if (!st) {
+        munmap(f, size);
+        return NULL;
+    }
+    st->f = f;
+    return st;
+
+io_error:
+    fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: %s: %s\n", path, strerror(errno));
+    flock(fd, LOCK_UN);
+    close(fd);
+    return NULL;
+}
+
+void sim_state_lock(struct sim_state *st)
+{
+    int r = pthread_mutex_lock(&st->f->lock);
+    if (r == EOWNERDEAD)
+        pthread_mutex_consistent(&st->f->lock);
+}
+
+void sim_state_unlock(struct sim_state *st)
+{
+    pthread_mutex_unlock(&st->f->lock);
+}
+
+int sim_state_device(struct sim_state *st, const char *uuid)
+{
+    struct sim_state_file *f = st->f;
+    int found = -1;
+    sim_state_lock(st);
+    unsigned n = atomic_load(&f->ndevices);
+    for (unsigned i = 0; i < n && i < SIM_STATE_DEVICES; i++)
+        if (!strcasecmp(f->uuid[i], uuid)) {
+            found = (int)i;
+            break;
+        }
+    if (found < 0 && n < SIM_STATE_DEVICES) {
+        snprintf(f->uuid[n], SIM_UUID_LEN, "%s", uuid);
+        atomic_store(&f->ndevices, n + 1);
+        found = (int)n;
+    }
+    sim_state_unlock(st);
+    return found;
+}
+
+int sim_state_claim(struct sim_state *st)
+{
+    struct sim_state_file *f = st->f;
+    int me = getpid(), slot = -1;
+    unsigned long long start = sim_proc_start_time(me);
+    sim_state_lock(st);
+    unsigned hw = atomic_load(&f->high_water);
+    for (unsigned i = 0; i < SIM_STATE_SLOTS; i++) {
+        struct sim_state_slot *s = &f->slots[i];
+        int pid = atomic_load(&s->pid);
+        if (i >= hw || pid == 0 || pid == me || !sim_pid_alive(pid, atomic_load(&s->start_time))) {
+            slot = (int)i;
+            break;
+        }
+    }
+    if (slot >= 0) {
+        struct sim_state_slot *s = &f->slots[slot];
+        atomic_store(&s->pid, 0);
+        for (int d = 0; d < SIM_STATE_DEVICES; d++) {
+            atomic_store(&s->used[d], 0);
+            atomic_store(&s->contexts[d], 0);
+        }
+        atomic_store(&s->start_time, start);
+        atomic_store(&s->pid, me);
+        if ((unsigned)slot >= hw)
+            atomic_store(&f->high_water, (unsigned)slot + 1);
+    }
+    sim_state_unlock(st);
+    return slot;
+}
+
+unsigned long long sim_state_used(struct sim_state *st, int sdev)
+{
+    struct sim_state_file *f = st->f;
+    unsigned long long total = 0;
+    unsigned hw = atomic_load(&f->high_water);
+    for (unsigned i = 0; i < hw && i < SIM_STATE_SLOTS; i++) {
+        struct sim_state_slot *s = &f->slots[i];
+        unsigned long long u = atomic_load(&s->used[sdev]);
+        if (!u)
+            continue;
+        if (sim_pid_alive(atomic_load(&s->pid), atomic_load(&s->start_time)))
+            total += u;
+    }
+    return total;
+}
+
+int sim_state_procs(struct sim_state *st, int sdev, struct sim_proc_usage *out, int max)
+{
+    struct sim_state_file *f = st->f;
+    int n = 0;
+    unsigned hw = atomic_load(&f->high_water);
+    for (unsigned i = 0; i < hw && i < SIM_STATE_SLOTS; i++) {
+        struct sim_state_slot *s = &f->slots[i];
+        unsigned long long u = atomic_load(&s->used[sdev]);
+        unsigned c = atomic_load(&s->contexts[sdev]);
+        int pid = atomic_load(&s->pid);
+        if ((!u && !c) || !sim_pid_alive(pid, atomic_load(&s->start_time)))
+            continue;
+        if (n < max) {
+            out[n].pid = pid;
+            out[n].used = u;
+        }
+        n++;
+    }
+    return n;
+}

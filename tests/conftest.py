@@ -1,0 +1,59 @@
+"""Shared fixtures: where the built native pieces are, and environments for the simulator."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from cgpu import paths
+
+
+@pytest.fixture(scope="session")
+def shim() -> Path:
+    """The shim under test (CGPU_TEST_SHIM selects a sanitizer build)."""
+    path = Path(os.environ.get("CGPU_TEST_SHIM") or paths.shim_path())
+    assert path.is_file(), f"shim not built: {path}"
+    return path
+
+
+@pytest.fixture(scope="session")
+def sim_dir() -> Path:
+    """Directory with the simulator's libcuda.so.1 and libnvidia-ml.so.1."""
+    path = paths.sim_lib_dir()
+    assert (path / "libcuda.so.1").is_file(), f"simulator not built in {path}"
+    return path
+
+
+@pytest.fixture
+def sim_env(tmp_path: Path, sim_dir: Path) -> Callable[..., dict[str, str]]:
+    """Build an environment that runs programs on the simulator.
+
+    Keyword arguments become CGPU_SIM_* variables (devices=2 -> CGPU_SIM_DEVICES=2);
+    `extra` adds other variables. Every process started with it shares one simulated
+    machine through CGPU_SIM_STATE.
+    """
+
+    def make(extra: dict[str, str] | None = None, **sim: object) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("CGPU_", "ALIYUN_", "VOLCANO_"))}
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (str(sim_dir), os.environ.get("LD_LIBRARY_PATH", "")) if p
+        )
+        env["CGPU_SIM_STATE"] = str(tmp_path / "sim.state")
+        for key, value in sim.items():
+            env[f"CGPU_SIM_{key.upper()}"] = str(value)
+        env.update(extra or {})
+        return env
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def cc() -> str:
+    """A C compiler."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    assert compiler, "a C compiler is needed for the native tests"
+    return compiler
