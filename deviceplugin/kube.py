@@ -57,14 +57,19 @@ class KubeClient:
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         """Merge `annotations` into a pod's annotations."""
         body = {"metadata": {"annotations": annotations}}
-        self._call(f"patch pod {namespace}/{name}", self._core.patch_namespaced_pod, name,
-                   namespace, body)
+        self._call(
+            f"patch pod {namespace}/{name}", self._core.patch_namespaced_pod, name, namespace, body
+        )
 
     def publish_capacity(self, name: str, value: int) -> None:
         """Set an extended resource in this node's status capacity."""
         body = {"status": {"capacity": {name: str(value)}}}
-        self._call(f"patch node {self.node_name} status", self._core.patch_node_status,
-                   self.node_name, body)
+        self._call(
+            f"patch node {self.node_name} status",
+            self._core.patch_node_status,
+            self.node_name,
+            body,
+        )
 
 
 def node_name(explicit: str | None) -> str:

@@ -53,6 +53,7 @@ def _choose_gpus(
     forced: set[str],
 ) -> list[str]:
     """UUIDs of `count` GPUs with room for `share`: the pinned ones, else best fit."""
+
     def room(uuid: str) -> int:
         return len(free.get(uuid, []))
 

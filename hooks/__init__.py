@@ -1,1 +1,1 @@
-"""The OCI runtime hook and the CDI spec: the shim for containers the device plugin did not start."""
+"""The OCI runtime hook and CDI spec: the shim for containers the device plugin did not start."""

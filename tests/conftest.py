@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from cgpu import paths
+
+NATIVE_SRC = Path(__file__).resolve().parent / "native"
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +61,25 @@ def cc() -> str:
     compiler = shutil.which("cc") or shutil.which("gcc")
     assert compiler, "a C compiler is needed for the native tests"
     return compiler
+
+
+def cuda_include() -> str:
+    """Directory of the real cuda.h."""
+    candidates = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda",
+                  *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)]
+    for base in candidates:
+        if base and Path(base, "include", "cuda.h").is_file():
+            return str(Path(base, "include"))
+    pytest.fail("cuda.h not found (set CUDA_HOME)")
+
+
+@pytest.fixture(scope="session")
+def native_build(tmp_path_factory: pytest.TempPathFactory, cc: str, sim_dir: Path) -> Path:
+    """Compile the probe and the RTLD_NEXT library once per session."""
+    out = tmp_path_factory.mktemp("native")
+    subprocess.run([cc, "-std=c11", "-O1", "-g", "-Wall", "-Werror", "-I", cuda_include(),
+                    str(NATIVE_SRC / "cuda_probe.c"), "-o", str(out / "cuda_probe"),
+                    "-L", str(sim_dir), "-l:libcuda.so.1", "-ldl", "-lpthread"], check=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", str(NATIVE_SRC / "next_user.c"),
+                    "-o", str(out / "libnext_user.so"), "-ldl"], check=True)
+    return out

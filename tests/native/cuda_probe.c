@@ -243,6 +243,8 @@ int main(int argc, char **argv)
                 bad += f.free_(ptrs[k]) != CUDA_SUCCESS;
             printf("free-all %d %d\n", nptrs, bad);
             nptrs = 0;
+        } else if (strcmp(c, "free-bogus") == 0) {
+            printf("free-bogus %d\n", f.free_((CUdeviceptr)0xdead0000ULL));
         } else if (strcmp(c, "fill") == 0) {
             size_t chunk = ARG(1), n = 0;
             CUdeviceptr p;

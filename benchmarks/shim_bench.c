@@ -1,0 +1,71 @@
+/* Times the driver calls the shim wraps; run with and without LD_PRELOAD=libcgpu.so.
+ *   shim_bench pairs N SIZE   -> ns per cuMemAlloc_v2+cuMemFree_v2 pair
+ *   shim_bench meminfo N      -> ns per cuMemGetInfo_v2
+ *   shim_bench init           -> us from process start to the first allocation done
+ */
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static void setup(void)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx)) {
+        fprintf(stderr, "shim_bench: CUDA set-up failed\n");
+        exit(1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return 2;
+    if (strcmp(argv[1], "init") == 0) {
+        double t0 = now_ns();
+        setup();
+        CUdeviceptr p;
+        if (cuMemAlloc_v2(&p, 1 << 20) != CUDA_SUCCESS)
+            return 1;
+        double t1 = now_ns();
+        cuMemFree_v2(p);
+        printf("%.3f\n", (t1 - t0) / 1e3);
+        return 0;
+    }
+    setup();
+    long n = argc > 2 ? atol(argv[2]) : 100000;
+    if (strcmp(argv[1], "pairs") == 0) {
+        size_t size = argc > 3 ? (size_t)atoll(argv[3]) : (2u << 20);
+        CUdeviceptr p;
+        for (long i = 0; i < n / 10; i++) { /* warm-up */
+            cuMemAlloc_v2(&p, size);
+            cuMemFree_v2(p);
+        }
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++) {
+            if (cuMemAlloc_v2(&p, size) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS)
+                return 1;
+        }
+        printf("%.2f\n", (now_ns() - t0) / (double)n);
+    } else if (strcmp(argv[1], "meminfo") == 0) {
+        size_t f, t;
+        double t0 = now_ns();
+        for (long i = 0; i < n; i++)
+            cuMemGetInfo_v2(&f, &t);
+        printf("%.2f\n", (now_ns() - t0) / (double)n);
+    } else {
+        return 2;
+    }
+    return 0;
+}

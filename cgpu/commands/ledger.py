@@ -1,0 +1,62 @@
+"""`cgpu ledger`: the slices, the use and the processes of container ledgers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from cgpu.containers import DEFAULT_STATE_DIR, list_container_dirs, read_meta
+from cgpu.ledger import LEDGER_NAME, LedgerError, Snapshot, read_ledger
+
+MiB = 1 << 20
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Options of `cgpu ledger`."""
+    parser.add_argument("paths", nargs="*", type=Path,
+                        help="ledger files or container directories (default: all under --state-dir)")
+    parser.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR))
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _targets(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    if args.paths:
+        return [(p.name if p.is_dir() else p.parent.name, p / LEDGER_NAME if p.is_dir() else p)
+                for p in args.paths]
+    return [(d.name, d / LEDGER_NAME) for d in list_container_dirs(args.state_dir)]
+
+
+def _print(key: str, meta: dict[str, object], snap: Snapshot) -> None:
+    who = "/".join(str(meta[k]) for k in ("namespace", "pod", "container") if meta.get(k)) or key
+    print(f"{key}  ({who})")
+    for dev in snap.devices:
+        pct = 100.0 * dev.used / dev.limit if dev.limit else 0.0
+        print(f"  {dev.uuid}  used {dev.used / MiB:10.1f} MiB / slice {dev.limit / MiB:10.1f} MiB"
+              f"  ({pct:5.1f}%)  peak {dev.peak / MiB:.1f} MiB  processes {dev.processes}")
+    for proc in snap.processes:
+        use = ", ".join(f"{u}: {b / MiB:.1f} MiB" for u, b in proc.used.items()) or "nothing"
+        print(f"    pid {proc.pid:>8}  {use}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print every ledger; unreadable ones are reported and make the exit status 1."""
+    status, records = 0, []
+    for key, path in _targets(args):
+        try:
+            snap = read_ledger(path)
+        except LedgerError as exc:
+            print(f"cgpu ledger: skipped {exc}", file=sys.stderr)
+            status = 1
+            continue
+        meta = read_meta(path.parent)
+        if args.json:
+            records.append({"key": key, "meta": meta, **asdict(snap)})
+        else:
+            _print(key, meta, snap)
+    if args.json:
+        json.dump(records, sys.stdout, indent=2)
+        print()
+    return status

@@ -1,0 +1,121 @@
+"""`cgpu run`: run a command under a GPU memory slice on this machine, with no Kubernetes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from cgpu import gpus
+from cgpu.config import ConfigError, parse_size
+from cgpu.containers import create_container_dir
+from cgpu.paths import shim_path, sim_lib_dir
+
+
+def default_state_dir() -> Path:
+    """/var/lib/cgpu when writable (what the exporter reads), else a private directory."""
+    system = Path("/var/lib/cgpu")
+    if os.access(system, os.W_OK) or (not system.exists() and os.access(system.parent, os.W_OK)):
+        return system
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    return Path(base) / f"cgpu-{os.getuid()}-state"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Options of `cgpu run`."""
+    parser.add_argument("--gpu-mem", required=True, metavar="SIZE",
+                        help="slice per GPU: bytes, or with KiB/MiB/GiB (K/M/G)")
+    parser.add_argument("--gpu", metavar="N", help="GPU index or comma list (default: all GPUs)")
+    parser.add_argument("--simulate", action="store_true",
+                        help="use the built-in simulated GPU (also the default when no driver is found)")
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="where the container directory goes (default: /var/lib/cgpu if writable)")
+    parser.add_argument("--keep", action="store_true", help="keep the ledger after the command exits")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
+
+
+def _select(all_gpus: list[gpus.GPU], spec: str | None) -> list[gpus.GPU]:
+    if spec is None:
+        return all_gpus
+    by_index = {g.index: g for g in all_gpus}
+    chosen = []
+    for part in spec.split(","):
+        if not part.strip().isdigit() or int(part) not in by_index:
+            known = ", ".join(str(i) for i in by_index) or "none"
+            raise ValueError(f"unknown GPU {part!r} (GPUs on this machine: {known})")
+        chosen.append(by_index[int(part)])
+    return chosen
+
+
+def _child_env(run_dir: Path, simulate: bool, chosen: list[gpus.GPU], all_count: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["CGPU_LEDGER_DIR"] = str(run_dir)
+    preload = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = f"{shim_path()}:{preload}" if preload else str(shim_path())
+    if simulate:
+        lib_path = env.get("LD_LIBRARY_PATH", "")
+        env["LD_LIBRARY_PATH"] = f"{sim_lib_dir()}:{lib_path}" if lib_path else str(sim_lib_dir())
+    if len(chosen) != all_count:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in chosen)
+        env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
+    return env
+
+
+def run(args: argparse.Namespace) -> int:
+    """Create a container directory with the slice, run the command in it, clean up."""
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("cgpu run: no command given (cgpu run --gpu-mem SIZE -- CMD...)", file=sys.stderr)
+        return 2
+    try:
+        size = parse_size(args.gpu_mem)
+    except ConfigError as exc:
+        print(f"cgpu run: --gpu-mem: {exc}", file=sys.stderr)
+        return 2
+    simulate = args.simulate or not gpus.real_driver_present()
+    if simulate and not args.simulate:
+        print("cgpu run: no NVIDIA driver found; using the simulated GPU", file=sys.stderr)
+    if simulate:
+        gpus.use_simulator()
+    try:
+        all_gpus = gpus.list_gpus()
+        chosen = _select(all_gpus, args.gpu)
+    except (gpus.GPUError, ValueError) as exc:
+        print(f"cgpu run: {exc}", file=sys.stderr)
+        return 2
+    if not chosen:
+        print("cgpu run: no GPU found", file=sys.stderr)
+        return 2
+    state_dir = args.state_dir or default_state_dir()
+    key = f"run-{os.getpid()}-{secrets.token_hex(4)}"
+    limits = {g.uuid: size for g in chosen}
+    meta = {"source": "run", "container": key, "command": command, "pid": os.getpid()}
+    run_dir = create_container_dir(state_dir, key, limits, meta)
+    env = _child_env(run_dir, simulate, chosen, len(all_gpus))
+    try:
+        return _run_child(command, env)
+    finally:
+        if not args.keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _run_child(command: list[str], env: dict[str, str]) -> int:
+    """Run the command, forwarding SIGINT/SIGTERM; returns its exit status like a shell."""
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        print(f"cgpu run: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        return 127
+    forward = {s: signal.signal(s, lambda sig, _f: child.send_signal(sig))
+               for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in forward.items():
+            signal.signal(sig, handler)
+    return 128 - code if code < 0 else code

@@ -1,0 +1,194 @@
+"""GetPreferredAllocation and Allocate: choose GPUs, write the container directory, inject."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from cgpu.config import slice_bytes
+from cgpu.containers import create_container_dir, list_container_dirs, read_meta
+from deviceplugin import injection, placement
+from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
+from deviceplugin.inventory import Inventory
+from deviceplugin.kube import KubeClient, KubeError
+from deviceplugin.placement import AllocationError, Placement
+from deviceplugin.pods import (
+    ASSIGNED_ANNOTATION,
+    IDX_ANNOTATION,
+    ContainerRequest,
+    PodError,
+    PodInfo,
+    match_container,
+    parse_pod,
+    pod_complete,
+)
+
+log = logging.getLogger(__name__)
+
+SOURCE = "device-plugin"
+KEY_ANNOTATION = "cgpu.io/container-key"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where things live on the host, and the resource this plugin serves."""
+
+    state_dir: Path
+    resource: str
+    shim: Path
+    preload: Path
+
+
+Match = tuple[PodInfo, ContainerRequest]
+
+
+class Allocator:
+    """Serves the two allocation calls; safe to call from several gRPC threads."""
+
+    def __init__(self, inventory: Inventory, settings: Settings, kube: KubeClient | None) -> None:
+        self.inventory = inventory
+        self.settings = settings
+        self.kube = kube
+        self._lock = threading.Lock()
+        self._allocated = self._recover()
+
+    def _recover(self) -> set[tuple[str, str]]:
+        """(pod uid, container) pairs already served, from the container directories."""
+        served = set()
+        for directory in list_container_dirs(self.settings.state_dir):
+            meta = read_meta(directory)
+            if meta.get("source") == SOURCE and meta.get("pod_uid") and meta.get("container"):
+                served.add((str(meta["pod_uid"]), str(meta["container"])))
+        return served
+
+    def _lookup(self, units: int) -> Match | None:
+        """The pod container this request is for, when an API server is reachable."""
+        if self.kube is None:
+            return None
+        try:
+            raw = self.kube.pending_pods()
+        except KubeError as err:
+            log.warning("pod lookup failed, allocating without pod information: %s", err)
+            return None
+        pods = [parse_pod(p, self.settings.resource) for p in raw]
+        return match_container(pods, units, self._allocated)
+
+    def preferred(
+        self, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> list[str]:
+        """IDs to suggest to the kubelet for one container."""
+        match = self._lookup(size)
+        gpu_count, pinned = 1, []
+        if match is not None:
+            try:
+                gpu_count, pinned = match[0].gpu_count, match[0].pinned
+            except PodError as err:
+                log.warning("%s", err)
+        return placement.preferred(self.inventory, available, must_include, size, gpu_count, pinned)
+
+    def allocate(self, ids: Sequence[str]) -> api.ContainerAllocateResponse:
+        """Allocate one container: check the IDs, write its directory, build the response."""
+        with self._lock:
+            match = self._lookup(len(ids))
+            pod = match[0] if match else None
+            try:
+                gpu_count = pod.gpu_count if pod else 1
+                pinned = pod.pinned if pod else []
+            except PodError as err:
+                raise AllocationError(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
+            placed = placement.check(self.inventory, ids, self.settings.resource, gpu_count, pinned)
+            if pinned:
+                self._warn_if_moved(ids, placed, pod)
+            key = f"dp-{int(time.time())}-{secrets.token_hex(6)}"
+            limits = {
+                g.gpu.uuid: slice_bytes(g.gpu.total_bytes, placed.units_per_gpu, g.units)
+                for g in placed.gpus
+            }
+            try:
+                directory = create_container_dir(
+                    self.settings.state_dir, key, limits, self._meta(ids, placed, match)
+                )
+            except Exception as err:
+                raise AllocationError(
+                    grpc.StatusCode.INTERNAL, f"cannot create the container directory: {err}"
+                ) from err
+            if match is not None:
+                self._allocated.add((match[0].uid, match[1].name))
+                self._mark_assigned(match[0], placed)
+            log.info(
+                "allocated %s: %d units on %s -> %s",
+                f"{match[0].namespace}/{match[0].name}/{match[1].name}" if match else "container",
+                placed.units_per_gpu,
+                ",".join(g.gpu.uuid for g in placed.gpus),
+                directory,
+            )
+            return self._response(key, directory, placed, pod)
+
+    def _warn_if_moved(self, ids: Sequence[str], placed: Placement, pod: PodInfo | None) -> None:
+        offered = set(self.inventory.group(ids))
+        chosen = {g.gpu.uuid for g in placed.gpus}
+        if offered != chosen and pod is not None:
+            log.warning(
+                "pod %s/%s: the kubelet offered units on %s but %s places it on %s; "
+                "following the scheduler extender",
+                pod.namespace,
+                pod.name,
+                sorted(offered),
+                IDX_ANNOTATION,
+                sorted(chosen),
+            )
+
+    def _meta(self, ids: Sequence[str], placed: Placement, match: Match | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "source": SOURCE,
+            "device_ids": list(ids),
+            "resource": self.settings.resource,
+            "unit_bytes": self.inventory.unit.bytes,
+            "units_per_gpu": placed.units_per_gpu,
+            "gpu_uuids": [g.gpu.uuid for g in placed.gpus],
+            "gpu_indexes": [g.gpu.index for g in placed.gpus],
+        }
+        if match is not None:
+            pod, container = match
+            meta.update(
+                namespace=pod.namespace, pod=pod.name, pod_uid=pod.uid, container=container.name
+            )
+        return meta
+
+    def _mark_assigned(self, pod: PodInfo, placed: Placement) -> None:
+        """Tell the gpushare extender (and kubectl inspect) the pod has its devices."""
+        if self.kube is None or not pod_complete(pod, self._allocated):
+            return
+        annotations = {ASSIGNED_ANNOTATION: "true"}
+        if IDX_ANNOTATION not in pod.annotations:
+            annotations[IDX_ANNOTATION] = ",".join(str(g.gpu.index) for g in placed.gpus)
+        try:
+            self.kube.annotate_pod(pod.namespace, pod.name, annotations)
+        except KubeError as err:
+            log.warning("could not mark pod %s/%s assigned: %s", pod.namespace, pod.name, err)
+
+    def _response(
+        self, key: str, directory: Path, placed: Placement, pod: PodInfo | None
+    ) -> api.ContainerAllocateResponse:
+        envs = {
+            "NVIDIA_VISIBLE_DEVICES": ",".join(g.gpu.uuid for g in placed.gpus),
+            "ALIYUN_COM_GPU_MEM_IDX": ",".join(str(g.gpu.index) for g in placed.gpus),
+            "ALIYUN_COM_GPU_MEM_CONTAINER": str(placed.units_per_gpu),
+            "ALIYUN_COM_GPU_MEM_DEV": str(placed.gpus[0].units),
+            "CGPU_LEDGER_DIR": injection.CONTAINER_LEDGER_DIR,
+        }
+        if pod is not None:
+            envs["ALIYUN_COM_GPU_MEM_POD"] = str(pod.total_units)
+        return api.ContainerAllocateResponse(
+            envs=envs,
+            mounts=injection.mounts(self.settings.shim, self.settings.preload, directory),
+            annotations={KEY_ANNOTATION: key},
+        )

@@ -1,0 +1,132 @@
+"""`cgpu device-plugin`: options, start-up, and signal handling."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+from cgpu import paths
+from cgpu.containers import DEFAULT_STATE_DIR
+
+log = logging.getLogger("deviceplugin")
+
+DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_RESOURCE = "aliyun.com/gpu-mem"
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Add the device plugin's options to its subcommand parser."""
+    add = parser.add_argument
+    add(
+        "--kubelet-dir",
+        default=DEFAULT_KUBELET_DIR,
+        type=Path,
+        help="the kubelet's device-plugin directory, holding kubelet.sock (default: %(default)s)",
+    )
+    add(
+        "--memory-unit",
+        choices=("GiB", "MiB"),
+        default="GiB",
+        help="memory per advertised device (default: %(default)s); made coarser, with a log "
+        "line, when the device list would exceed the kubelet's 4 MiB message limit",
+    )
+    add(
+        "--resource-name",
+        default=DEFAULT_RESOURCE,
+        help="extended resource to advertise (default: %(default)s)",
+    )
+    add(
+        "--state-dir",
+        default=DEFAULT_STATE_DIR,
+        type=Path,
+        help="host directory for container directories and the shim (default: %(default)s)",
+    )
+    add(
+        "--pod-resources-socket",
+        default="/var/lib/kubelet/pod-resources/kubelet.sock",
+        help="the kubelet's pod-resources socket, used for cleanup (default: %(default)s)",
+    )
+    add(
+        "--host-shim-path",
+        type=Path,
+        default=None,
+        help="the shim's path on the host, mounted as is; by default the installed shim "
+        f"({paths.shim_path()}) is copied to <state-dir>/lib/libcgpu.so and that is mounted",
+    )
+    add(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig for the API server (default: $KUBECONFIG, else in-cluster config, "
+        "else standalone)",
+    )
+    add(
+        "--node-name",
+        default=None,
+        help="this node's name in the API server (default: $NODE_NAME, else the host name)",
+    )
+    add(
+        "--health-recovery",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a GPU marked Unhealthy by an XID is Healthy again after this long without "
+        "another critical XID; 0 keeps it Unhealthy until restart (default: %(default)s)",
+    )
+    add(
+        "--ignore-xid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="XID",
+        help="treat this XID as an application error too (repeatable); 13, 31, 43, 45, 68 "
+        "and 109 always are",
+    )
+    add(
+        "--cleanup-interval",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="how often to remove directories of containers that are gone (default: %(default)s)",
+    )
+    add(
+        "--cleanup-grace",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="minimum age of a directory before cleanup may remove it (default: %(default)s)",
+    )
+    add("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
+
+
+def socket_name(resource: str) -> str:
+    """The plugin's socket file name for a resource: aliyun.com/gpu-mem -> cgpu-gpu-mem.sock."""
+    tail = resource.rsplit("/", 1)[-1]
+    return "cgpu-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in tail) + ".sock"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the plugin and serve until SIGTERM or SIGINT."""
+    logging.basicConfig(
+        level=args.log_level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    from deviceplugin.setup import SetupError, build
+
+    try:
+        plugin = build(args, socket_name(args.resource_name))
+    except SetupError as err:
+        print(f"cgpu device-plugin: {err}", file=sys.stderr)
+        return 1
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        plugin.stop.set()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return plugin.run()

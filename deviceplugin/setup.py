@@ -1,0 +1,77 @@
+"""Building a Plugin from the command-line options: GPUs, unit, shim, API server."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+import pynvml
+
+from cgpu import paths
+from deviceplugin import gpus, injection, kube
+from deviceplugin.allocator import Allocator, Settings
+from deviceplugin.health import HealthWatcher
+from deviceplugin.inventory import Inventory
+from deviceplugin.plugin import Options, Plugin
+from deviceplugin.podresources import PodResources
+from deviceplugin.units import choose_unit
+
+log = logging.getLogger(__name__)
+
+
+class SetupError(Exception):
+    """The plugin cannot start; the message says why."""
+
+
+def build(args: argparse.Namespace, socket_name: str) -> Plugin:
+    """Discover GPUs, choose the unit, install the shim and connect to the API server."""
+    try:
+        found = gpus.discover()
+    except pynvml.NVMLError as err:
+        raise SetupError(f"NVML failed: {err} (is the NVIDIA driver installed?)") from err
+    if not found:
+        log.warning("NVML reports no GPUs: advertising no devices")
+    try:
+        choice = choose_unit([(g.uuid, g.total_bytes) for g in found], args.memory_unit)
+    except ValueError as err:
+        raise SetupError(str(err)) from err
+    (log.warning if choice.coarsened else log.info)("%s", choice.explain())
+    inventory = Inventory(found, choice.unit)
+    for g in inventory.gpus:
+        log.info(
+            "GPU %d %s (%s): %d MiB, %d devices of %s",
+            g.gpu.index,
+            g.gpu.uuid,
+            g.gpu.name,
+            g.gpu.total_bytes >> 20,
+            g.units,
+            choice.unit,
+        )
+
+    state_dir = args.state_dir.resolve()
+    try:
+        if args.host_shim_path is not None:
+            shim = args.host_shim_path
+            if not shim.is_file():
+                raise FileNotFoundError(f"--host-shim-path {shim} does not exist")
+        else:
+            shim = injection.install_shim(paths.shim_path(), state_dir)
+        preload = injection.write_preload(state_dir)
+    except OSError as err:
+        raise SetupError(str(err)) from err
+
+    node = kube.node_name(args.node_name)
+    client = kube.connect(args.kubeconfig, node)
+    log.info("API server: %s", f"node {node}" if client else "none, running standalone")
+    settings = Settings(state_dir, args.resource_name, shim, preload)
+    allocator = Allocator(inventory, settings, client)
+    health = HealthWatcher(inventory, args.health_recovery, args.ignore_xid)
+    options = Options(
+        kubelet_dir=args.kubelet_dir,
+        socket_name=socket_name,
+        resource=args.resource_name,
+        cleanup_interval=args.cleanup_interval,
+        cleanup_grace=args.cleanup_grace,
+    )
+    pod_resources = PodResources(args.pod_resources_socket, args.resource_name)
+    return Plugin(options, inventory, allocator, health, pod_resources, client)

@@ -1,0 +1,95 @@
+"""`cgpu cdi`: a CDI spec giving containers the shim, for runtimes with CDI enabled.
+
+Devices of kind `cgpu.io/gpu-mem` name GPUs: `all`, an NVML index (`0`) or a UUID. Each sets
+`CGPU_CDI_DEVICE_<index>=<uuid>`, which tells `cgpu hook` the container's GPUs even where
+NVIDIA's own CDI spec has set NVIDIA_VISIBLE_DEVICES=void; several devices add up. The slice
+itself comes from the container's limit variables, as for any container. The spec-wide edits
+mount the shim and an /etc/ld.so.preload naming it, and run `cgpu hook` at createRuntime (to
+mount the ledger directory) and at poststop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from cgpu.containers import DEFAULT_STATE_DIR
+from cgpu.paths import shim_path
+from hooks.devices import Gpu, host_gpus
+from hooks.emit import cgpu_argv, oci_hook, write_json
+from hooks.errors import one_line
+from hooks.inject import CONTAINER_PRELOAD, CONTAINER_SHIM, merged_preload
+from hooks.install import HOOK_TIMEOUT_S
+
+CDI_VERSION = "0.6.0"
+KIND = "cgpu.io/gpu-mem"
+DEFAULT_OUTPUT = "/etc/cdi/cgpu.json"
+PRELOAD_FILE = "cdi/ld.so.preload"  # under the state dir
+
+
+def _device(name: str, gpus: list[Gpu]) -> dict[str, Any]:
+    env = [f"CGPU_CDI_DEVICE_{g.index}={g.uuid}" for g in gpus]
+    return {"name": name, "containerEdits": {"env": env}}
+
+
+def build_spec(
+    gpus: list[Gpu], argv: list[str], state_dir: str, shim: str, preload: str
+) -> dict[str, Any]:
+    """The CDI spec for these GPUs, calling `argv` as cgpu."""
+    devices = [_device("all", gpus)]
+    for gpu in gpus:
+        devices += [_device(str(gpu.index), [gpu]), _device(gpu.uuid, [gpu])]
+
+    def hook(stage: str, *action: str) -> dict[str, Any]:
+        entry = oci_hook(argv, "hook", *action, "--state-dir", state_dir, timeout=HOOK_TIMEOUT_S)
+        return {"hookName": stage, **entry}
+
+    ro = ["ro", "nosuid", "nodev", "bind"]
+    return {
+        "cdiVersion": CDI_VERSION,
+        "kind": KIND,
+        "devices": devices,
+        "containerEdits": {
+            "mounts": [
+                {"hostPath": shim, "containerPath": CONTAINER_SHIM, "options": ro},
+                {
+                    "hostPath": preload,
+                    "containerPath": CONTAINER_PRELOAD,
+                    "options": [*ro, "noexec"],
+                },
+            ],
+            "hooks": [hook("createRuntime"), hook("poststop", "poststop")],
+        },
+    }
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Options of `cgpu cdi`."""
+    parser.add_argument(
+        "--output", default=DEFAULT_OUTPUT, help="spec path, or - (default %(default)s)"
+    )
+    parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="default %(default)s")
+    parser.add_argument("--cgpu", help="the cgpu executable the runtime runs (default: this one)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the spec, and the ld.so.preload file it mounts, from this host's GPUs."""
+    state_dir = os.path.abspath(args.state_dir)
+    try:
+        shim = shim_path()
+        if not shim.is_file():
+            raise RuntimeError(f"the shim is not installed at {shim}")
+        preload = Path(state_dir) / PRELOAD_FILE
+        preload.parent.mkdir(parents=True, exist_ok=True)
+        preload.write_bytes(merged_preload(None, CONTAINER_SHIM))
+        spec = build_spec(host_gpus(), cgpu_argv(args.cgpu), state_dir, str(shim), str(preload))
+        path = write_json(args.output, spec)
+    except Exception as exc:
+        print(f"cgpu cdi: {one_line(exc)}", file=sys.stderr)
+        return 1
+    if args.output != "-":
+        print(path)
+    return 0

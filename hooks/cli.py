@@ -1,0 +1,61 @@
+"""`cgpu hook [install|poststop]`: the OCI runtime hook, and the hooks.d file that installs it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from cgpu.containers import DEFAULT_STATE_DIR
+from hooks.emit import cgpu_argv
+from hooks.errors import RequestError, one_line
+from hooks.hook import poststop, prestart
+from hooks.install import DEFAULT_HOOKS_DIR, STAGES, install
+from hooks.oci import read_state
+
+EXIT_INTERNAL = 1
+EXIT_REQUEST = 2
+
+
+def _state_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
+    parser.add_argument(
+        "--state-dir",
+        default=default,
+        help=f"where container directories live (default {DEFAULT_STATE_DIR})",
+    )
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """`cgpu hook` reads the OCI state on stdin; `install` and `poststop` are sub-actions."""
+    _state_dir_option(parser, DEFAULT_STATE_DIR)
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    stop = sub.add_parser("poststop", help="remove a stopped container's directory")
+    _state_dir_option(stop, argparse.SUPPRESS)
+    inst = sub.add_parser("install", help="write the hooks.d file for podman and CRI-O")
+    _state_dir_option(inst, argparse.SUPPRESS)
+    inst.add_argument("--dir", default=DEFAULT_HOOKS_DIR, help=f"default {DEFAULT_HOOKS_DIR}")
+    inst.add_argument("--stage", choices=STAGES, default=STAGES[0], help="default %(default)s")
+    inst.add_argument("--cgpu", help="the cgpu executable the runtime runs (default: this one)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the hook; a malformed request exits 2 and an internal error 1, each with one line."""
+    state_dir = Path(os.path.abspath(args.state_dir))
+    try:
+        if args.action == "install":
+            path = install(args.dir, cgpu_argv(args.cgpu), str(state_dir), args.stage)
+            print(path)
+            return 0
+        state = read_state(sys.stdin.buffer)
+        if args.action == "poststop" or state.status == "stopped":
+            poststop(state, state_dir)
+        else:
+            prestart(state, state_dir)
+        return 0
+    except RequestError as exc:
+        print(f"cgpu hook: {one_line(exc)}", file=sys.stderr)
+        return EXIT_REQUEST
+    except Exception as exc:
+        print(f"cgpu hook: internal error: {one_line(exc)}", file=sys.stderr)
+        return EXIT_INTERNAL

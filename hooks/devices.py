@@ -1,0 +1,120 @@
+"""The GPUs a container sees, found through NVML, and its slice on each, keyed by UUID."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import pynvml
+
+from cgpu.config import slice_bytes
+from hooks.errors import RequestError
+from hooks.request import Fixed, Request
+
+_INDEX_RE = re.compile(r"^[0-9]{1,4}$")
+_UUID_RE = re.compile(r"^[A-Za-z0-9-]{1,95}$")
+CDI_DEVICE_RE = re.compile(r"^CGPU_CDI_DEVICE_[0-9]{1,4}$")
+# NVIDIA_VISIBLE_DEVICES values that name no GPU in particular. "void" is what NVIDIA's CDI spec
+# sets while it injects GPUs itself, so the container may see any of them: slice them all.
+_UNNAMED = ("", "all", "void")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One host GPU: its NVML index, UUID and total memory in bytes."""
+
+    index: int
+    uuid: str
+    total: int
+
+
+def host_gpus() -> list[Gpu]:
+    """Every GPU NVML reports on this host, in index order."""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        raise RuntimeError(f"NVML: {exc}") from None
+    try:
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+            total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+            gpus.append(Gpu(index, uuid, total))
+        return gpus
+    except pynvml.NVMLError as exc:
+        raise RuntimeError(f"NVML: {exc}") from None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _find(gpus: list[Gpu], ident: str, variable: str) -> Gpu:
+    ident = ident.strip()
+    if _INDEX_RE.match(ident):
+        found = [g for g in gpus if g.index == int(ident)]
+    elif _UUID_RE.match(ident):
+        found = [g for g in gpus if g.uuid == ident]
+    else:
+        raise RequestError(f"{variable}: {ident[:100]!r} is neither a GPU index nor a GPU UUID")
+    if not found:
+        raise RequestError(f"{variable}: no GPU {ident!r} on this host")
+    return found[0]
+
+
+def container_gpus(env: dict[str, str], gpus: list[Gpu]) -> list[Gpu]:
+    """The GPUs the container sees, in the order its processes number them.
+
+    A cgpu CDI device sets CGPU_CDI_DEVICE_<index>=<uuid>; otherwise NVIDIA_VISIBLE_DEVICES
+    names indexes or UUIDs. Unset, empty, "all" or "void" mean every GPU; "none" means none.
+    """
+    cdi = [(name, value) for name, value in env.items() if CDI_DEVICE_RE.match(name)]
+    if cdi:
+        chosen = {_find(gpus, value, name) for name, value in cdi}
+    else:
+        value = env.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+        if value == "none":
+            return []
+        if value in _UNNAMED:
+            return list(gpus)
+        chosen = {_find(gpus, item, "NVIDIA_VISIBLE_DEVICES") for item in value.split(",")}
+    return sorted(chosen, key=lambda g: g.index)
+
+
+def cuda_order(env: dict[str, str], visible: list[Gpu]) -> list[Gpu]:
+    """The devices by CUDA ordinal: CUDA_VISIBLE_DEVICES applied as the driver applies it.
+
+    Entries are ordinals into `visible` or UUID prefixes; the list stops at the first entry
+    that is invalid, out of range, ambiguous or repeated.
+    """
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return list(visible)
+    order: list[Gpu] = []
+    for item in (i.strip() for i in value.split(",")):
+        if _INDEX_RE.match(item) and int(item) < len(visible):
+            matches = [visible[int(item)]]
+        elif item.startswith("GPU-") and _UUID_RE.match(item):
+            matches = [g for g in visible if g.uuid.startswith(item)]
+        else:
+            break
+        if len(matches) != 1 or matches[0] in order:
+            break
+        order.append(matches[0])
+    return order
+
+
+def slices(request: Request, visible: list[Gpu], env: dict[str, str]) -> dict[str, int]:
+    """The slice in bytes of each GPU the container sees, by UUID."""
+    if not isinstance(request, Fixed):
+        return {g.uuid: slice_bytes(g.total, request.units, request.of) for g in visible}
+    limits = {g.uuid: request.default for g in visible if request.default is not None}
+    order = cuda_order(env, visible)
+    for ordinal, size in request.by_ordinal.items():
+        if ordinal >= len(order):
+            raise RequestError(
+                f"CGPU_MEM_LIMIT_{ordinal}: the container has no device {ordinal} "
+                f"({len(order)} visible)"
+            )
+        limits[order[ordinal].uuid] = size
+    return limits

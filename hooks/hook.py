@@ -1,0 +1,87 @@
+"""The two stages of `cgpu hook`: set a container up before it starts, clean up once it stopped."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from cgpu.containers import containers_root, create_container_dir, read_meta, remove_container_dir
+from cgpu.paths import shim_path
+from hooks.devices import container_gpus, host_gpus, slices
+from hooks.errors import RequestError
+from hooks.inject import Plan
+from hooks.oci import State, labels, read_spec
+from hooks.request import disabled, parse_request
+
+INJECT_TIMEOUT_S = 60
+# Run the injector isolated (-I: no PYTHON* variables, no user site, no cwd on sys.path),
+# importing `hooks` from where this copy of it lives.
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); from hooks.inject import main; sys.exit(main())"
+)
+_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+
+
+class InjectError(RuntimeError):
+    """The injector failed; it has undone its own work."""
+
+
+def run_injector(plan: Plan) -> None:
+    """Run `hooks.inject` in a fresh single-threaded process; raise InjectError on failure."""
+    proc = subprocess.run(
+        [sys.executable, "-I", "-c", _BOOT, str(_PACKAGE_PARENT)],
+        input=json.dumps(asdict(plan)).encode(),
+        capture_output=True,
+        timeout=INJECT_TIMEOUT_S,
+        check=False,
+    )
+    if proc.returncode != 0:
+        lines = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise InjectError(lines[-1] if lines else f"the injector exited with {proc.returncode}")
+
+
+def prestart(state: State, state_dir: Path) -> str | None:
+    """Give the container its slice; returns its directory, or None when it asked for none.
+
+    Everything the container asks for is validated before anything is made. The container
+    directory is made before the injection and removed again if the injection fails.
+    """
+    spec = read_spec(state.bundle)
+    if disabled(spec.env):
+        return None
+    request = parse_request(spec.env)
+    if request is None:
+        return None
+    if state.pid <= 1:
+        raise RequestError(
+            f"the OCI state has pid {state.pid}: run cgpu hook as a prestart or createRuntime hook"
+        )
+    meta = {
+        "source": "hook",
+        "container_id": state.id,
+        **labels({**state.annotations, **spec.annotations}),
+    }
+    limits = slices(request, container_gpus(spec.env, host_gpus()), spec.env)
+    if not limits:
+        return None
+    shim = shim_path()
+    if not shim.is_file():
+        raise RuntimeError(f"the shim is not installed at {shim}")
+    directory = create_container_dir(state_dir, state.id, limits, meta)
+    try:
+        run_injector(Plan(state.pid, spec.rootfs, str(directory), str(shim)))
+    except BaseException:
+        remove_container_dir(state_dir, state.id)
+        raise
+    return str(directory)
+
+
+def poststop(state: State, state_dir: Path) -> bool:
+    """Remove the directory the hook made for this container; returns whether there was one."""
+    meta = read_meta(containers_root(state_dir) / state.id)
+    if meta.get("source") != "hook" or meta.get("container_id") != state.id:
+        return False
+    return remove_container_dir(state_dir, state.id)

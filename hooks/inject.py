@@ -1,0 +1,204 @@
+"""Bind the shim, /etc/ld.so.preload and the ledger directory into a container being created.
+
+This runs as its own short-lived process (`python -m hooks.inject`, the plan as JSON on stdin),
+because setns(CLONE_NEWNS) needs a single-threaded process and the hook proper has loaded NVML.
+It enters the mount namespace of the container's init process (which waits, before pivot_root,
+while prestart and createRuntime hooks run) and mounts there, onto paths inside the root
+filesystem resolved by `hooks.inroot`. The host mount namespace is never changed. What it makes
+inside the container:
+
+- `/var/run/cgpu`: the container directory, read-only, with `cgpu.ledger` bound over itself
+  read-write, so processes can charge the ledger but not rewrite their slice or labels;
+- `/usr/local/cgpu/libcgpu.so`: the shim, read-only;
+- `/etc/ld.so.preload`: a file naming the shim first, then whatever the image's own file named.
+
+On any failure it undoes its mounts and removes the mount points it created, then exits 1 with
+one line on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+from dataclasses import dataclass
+
+from hooks import syscalls
+from hooks.errors import one_line
+from hooks.inroot import Create, Root, refuse_pseudo_fs
+
+CONTAINER_LEDGER_DIR = "/var/run/cgpu"
+CONTAINER_SHIM = "/usr/local/cgpu/libcgpu.so"
+CONTAINER_PRELOAD = "/etc/ld.so.preload"
+PRELOAD_NAME = "ld.so.preload"  # the generated file, kept in the container directory
+LEDGER_NAME = "cgpu.ledger"
+PRELOAD_LIMIT = 64 * 1024
+
+_RO = syscalls.MS_RDONLY | syscalls.MS_NOSUID | syscalls.MS_NODEV
+_NOEXEC = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to inject: the container's init pid, its rootfs path, and the host sources."""
+
+    pid: int
+    rootfs: str
+    container_dir: str
+    shim: str
+
+
+def merged_preload(existing: bytes | None, shim: str) -> bytes:
+    """An ld.so.preload naming `shim` first, then the other entries of the image's file."""
+    entries = [shim.encode()]
+    for token in re.split(rb"[\s:]+", existing or b""):
+        if token and b"\0" not in token and token not in entries:
+            entries.append(token)
+    return b"\n".join(entries) + b"\n"
+
+
+def _write_file(dir_fd: int, name: str, data: bytes) -> None:
+    """Atomically write `name` in the directory `dir_fd`."""
+    tmp = f".{name}.{os.getpid()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
+    try:
+        os.write(fd, data)
+        os.fchmod(fd, 0o644)
+    finally:
+        os.close(fd)
+    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def enter_mount_namespace(pid: int) -> None:
+    """Join the mount namespace of `pid`; refuse when it is our own."""
+    ns = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        theirs, ours = os.fstat(ns), os.stat("/proc/self/ns/mnt")
+        if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+            raise ValueError(
+                "the container shares the runtime's mount namespace; "
+                "run cgpu hook as a prestart or createRuntime hook of a container with one"
+            )
+        syscalls.setns(ns, syscalls.CLONE_NEWNS)
+    finally:
+        os.close(ns)
+
+
+class Mounts:
+    """Bind mounts made inside one root, remembered so that they can be undone."""
+
+    def __init__(self, root: Root) -> None:
+        self.root = root
+        self.done: list[tuple[int, str]] = []  # (descriptor of the new mount, its path)
+
+    def bind(self, source: str, expect: os.stat_result, target: str, flags: int) -> None:
+        """Bind `source` (a host path, checked to be `expect`) onto `target` inside the root."""
+        src = os.open(source, os.O_PATH | os.O_CLOEXEC)
+        try:
+            if not _same(os.fstat(src), expect):
+                raise OSError(f"{source} is not the same file in the container's mount namespace")
+            kind: Create = "dir" if stat.S_ISDIR(expect.st_mode) else "file"
+            dst, where = self.root.lookup(target, create=kind)
+            try:
+                if stat.S_ISDIR(os.fstat(dst).st_mode) != (kind == "dir"):
+                    want = "a directory" if kind == "dir" else "not a directory"
+                    raise OSError(f"{target} (at {where} in the rootfs) must be {want}")
+                refuse_pseudo_fs(dst, target)
+                syscalls.mount(
+                    f"/proc/self/fd/{src}", f"/proc/self/fd/{dst}", syscalls.MS_BIND, target
+                )
+            finally:
+                os.close(dst)
+            top, _ = self.root.lookup(target)
+            self.done.append((top, target))
+            if not _same(os.fstat(top), expect):
+                raise OSError(f"{target}: the new mount is not where it was made")
+            remount = syscalls.MS_BIND | syscalls.MS_REMOUNT | flags
+            syscalls.mount(None, f"/proc/self/fd/{top}", remount, target)
+        finally:
+            os.close(src)
+
+    def undo(self) -> None:
+        """Detach every mount made, newest first."""
+        while self.done:
+            fd, _ = self.done.pop()
+            try:
+                syscalls.umount(f"/proc/self/fd/{fd}")
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        """Forget the mounts (they stay), closing their descriptors."""
+        while self.done:
+            os.close(self.done.pop()[0])
+
+
+def _same(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _already_there(root: Root, target: str, source: os.stat_result) -> bool:
+    """Whether `target` in the root already is `source` (a CDI spec may have mounted it)."""
+    try:
+        fd, _ = root.lookup(target)
+    except OSError:
+        return False
+    try:
+        return _same(os.fstat(fd), source)
+    finally:
+        os.close(fd)
+
+
+def inject(plan: Plan) -> None:
+    """Carry out `plan`; on failure leave nothing behind and re-raise."""
+    # Open the host sources first, in the runtime's namespace, to check them once inside.
+    dir_fd = os.open(plan.container_dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        dir_st = os.fstat(dir_fd)
+        ledger_st = os.stat(LEDGER_NAME, dir_fd=dir_fd, follow_symlinks=False)
+        shim_st = os.stat(plan.shim)
+        enter_mount_namespace(plan.pid)
+        with Root(plan.rootfs) as root:
+            mounts = Mounts(root)
+            try:
+                preload = merged_preload(
+                    root.read_small(CONTAINER_PRELOAD, PRELOAD_LIMIT), CONTAINER_SHIM
+                )
+                _write_file(dir_fd, PRELOAD_NAME, preload)
+                preload_st = os.stat(PRELOAD_NAME, dir_fd=dir_fd, follow_symlinks=False)
+                mounts.bind(
+                    plan.container_dir, dir_st, CONTAINER_LEDGER_DIR, _RO | syscalls.MS_NOEXEC
+                )
+                ledger = os.path.join(plan.container_dir, LEDGER_NAME)
+                mounts.bind(ledger, ledger_st, f"{CONTAINER_LEDGER_DIR}/{LEDGER_NAME}", _NOEXEC)
+                if not _already_there(root, CONTAINER_SHIM, shim_st):
+                    mounts.bind(plan.shim, shim_st, CONTAINER_SHIM, _RO)
+                preload_src = os.path.join(plan.container_dir, PRELOAD_NAME)
+                mounts.bind(preload_src, preload_st, CONTAINER_PRELOAD, _RO | syscalls.MS_NOEXEC)
+            except BaseException:
+                mounts.undo()
+                root.remove_created()
+                raise
+            mounts.close()
+    finally:
+        os.close(dir_fd)
+
+
+def main() -> int:
+    """Read the plan from stdin and inject; one line on stderr on failure."""
+    try:
+        plan = Plan(**json.loads(sys.stdin.read()))
+        inject(plan)
+    except (OSError, ValueError, TypeError) as exc:
+        print(one_line(exc), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,26 @@
+"""Threads churning allocations leave exact accounting."""
+
+from __future__ import annotations
+
+from cgpu.ledger import read_ledger
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def test_64_threads_churn_and_end_at_zero(shim_env, probe, ledger_dir):
+    env = shim_env({"CGPU_MEM_LIMIT": "1GiB"})
+    r = probe(env, "dlsym", "init", "threads", 64, 500, MiB, "info", timeout=120)
+    assert r.one("threads") == ["0"]
+    assert r.one("info") == ["0", str(GiB), str(GiB)]
+    assert read_ledger(ledger_dir / "cgpu.ledger").devices[0].used == 0
+
+
+def test_threads_racing_for_the_last_bytes_never_overshoot(shim_env, probe, ledger_dir):
+    env = shim_env({"CGPU_MEM_LIMIT": "32MiB"})
+    r = probe(env, "gpa2", "init", "threads", 64, 300, 2 * MiB, "info", timeout=120)
+    assert int(r.one("threads")[0]) > 0           # some lost the race: the slice held
+    assert r.one("info") == ["0", str(32 * MiB), str(32 * MiB)]
+    snap = read_ledger(ledger_dir / "cgpu.ledger")
+    assert snap.devices[0].used == 0
+    assert snap.devices[0].peak <= 32 * MiB

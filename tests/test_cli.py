@@ -1,0 +1,68 @@
+"""`cgpu shim-path`, `cgpu run` and `cgpu ledger` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+MiB = 1 << 20
+
+
+def cgpu(*args, env=None, timeout=60):
+    return subprocess.run([sys.executable, "-m", "cgpu.cli", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_shim_path_prints_the_installed_shim():
+    out = cgpu("shim-path")
+    assert out.returncode == 0
+    path = Path(out.stdout.strip())
+    assert path.is_absolute() and path.is_file() and path.name == "libcgpu.so"
+
+
+def test_run_limits_the_command_and_cleans_up(sim_env, native_build, tmp_path):
+    out = cgpu("run", "--simulate", "--gpu-mem", "1GiB", "--state-dir", tmp_path, "--",
+               native_build / "cuda_probe", "dlsym", "init", "fill", 64 * MiB, env=sim_env())
+    assert out.returncode == 0, out.stderr
+    assert "fill 16 2" in out.stdout
+    assert list((tmp_path / "containers").iterdir()) == []
+
+
+def test_run_passes_the_exit_status_through(sim_env, tmp_path):
+    out = cgpu("run", "--simulate", "--gpu-mem", "1GiB", "--state-dir", tmp_path, "--",
+               sys.executable, "-c", "raise SystemExit(7)", env=sim_env())
+    assert out.returncode == 7
+
+
+def test_run_refuses_bad_input(sim_env, tmp_path):
+    bad_size = cgpu("run", "--simulate", "--gpu-mem", "lots", "--", "true", env=sim_env())
+    assert bad_size.returncode == 2 and "--gpu-mem" in bad_size.stderr
+    bad_gpu = cgpu("run", "--simulate", "--gpu-mem", "1G", "--gpu", "7", "--state-dir", tmp_path,
+                   "--", "true", env=sim_env())
+    assert bad_gpu.returncode == 2 and "unknown GPU '7'" in bad_gpu.stderr
+
+
+def test_run_keeps_and_ledger_shows_the_container(sim_env, native_build, tmp_path):
+    out = cgpu("run", "--simulate", "--gpu-mem", "512MiB", "--state-dir", tmp_path, "--keep", "--",
+               native_build / "cuda_probe", "dlsym", "init", "alloc", 100 * MiB, env=sim_env())
+    assert out.returncode == 0, out.stderr
+    shown = cgpu("ledger", "--state-dir", tmp_path, "--json", env=sim_env())
+    assert shown.returncode == 0, shown.stderr
+    (record,) = json.loads(shown.stdout)
+    assert record["meta"]["source"] == "run"
+    assert record["devices"][0]["limit"] == 512 * MiB
+    assert record["devices"][0]["used"] == 0      # the process has exited
+    assert record["devices"][0]["peak"] == 100 * MiB
+    text = cgpu("ledger", "--state-dir", tmp_path, env=sim_env())
+    assert "slice      512.0 MiB" in text.stdout
+
+
+def test_ledger_reports_corrupt_files_and_fails(tmp_path):
+    bad = tmp_path / "containers" / "broken"
+    bad.mkdir(parents=True)
+    (bad / "cgpu.ledger").write_bytes(b"garbage" * 10)
+    out = cgpu("ledger", "--state-dir", tmp_path, env=dict(os.environ))
+    assert out.returncode == 1 and "skipped" in out.stderr
