@@ -30,7 +30,7 @@ def build(out: Path, real: bool) -> Path:
                    if Path(p, "cuda.h").is_file())
     exe = out / "shim_bench"
     lib = [] if real else ["-L", str(sim_lib_dir())]
-    subprocess.run(["cc", "-O2", "-std=c11", "-I", include, str(HERE / "shim_bench.c"), "-o", str(exe),
+    subprocess.run(["cc", "-O2", "-std=gnu11", "-I", include, str(HERE / "shim_bench.c"), "-o", str(exe),
                     *lib, "-l:libcuda.so.1"], check=True)
     return exe
 

@@ -3,17 +3,34 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 NATIVE_DIR = _PACKAGE_DIR / "_native"
 
 
-def _native(name: str) -> Path:
-    """Return an installed native file, honouring CGPU_NATIVE_DIR for development builds."""
+def _native_base() -> Path:
+    """The directory of the built native files.
+
+    CGPU_NATIVE_DIR wins (development builds). A source checkout has no built files, so
+    when this package is imported from one, the installed copy on sys.path is used.
+    """
     override = os.environ.get("CGPU_NATIVE_DIR")
-    base = Path(override) if override else NATIVE_DIR
-    return base / name
+    if override:
+        return Path(override)
+    if NATIVE_DIR.is_dir():
+        return NATIVE_DIR
+    for entry in sys.path:
+        candidate = Path(entry or ".") / "cgpu" / "_native"
+        if candidate.is_dir():
+            return candidate.resolve()
+    return NATIVE_DIR
+
+
+def _native(name: str) -> Path:
+    """Return an installed native file."""
+    return _native_base() / name
 
 
 def shim_path() -> Path:

@@ -59,6 +59,7 @@ class Allocator:
         self.kube = kube
         self._lock = threading.Lock()
         self._allocated = self._recover()
+        self._pod_gpus: dict[str, set[int]] = {}
 
     def _recover(self) -> set[tuple[str, str]]:
         """(pod uid, container) pairs already served, from the container directories."""
@@ -69,8 +70,12 @@ class Allocator:
                 served.add((str(meta["pod_uid"]), str(meta["container"])))
         return served
 
-    def _lookup(self, units: int) -> Match | None:
-        """The pod container this request is for, when an API server is reachable."""
+    def _lookup(self, units: int, prune: bool = False) -> Match | None:
+        """The pod container this request is for, when an API server is reachable.
+
+        With `prune`, forget served containers of pods that are no longer pending: only
+        pending pods are ever matched.
+        """
         if self.kube is None:
             return None
         try:
@@ -79,6 +84,10 @@ class Allocator:
             log.warning("pod lookup failed, allocating without pod information: %s", err)
             return None
         pods = [parse_pod(p, self.settings.resource) for p in raw]
+        if prune:
+            pending = {p.uid for p in pods}
+            self._allocated = {(uid, c) for uid, c in self._allocated if uid in pending}
+            self._pod_gpus = {uid: g for uid, g in self._pod_gpus.items() if uid in pending}
         return match_container(pods, units, self._allocated)
 
     def preferred(
@@ -97,7 +106,7 @@ class Allocator:
     def allocate(self, ids: Sequence[str]) -> api.ContainerAllocateResponse:
         """Allocate one container: check the IDs, write its directory, build the response."""
         with self._lock:
-            match = self._lookup(len(ids))
+            match = self._lookup(len(ids), prune=True)
             pod = match[0] if match else None
             try:
                 gpu_count = pod.gpu_count if pod else 1
@@ -122,7 +131,9 @@ class Allocator:
                 ) from err
             if match is not None:
                 self._allocated.add((match[0].uid, match[1].name))
-                self._mark_assigned(match[0], placed)
+                used = self._pod_gpus.setdefault(match[0].uid, set())
+                used.update(g.gpu.index for g in placed.gpus)
+                self._mark_assigned(match[0])
             log.info(
                 "allocated %s: %d units on %s -> %s",
                 f"{match[0].namespace}/{match[0].name}/{match[1].name}" if match else "container",
@@ -163,13 +174,14 @@ class Allocator:
             )
         return meta
 
-    def _mark_assigned(self, pod: PodInfo, placed: Placement) -> None:
+    def _mark_assigned(self, pod: PodInfo) -> None:
         """Tell the gpushare extender (and kubectl inspect) the pod has its devices."""
         if self.kube is None or not pod_complete(pod, self._allocated):
             return
         annotations = {ASSIGNED_ANNOTATION: "true"}
         if IDX_ANNOTATION not in pod.annotations:
-            annotations[IDX_ANNOTATION] = ",".join(str(g.gpu.index) for g in placed.gpus)
+            gpus = sorted(self._pod_gpus.get(pod.uid, ()))
+            annotations[IDX_ANNOTATION] = ",".join(str(i) for i in gpus)
         try:
             self.kube.annotate_pod(pod.namespace, pod.name, annotations)
         except KubeError as err:

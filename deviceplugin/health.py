@@ -102,6 +102,7 @@ class HealthWatcher:
             return
         if event_set is None:
             return
+        log.info("watching XID events on %d GPUs", len(self.inventory.gpus))
         while not self._stop.is_set():
             try:
                 data = pynvml.nvmlEventSetWait(event_set, WAIT_MS)

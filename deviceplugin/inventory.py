@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -12,7 +11,6 @@ from deviceplugin.units import Unit, device_id
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
-_ID_RE = re.compile(r"^(?P<uuid>.+)-(?P<n>0|[1-9][0-9]*)$")
 
 
 class UnknownDevices(ValueError):
@@ -42,6 +40,7 @@ class Inventory:
         self.unit = unit
         self.gpus = [GpuUnits(gpu, unit.units_of(gpu.total_bytes)) for gpu in gpus]
         self._by_uuid = {g.gpu.uuid: g for g in self.gpus}
+        self._by_id = {ident: (g, n) for g in self.gpus for n, ident in enumerate(g.ids())}
         self._healthy = {g.gpu.uuid: True for g in self.gpus}
         self.version = 0
         self.changed = threading.Condition()
@@ -56,14 +55,7 @@ class Inventory:
 
     def parse(self, ident: str) -> tuple[GpuUnits, int] | None:
         """(GPU, unit number) for a device ID, or None when it is not one of ours."""
-        match = _ID_RE.match(ident)
-        if not match:
-            return None
-        gpu = self._by_uuid.get(match["uuid"])
-        n = int(match["n"])
-        if gpu is None or n >= gpu.units:
-            return None
-        return gpu, n
+        return self._by_id.get(ident)
 
     def group(self, ids: Iterable[str]) -> dict[str, list[str]]:
         """Device IDs grouped by GPU UUID (in GPU index order); raises UnknownDevices."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -134,7 +135,7 @@ def check(
     """
     if not ids:
         raise AllocationError(grpc.StatusCode.INVALID_ARGUMENT, "no device IDs in the request")
-    duplicates = sorted({i for i in ids if list(ids).count(i) > 1})
+    duplicates = sorted(i for i, n in Counter(ids).items() if n > 1)
     if duplicates:
         raise AllocationError(
             grpc.StatusCode.INVALID_ARGUMENT, f"device IDs repeated: {', '.join(duplicates)}"

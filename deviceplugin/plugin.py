@@ -69,7 +69,6 @@ class Plugin:
             self.health.start()
         cleaner = threading.Thread(target=self._cleanup_loop, name="cleanup", daemon=True)
         cleaner.start()
-        self._publish_capacity()
         try:
             while not self.stop.is_set():
                 self._serve_once()
@@ -112,6 +111,8 @@ class Plugin:
                     log.warning("registration with the kubelet failed: %s; retrying", detail)
                 else:
                     self.registrations += 1
+                    # The kubelet may zero extended capacity when it re-registers its node.
+                    threading.Thread(target=self._publish_capacity, daemon=True).start()
                     log.info(
                         "registered %s with the kubelet at %s",
                         self.options.resource,

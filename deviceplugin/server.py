@@ -81,11 +81,14 @@ class DevicePluginService(api_grpc.DevicePluginServicer):
         try:
             for req in request.container_requests:
                 responses.append(self.allocator.allocate(list(req.devices_ids)))
-        except AllocationError as err:
+        except Exception as err:
             for done in responses:  # all or nothing
                 remove_container_dir(
                     self.allocator.settings.state_dir, done.annotations[KEY_ANNOTATION]
                 )
+            if not isinstance(err, AllocationError):
+                log.exception("Allocate failed")
+                err = AllocationError(grpc.StatusCode.INTERNAL, f"allocation failed: {err}")
             log.warning("Allocate refused: %s", err.message)
             context.abort(err.code, err.message)
         return api.AllocateResponse(container_responses=responses)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from cgpu.containers import DEFAULT_STATE_DIR
+from cgpu.gpus import GPU, list_gpus
 from cgpu.paths import shim_path
-from hooks.devices import Gpu, host_gpus
 from hooks.emit import cgpu_argv, oci_hook, write_json
 from hooks.errors import one_line
 from hooks.inject import CONTAINER_PRELOAD, CONTAINER_SHIM, merged_preload
@@ -30,13 +30,13 @@ DEFAULT_OUTPUT = "/etc/cdi/cgpu.json"
 PRELOAD_FILE = "cdi/ld.so.preload"  # under the state dir
 
 
-def _device(name: str, gpus: list[Gpu]) -> dict[str, Any]:
+def _device(name: str, gpus: list[GPU]) -> dict[str, Any]:
     env = [f"CGPU_CDI_DEVICE_{g.index}={g.uuid}" for g in gpus]
     return {"name": name, "containerEdits": {"env": env}}
 
 
 def build_spec(
-    gpus: list[Gpu], argv: list[str], state_dir: str, shim: str, preload: str
+    gpus: list[GPU], argv: list[str], state_dir: str, shim: str, preload: str
 ) -> dict[str, Any]:
     """The CDI spec for these GPUs, calling `argv` as cgpu."""
     devices = [_device("all", gpus)]
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         preload = Path(state_dir) / PRELOAD_FILE
         preload.parent.mkdir(parents=True, exist_ok=True)
         preload.write_bytes(merged_preload(None, CONTAINER_SHIM))
-        spec = build_spec(host_gpus(), cgpu_argv(args.cgpu), state_dir, str(shim), str(preload))
+        spec = build_spec(list_gpus(), cgpu_argv(args.cgpu), state_dir, str(shim), str(preload))
         path = write_json(args.output, spec)
     except Exception as exc:
         print(f"cgpu cdi: {one_line(exc)}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""`cgpu hook [install|poststop]`: the OCI runtime hook, and the hooks.d file that installs it."""
+"""`cgpu hook [poststop|sweep|install]`: the OCI runtime hook, its clean-up and its hooks.d file."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from hooks.errors import RequestError, one_line
 from hooks.hook import poststop, prestart
 from hooks.install import DEFAULT_HOOKS_DIR, STAGES, install
 from hooks.oci import read_state
+from hooks.sweep import sweep
 
 EXIT_INTERNAL = 1
 EXIT_REQUEST = 2
@@ -27,11 +28,13 @@ def _state_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
 
 
 def register(parser: argparse.ArgumentParser) -> None:
-    """`cgpu hook` reads the OCI state on stdin; `install` and `poststop` are sub-actions."""
+    """`cgpu hook` reads the OCI state on stdin; poststop, sweep and install are sub-actions."""
     _state_dir_option(parser, DEFAULT_STATE_DIR)
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     stop = sub.add_parser("poststop", help="remove a stopped container's directory")
     _state_dir_option(stop, argparse.SUPPRESS)
+    swp = sub.add_parser("sweep", help="remove the directories of containers that are gone")
+    _state_dir_option(swp, argparse.SUPPRESS)
     inst = sub.add_parser("install", help="write the hooks.d file for podman and CRI-O")
     _state_dir_option(inst, argparse.SUPPRESS)
     inst.add_argument("--dir", default=DEFAULT_HOOKS_DIR, help=f"default {DEFAULT_HOOKS_DIR}")
@@ -46,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "install":
             path = install(args.dir, cgpu_argv(args.cgpu), str(state_dir), args.stage)
             print(path)
+            return 0
+        if args.action == "sweep":
+            for key in sweep(state_dir):
+                print(f"removed {key}")
             return 0
         state = read_state(sys.stdin.buffer)
         if args.action == "poststop" or state.status == "stopped":

@@ -1,13 +1,11 @@
-"""The GPUs a container sees, found through NVML, and its slice on each, keyed by UUID."""
+"""The GPUs a container sees (of those `cgpu.gpus.list_gpus` finds) and its slice on each."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-
-import pynvml
 
 from cgpu.config import slice_bytes
+from cgpu.gpus import GPU
 from hooks.errors import RequestError
 from hooks.request import Fixed, Request
 
@@ -19,37 +17,7 @@ CDI_DEVICE_RE = re.compile(r"^CGPU_CDI_DEVICE_[0-9]{1,4}$")
 _UNNAMED = ("", "all", "void")
 
 
-@dataclass(frozen=True)
-class Gpu:
-    """One host GPU: its NVML index, UUID and total memory in bytes."""
-
-    index: int
-    uuid: str
-    total: int
-
-
-def host_gpus() -> list[Gpu]:
-    """Every GPU NVML reports on this host, in index order."""
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        raise RuntimeError(f"NVML: {exc}") from None
-    try:
-        gpus = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            uuid = pynvml.nvmlDeviceGetUUID(handle)
-            uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-            total = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
-            gpus.append(Gpu(index, uuid, total))
-        return gpus
-    except pynvml.NVMLError as exc:
-        raise RuntimeError(f"NVML: {exc}") from None
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def _find(gpus: list[Gpu], ident: str, variable: str) -> Gpu:
+def _find(gpus: list[GPU], ident: str, variable: str) -> GPU:
     ident = ident.strip()
     if _INDEX_RE.match(ident):
         found = [g for g in gpus if g.index == int(ident)]
@@ -62,7 +30,7 @@ def _find(gpus: list[Gpu], ident: str, variable: str) -> Gpu:
     return found[0]
 
 
-def container_gpus(env: dict[str, str], gpus: list[Gpu]) -> list[Gpu]:
+def container_gpus(env: dict[str, str], gpus: list[GPU]) -> list[GPU]:
     """The GPUs the container sees, in the order its processes number them.
 
     A cgpu CDI device sets CGPU_CDI_DEVICE_<index>=<uuid>; otherwise NVIDIA_VISIBLE_DEVICES
@@ -81,7 +49,7 @@ def container_gpus(env: dict[str, str], gpus: list[Gpu]) -> list[Gpu]:
     return sorted(chosen, key=lambda g: g.index)
 
 
-def cuda_order(env: dict[str, str], visible: list[Gpu]) -> list[Gpu]:
+def cuda_order(env: dict[str, str], visible: list[GPU]) -> list[GPU]:
     """The devices by CUDA ordinal: CUDA_VISIBLE_DEVICES applied as the driver applies it.
 
     Entries are ordinals into `visible` or UUID prefixes; the list stops at the first entry
@@ -90,7 +58,7 @@ def cuda_order(env: dict[str, str], visible: list[Gpu]) -> list[Gpu]:
     value = env.get("CUDA_VISIBLE_DEVICES")
     if value is None:
         return list(visible)
-    order: list[Gpu] = []
+    order: list[GPU] = []
     for item in (i.strip() for i in value.split(",")):
         if _INDEX_RE.match(item) and int(item) < len(visible):
             matches = [visible[int(item)]]
@@ -104,10 +72,10 @@ def cuda_order(env: dict[str, str], visible: list[Gpu]) -> list[Gpu]:
     return order
 
 
-def slices(request: Request, visible: list[Gpu], env: dict[str, str]) -> dict[str, int]:
+def slices(request: Request, visible: list[GPU], env: dict[str, str]) -> dict[str, int]:
     """The slice in bytes of each GPU the container sees, by UUID."""
     if not isinstance(request, Fixed):
-        return {g.uuid: slice_bytes(g.total, request.units, request.of) for g in visible}
+        return {g.uuid: slice_bytes(g.total_bytes, request.units, request.of) for g in visible}
     limits = {g.uuid: request.default for g in visible if request.default is not None}
     order = cuda_order(env, visible)
     for ordinal, size in request.by_ordinal.items():

@@ -21,7 +21,7 @@ def cgpu_argv(explicit: str | None = None) -> list[str]:
     found = shutil.which("cgpu")
     if found:
         return [os.path.abspath(found)]
-    return [sys.executable, "-m", "cgpu.cli"]
+    return [sys.executable, "-I", "-m", "cgpu.cli"]  # -I: not the runtime's cwd on sys.path
 
 
 def oci_hook(argv: list[str], *args: str, timeout: int | None = None) -> dict[str, Any]:

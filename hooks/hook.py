@@ -9,12 +9,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from cgpu.containers import containers_root, create_container_dir, read_meta, remove_container_dir
+from cgpu.gpus import list_gpus
 from cgpu.paths import shim_path
-from hooks.devices import container_gpus, host_gpus, slices
+from hooks.devices import container_gpus, slices
 from hooks.errors import RequestError
 from hooks.inject import Plan
 from hooks.oci import State, labels, read_spec
 from hooks.request import disabled, parse_request
+from hooks.sweep import SOURCE, start_time
 
 INJECT_TIMEOUT_S = 60
 # Run the injector isolated (-I: no PYTHON* variables, no user site, no cwd on sys.path),
@@ -60,11 +62,13 @@ def prestart(state: State, state_dir: Path) -> str | None:
             f"the OCI state has pid {state.pid}: run cgpu hook as a prestart or createRuntime hook"
         )
     meta = {
-        "source": "hook",
+        "source": SOURCE,
         "container_id": state.id,
+        "init_pid": state.pid,
+        "init_start_time": start_time(state.pid),
         **labels({**state.annotations, **spec.annotations}),
     }
-    limits = slices(request, container_gpus(spec.env, host_gpus()), spec.env)
+    limits = slices(request, container_gpus(spec.env, list_gpus()), spec.env)
     if not limits:
         return None
     shim = shim_path()
@@ -82,6 +86,6 @@ def prestart(state: State, state_dir: Path) -> str | None:
 def poststop(state: State, state_dir: Path) -> bool:
     """Remove the directory the hook made for this container; returns whether there was one."""
     meta = read_meta(containers_root(state_dir) / state.id)
-    if meta.get("source") != "hook" or meta.get("container_id") != state.id:
+    if meta.get("source") != SOURCE or meta.get("container_id") != state.id:
         return False
     return remove_container_dir(state_dir, state.id)

@@ -77,7 +77,7 @@ def cuda_include() -> str:
 def native_build(tmp_path_factory: pytest.TempPathFactory, cc: str, sim_dir: Path) -> Path:
     """Compile the probe and the RTLD_NEXT library once per session."""
     out = tmp_path_factory.mktemp("native")
-    subprocess.run([cc, "-std=c11", "-O1", "-g", "-Wall", "-Werror", "-I", cuda_include(),
+    subprocess.run([cc, "-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-I", cuda_include(),
                     str(NATIVE_SRC / "cuda_probe.c"), "-o", str(out / "cuda_probe"),
                     "-L", str(sim_dir), "-l:libcuda.so.1", "-ldl", "-lpthread"], check=True)
     subprocess.run([cc, "-shared", "-fPIC", "-O2", str(NATIVE_SRC / "next_user.c"),

@@ -37,7 +37,7 @@ def test_charges_show_per_process_and_credit_exactly(tmp_path):
 
 @pytest.mark.parametrize(("content", "code"), [
     (b"", -4),
-    (b"CGPULDG1" + b"\0" * 8, -4),
+    (b"CGPULDG1" + (1).to_bytes(4, "little") + b"\0" * 4, -4),
     (b"NOTCGPU!" + b"\0" * 200000, -2),
     (b"CGPULDG1" + (7).to_bytes(4, "little") + b"\0" * 200000, -3),
 ])

@@ -14,8 +14,8 @@ from prometheus_client.process_collector import ProcessCollector
 
 from cgpu.containers import DEFAULT_STATE_DIR
 from cgpu.exporter.collector import CgpuCollector
-from cgpu.exporter.gpus import NvmlSource
-from cgpu.exporter.podresources import DEFAULT_SOCKET, PodResourcesSource
+from cgpu.exporter.nvml import NvmlSource
+from cgpu.exporter.podresources import DEFAULT_RESOURCE, DEFAULT_SOCKET, PodResourcesSource
 from cgpu.exporter.server import MetricsServer
 
 log = logging.getLogger("cgpu.exporter")
@@ -39,6 +39,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         "meta.json when it is absent",
     )
     parser.add_argument(
+        "--resource-name",
+        default=DEFAULT_RESOURCE,
+        help=f"the device plugin's resource, matched in pod-resources (default {DEFAULT_RESOURCE})",
+    )
+    parser.add_argument(
         "--nvml-retry",
         type=float,
         default=30.0,
@@ -57,7 +62,7 @@ def build_registry(args: argparse.Namespace) -> tuple[CollectorRegistry, CgpuCol
     collector = CgpuCollector(
         args.state_dir,
         gpus=NvmlSource(retry_interval=args.nvml_retry),
-        pods=PodResourcesSource(args.pod_resources_socket),
+        pods=PodResourcesSource(args.pod_resources_socket, args.resource_name),
     )
     registry.register(collector)
     return registry, collector

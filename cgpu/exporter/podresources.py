@@ -1,68 +1,55 @@
-"""The kubelet's pod-resources API (v1 List): which pod and container hold which device IDs.
+"""Pod and container names from the kubelet's pod-resources API, cached between scrapes.
 
-The protobuf messages come from the device plugin's generated stubs (`deviceplugin.api`), imported
-lazily. Without them, without the socket, or while the kubelet does not answer, the exporter falls
-back to the labels in meta.json; this module then returns an empty mapping and never raises.
+The gRPC client is the device plugin's (`deviceplugin.podresources`), imported lazily. Without it,
+without the socket, or while the kubelet does not answer, this returns an empty mapping and never
+raises; the exporter then takes labels from meta.json.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import time
 from collections.abc import Callable, Collection, Mapping
-from types import ModuleType
-from typing import Any
 
 from cgpu.exporter.labels import Identity
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-LIST_METHOD = "/v1.PodResourcesLister/List"
-# Module names the device plugin's generated v1 messages may have; the first that imports wins.
-MESSAGE_MODULES = (
-    "deviceplugin.api.podresources_pb2",
-    "deviceplugin.api.podresources_v1_pb2",
-    "deviceplugin.api.podresources.v1.api_pb2",
-    "deviceplugin.api.podresources.api_pb2",
-)
-_MAX_MESSAGE = 16 * 1024 * 1024  # the kubelet's own client limit for this API
+DEFAULT_RESOURCE = "aliyun.com/gpu-mem"
 
-Lister = Callable[[float], Any]  # timeout -> ListPodResourcesResponse
+Lister = Callable[[], Mapping[str, Identity]]  # {device_id: Identity}; raises when unreachable
 
 
-def load_messages() -> ModuleType | None:
-    """The generated pod-resources v1 message module, or None when it is not installed."""
-    for name in MESSAGE_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(module, "ListPodResourcesRequest"):
-            return module
-    return None
+def kubelet_lister(socket_path: str, resource: str, timeout: float) -> Lister:
+    """A lister over the kubelet socket through the device plugin's pod-resources client."""
 
+    def list_devices() -> Mapping[str, Identity]:
+        if not os.path.exists(socket_path):
+            raise FileNotFoundError(f"no pod-resources socket at {socket_path}")
+        from deviceplugin.podresources import PodResources
 
-def index_devices(response: Any) -> dict[str, Identity]:
-    """{device_id: Identity} from a ListPodResourcesResponse, over every resource."""
-    out: dict[str, Identity] = {}
-    for pod in response.pod_resources:
-        for ctr in pod.containers:
-            ident = Identity(pod.namespace, pod.name, ctr.name)
-            for dev in ctr.devices:
-                for device_id in dev.device_ids:
-                    out[device_id] = ident
-    return out
+        answer = PodResources(socket_path, resource, timeout=timeout).owners()
+        if answer is None:
+            raise ConnectionError(f"pod-resources List failed on {socket_path}")
+        owners, _ = answer
+        return {
+            device_id: Identity(namespace, pod, container)
+            for (namespace, pod, container), ids in owners.items()
+            for device_id in ids
+        }
+
+    return list_devices
 
 
 class PodResourcesSource:
-    """A cached view of the kubelet's device assignments, refreshed when it misses a device."""
+    """A cached view of the kubelet's device assignments, refetched when it misses a device."""
 
     def __init__(
         self,
         socket_path: str = DEFAULT_SOCKET,
+        resource: str = DEFAULT_RESOURCE,
         timeout: float = 1.0,
         ttl: float = 10.0,
         min_refresh: float = 1.0,
@@ -70,15 +57,12 @@ class PodResourcesSource:
         lister: Lister | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._socket = socket_path
-        self._timeout = timeout
+        self._lister = lister or kubelet_lister(socket_path, resource, timeout)
         self._ttl = ttl
         self._min_refresh = min_refresh
         self._retry_interval = retry_interval
-        self._lister = lister
         self._clock = clock
-        self._channel: Any = None
-        self._index: dict[str, Identity] = {}
+        self._index: Mapping[str, Identity] = {}
         self._fetched = -float("inf")
         self._next_try = -float("inf")
         self._up = False
@@ -89,56 +73,28 @@ class PodResourcesSource:
         return self._up
 
     def devices(self, wanted: Collection[str] = ()) -> Mapping[str, Identity]:
-        """{device_id: Identity}; refetched when stale or when a wanted ID is missing."""
+        """{device_id: Identity}; refetched when older than the TTL or missing a wanted ID."""
         now = self._clock()
-        stale = now - self._fetched >= self._ttl
-        missing = any(w not in self._index for w in wanted)
-        if (
-            stale or (missing and now - self._fetched >= self._min_refresh)
-        ) and now >= self._next_try:
+        if now < self._next_try:
+            return self._index
+        age = now - self._fetched
+        missing = age >= self._min_refresh and any(w not in self._index for w in wanted)
+        if age >= self._ttl or missing:
             self._fetch(now)
         return self._index
 
-    def close(self) -> None:
-        """Close the gRPC channel."""
-        if self._channel is not None:
-            self._channel.close()
-            self._channel = None
-
     def _fetch(self, now: float) -> None:
         try:
-            lister = self._lister or self._grpc_lister()
-            if lister is None:
-                raise RuntimeError("pod-resources unavailable")
-            self._index = index_devices(lister(self._timeout))
-            self._fetched = now
-            if not self._up:
-                log.info("pod-resources API up at %s", self._socket)
-            self._up = True
-        except Exception as exc:  # grpc.RpcError, missing stubs or socket
-            if self._up:
-                log.warning("pod-resources API down (%s); labels from meta.json", exc)
+            self._index = self._lister()
+        except Exception as exc:  # ImportError, grpc errors, a missing socket
+            if self._up or self._fetched == -float("inf"):
+                log.info("pod-resources unavailable (%s); labels from meta.json", exc)
             self._up = False
             self._index = {}
+            self._fetched = now
             self._next_try = now + self._retry_interval
-            self.close()
-
-    def _grpc_lister(self) -> Lister | None:
-        if not os.path.exists(self._socket):
-            return None
-        messages = load_messages()
-        if messages is None:
-            return None
-        if self._channel is None:
-            import grpc
-
-            self._channel = grpc.insecure_channel(
-                f"unix://{os.path.abspath(self._socket)}",
-                options=[("grpc.max_receive_message_length", _MAX_MESSAGE)],
-            )
-        call = self._channel.unary_unary(
-            LIST_METHOD,
-            request_serializer=messages.ListPodResourcesRequest.SerializeToString,
-            response_deserializer=messages.ListPodResourcesResponse.FromString,
-        )
-        return lambda timeout: call(messages.ListPodResourcesRequest(), timeout=timeout)
+            return
+        if not self._up:
+            log.info("pod-resources API answering")
+        self._up = True
+        self._fetched = now

@@ -60,8 +60,10 @@ static int validate(const struct ledger *l, size_t file_size)
         return CGPU_ERR_FOREIGN;
     if (l->version != CGPU_LEDGER_VERSION)
         return CGPU_ERR_VERSION;
-    if (l->size != sizeof(struct ledger) || file_size < sizeof(struct ledger))
-        return file_size < l->size ? CGPU_ERR_TRUNCATED : CGPU_ERR_CORRUPT;
+    if (file_size < sizeof(struct ledger))
+        return CGPU_ERR_TRUNCATED;
+    if (l->size != sizeof(struct ledger))
+        return CGPU_ERR_CORRUPT;
     if (l->ndevices > CGPU_MAX_DEVICES)
         return CGPU_ERR_CORRUPT;
     return CGPU_OK;
@@ -87,6 +89,14 @@ static int initialise(int fd)
     return CGPU_OK;
 }
 
+/* A file whose creator died between ftruncate and writing the magic. */
+static int never_initialised(int fd)
+{
+    char magic[8];
+    static const char zero[8];
+    return pread(fd, magic, sizeof magic, 0) == (ssize_t)sizeof magic && memcmp(magic, zero, 8) == 0;
+}
+
 int ledger_open(const char *path, int create, struct ledger_handle *h)
 {
     memset(h, 0, sizeof *h);
@@ -106,9 +116,9 @@ int ledger_open(const char *path, int create, struct ledger_handle *h)
         errno = EINVAL;
         return CGPU_ERR_IO;
     }
-    if (create && (size_t)st.st_size < sizeof(struct ledger)) {
+    if (create && ((size_t)st.st_size < sizeof(struct ledger) || never_initialised(fd))) {
         flock(fd, LOCK_EX);
-        if (fstat(fd, &st) == 0 && st.st_size == 0) {
+        if (fstat(fd, &st) == 0 && (st.st_size == 0 || never_initialised(fd))) {
             int rc = ftruncate(fd, sizeof(struct ledger)) == 0 ? initialise(fd) : CGPU_ERR_IO;
             if (rc != CGPU_OK) {
                 flock(fd, LOCK_UN);
@@ -184,21 +194,35 @@ void ledger_unlock(struct ledger *l)
 
 int ledger_find_device(const struct ledger *l, const char *uuid)
 {
-    for (unsigned d = 0; d < l->ndevices && d < CGPU_MAX_DEVICES; d++)
+    unsigned n = __atomic_load_n(&l->ndevices, __ATOMIC_ACQUIRE);
+    for (unsigned d = 0; d < n && d < CGPU_MAX_DEVICES; d++)
         if (strncmp(l->devices[d].uuid, uuid, CGPU_UUID_LEN) == 0)
             return (int)d;
     return -1;
+}
+
+/* Whether every device of `cfg` is already there with its limit (read without the lock). */
+static int devices_present(const struct ledger *l, const struct cgpu_config *cfg)
+{
+    for (unsigned i = 0; i < cfg->nentries; i++) {
+        int d = ledger_find_device(l, cfg->entries[i].uuid);
+        if (d < 0 || __atomic_load_n(&l->devices[d].limit, __ATOMIC_RELAXED) != cfg->entries[i].limit)
+            return 0;
+    }
+    return 1;
 }
 
 int ledger_ensure_devices(struct ledger_handle *h, const struct cgpu_config *cfg)
 {
     struct ledger *l = h->l;
     int rc = CGPU_OK;
+    if (devices_present(l, cfg))
+        return CGPU_OK; /* the common case for every process after the first */
     ledger_lock(l);
     for (unsigned i = 0; i < cfg->nentries; i++) {
         int d = ledger_find_device(l, cfg->entries[i].uuid);
         if (d >= 0) {
-            l->devices[d].limit = cfg->entries[i].limit;
+            __atomic_store_n(&l->devices[d].limit, cfg->entries[i].limit, __ATOMIC_RELAXED);
             continue;
         }
         if (l->ndevices >= CGPU_MAX_DEVICES) {

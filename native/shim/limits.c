@@ -349,6 +349,7 @@ int shim_cuda_init(void)
         for (int i = 0; i < SHIM_MAX_ORDINALS; i++)
             g_shim.devmap[i] = i < n ? ledger_find_device(g_shim.ledger.l, devs[i].uuid) : -1;
         g_shim.single_device = n == 1 ? g_shim.devmap[0] : SHIM_MULTI_DEVICE;
+        g_shim.ctx_get_device = (int (*)(int *))shim_driver_sym("cuCtxGetDevice");
         if (shim_claim_slot() != 0)
             s = SHIM_FAILED;
     }

@@ -152,7 +152,6 @@ static void *nvml_real_fn(int id)
 /* ---- process state ---------------------------------------------------------- */
 
 static struct ptrtable g_table; /* guarded by the ledger lock */
-static CUresult (*g_ctx_get_device)(CUdevice *);
 
 /* Ledger index of the calling thread's current device: -1 when that device
  * has no slice, -2 when there is no current context. */
@@ -162,7 +161,7 @@ static inline int current_device(void)
     if (likely(single != SHIM_MULTI_DEVICE))
         return single;
     CUdevice d;
-    if (g_ctx_get_device(&d) != CUDA_SUCCESS)
+    if (!g_shim.ctx_get_device || g_shim.ctx_get_device(&d) != CUDA_SUCCESS)
         return -2;
     return (d >= 0 && d < SHIM_MAX_ORDINALS) ? g_shim.devmap[d] : -1;
 }
@@ -178,11 +177,8 @@ static inline int mode(void)
     int s = __atomic_load_n(&g_shim.state, __ATOMIC_ACQUIRE);
     if (likely(s == SHIM_LIMITED))
         return s;
-    if (s == SHIM_UNINIT) {
+    if (s == SHIM_UNINIT)
         s = shim_cuda_init();
-        if (s == SHIM_LIMITED && !g_ctx_get_device)
-            g_ctx_get_device = (CUresult(*)(CUdevice *))shim_driver_sym("cuCtxGetDevice");
-    }
     return s;
 }
 

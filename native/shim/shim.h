@@ -17,6 +17,7 @@ struct shim_state {
     int devmap[SHIM_MAX_ORDINALS]; /* CUDA ordinal -> ledger index, -1 = no slice */
     int ctx_charged[CGPU_MAX_DEVICES];
     struct ledger_handle ledger;
+    int (*ctx_get_device)(int *); /* the real cuCtxGetDevice */
 };
 
 extern struct shim_state g_shim;

@@ -82,6 +82,7 @@ struct sim_state_file {
 
 struct sim_state {
     struct sim_state_file *f;
+    int self_pid;                                    /* owner of a claimed slot, else 0 */
 };
 
 struct sim_proc_usage {

@@ -13,7 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-unsigned long long sim_proc_start_time(int pid)
+/* /proc/<pid>/stat: state (field 3) and starttime (field 22).  0 if unreadable. */
+static int proc_stat(int pid, char *state, unsigned long long *start_time)
 {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
@@ -25,14 +26,22 @@ unsigned long long sim_proc_start_time(int pid)
     if (n <= 0)
         return 0;
     buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p)
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (!p || p[1] != ' ' || !p[2])
         return 0;
-    /* After ") ": field 3 (state) ... field 22 (starttime). */
-    p++;
-    for (int field = 2; field < 22 && p; field++)
+    *state = p[2];
+    p++; /* the space before field 3 */
+    for (int field = 3; field < 22 && p; field++)
         p = strchr(p + 1, ' ');
-    return p ? strtoull(p + 1, NULL, 10) : 0;
+    *start_time = p ? strtoull(p + 1, NULL, 10) : 0;
+    return 1;
+}
+
+unsigned long long sim_proc_start_time(int pid)
+{
+    char state;
+    unsigned long long start = 0;
+    return proc_stat(pid, &state, &start) ? start : 0;
 }
 
 /* Alive, not a zombie, and (when known) the same process that took the slot. */
@@ -40,32 +49,16 @@ int sim_pid_alive(int pid, unsigned long long start_time)
 {
     if (pid <= 0)
         return 0;
-    if (pid == getpid())
-        return 1;
     if (kill(pid, 0) != 0 && errno == ESRCH)
         return 0;
-    char path[64], buf[1024];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char state;
+    unsigned long long start;
+    if (!proc_stat(pid, &state, &start))
         return 1; /* another pid namespace or no /proc: trust kill() */
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
+    if (state == 'Z' || state == 'X')
         return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p || !p[1] || !p[2])
-        return 1;
-    if (p[2] == 'Z' || p[2] == 'X')
-        return 0;
-    if (start_time) {
-        char *q = p + 1;
-        for (int field = 2; field < 22 && q; field++)
-            q = strchr(q + 1, ' ');
-        if (q && strtoull(q + 1, NULL, 10) != start_time)
-            return 0; /* the pid was reused */
-    }
+    if (start_time && start != start_time)
+        return 0; /* the pid was reused */
     return 1;
 }
 
@@ -194,6 +187,7 @@ int sim_state_claim(struct sim_state *st)
         struct sim_state_slot *s = &f->slots[i];
         int pid = atomic_load(&s->pid);
         if (i >= hw || pid == 0 || pid == me || !sim_pid_alive(pid, atomic_load(&s->start_time))) {
+            /* pid == me: a slot left by an earlier exec of this process image. */
             slot = (int)i;
             break;
         }
@@ -209,6 +203,7 @@ int sim_state_claim(struct sim_state *st)
         atomic_store(&s->pid, me);
         if ((unsigned)slot >= hw)
             atomic_store(&f->high_water, (unsigned)slot + 1);
+        st->self_pid = me;
     }
     sim_state_unlock(st);
     return slot;
@@ -224,7 +219,8 @@ unsigned long long sim_state_used(struct sim_state *st, int sdev)
         unsigned long long u = atomic_load(&s->used[sdev]);
         if (!u)
             continue;
-        if (sim_pid_alive(atomic_load(&s->pid), atomic_load(&s->start_time)))
+        int pid = atomic_load(&s->pid);
+        if ((st->self_pid && pid == st->self_pid) || sim_pid_alive(pid, atomic_load(&s->start_time)))
             total += u;
     }
     return total;

@@ -59,7 +59,9 @@ class FakeApiServer:
                     "kind": "Config",
                     "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
                     "users": [{"name": "plugin", "user": {"token": "test-token"}}],
-                    "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "plugin"}}],
+                    "contexts": [
+                        {"name": "fake", "context": {"cluster": "fake", "user": "plugin"}}
+                    ],
                     "current-context": "fake",
                 }
             )
@@ -96,8 +98,16 @@ class FakeApiServer:
                 self.wfile.write(data)
 
             def _not_found(self) -> None:
-                self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                                  "reason": "NotFound", "code": 404})
+                self._reply(
+                    404,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "status": "Failure",
+                        "reason": "NotFound",
+                        "code": 404,
+                    },
+                )
 
             def do_GET(self) -> None:
                 url = urlparse(self.path)
@@ -113,8 +123,11 @@ class FakeApiServer:
                 url = urlparse(self.path)
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 parts = url.path.strip("/").split("/")
-                record = {"path": url.path, "content_type": self.headers["Content-Type"],
-                          "body": body}
+                record = {
+                    "path": url.path,
+                    "content_type": self.headers["Content-Type"],
+                    "body": body,
+                }
                 with api.lock:
                     api.patches.append(record)
                 if len(parts) == 6 and parts[2] == "namespaces" and parts[4] == "pods":

@@ -14,9 +14,8 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 import dp_wire as wire
+import grpc
 
 
 def _raw(data: bytes) -> bytes:

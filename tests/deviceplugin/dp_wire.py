@@ -203,6 +203,8 @@ def pod_resources_list(pods: list[tuple[str, str, list[tuple[str, str, list[str]
         body = bytes_field(1, name) + bytes_field(2, namespace)
         for container, resource, ids in containers:
             devices = bytes_field(1, resource) + strings(2, ids) if ids else b""
-            body += bytes_field(3, bytes_field(1, container) + (bytes_field(2, devices) if ids else b""))
+            body += bytes_field(
+                3, bytes_field(1, container) + (bytes_field(2, devices) if ids else b"")
+            )
         out += bytes_field(1, body)
     return out

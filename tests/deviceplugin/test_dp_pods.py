@@ -43,7 +43,6 @@ def test_multi_container_pod_matched_per_container_in_kubelet_order() -> None:
 
 
 def test_bad_label_and_annotation_are_errors() -> None:
-    (_, pod) = pods("pods_gpucount.json")
     raw = dp_apiserver.load("pods_gpucount.json")["items"][2]
     raw["metadata"]["labels"]["aliyun.com/gpu-count"] = "two"
     raw["metadata"]["annotations"] = {"ALIYUN_COM_GPU_MEM_IDX": "x"}

@@ -7,18 +7,29 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import GIB, MIB, UUID0, UUID1, FakeNvml
-from exporter_helpers import ctr, labels, scrape
+from exporter_helpers import GIB, MIB, UUID0, UUID1, FakeNvml, ctr, labels, scrape
 
 from cgpu.exporter.collector import CgpuCollector
-from cgpu.exporter.gpus import NvmlSource
 from cgpu.exporter.labels import Identity
+from cgpu.exporter.nvml import NvmlSource
 from cgpu.exporter.podresources import PodResourcesSource
 from cgpu.ledger import LEDGER_NAME
 
 CONTRACT = {
-    "cgpu_container_gpu_memory_limit_bytes": {"namespace", "pod", "container", "gpu_uuid", "gpu_index"},
-    "cgpu_container_gpu_memory_used_bytes": {"namespace", "pod", "container", "gpu_uuid", "gpu_index"},
+    "cgpu_container_gpu_memory_limit_bytes": {
+        "namespace",
+        "pod",
+        "container",
+        "gpu_uuid",
+        "gpu_index",
+    },
+    "cgpu_container_gpu_memory_used_bytes": {
+        "namespace",
+        "pod",
+        "container",
+        "gpu_uuid",
+        "gpu_index",
+    },
     "cgpu_container_gpu_processes": {"namespace", "pod", "container", "gpu_uuid", "gpu_index"},
     "cgpu_gpu_memory_total_bytes": {"gpu_uuid", "gpu_index", "model"},
     "cgpu_gpu_memory_used_bytes": {"gpu_uuid", "gpu_index", "model"},
@@ -65,7 +76,9 @@ def test_new_container_is_exported_at_zero(
 def test_live_process_counts_and_stops_counting_when_it_exits(
     collector: CgpuCollector, make_container: Callable, hold: Callable
 ) -> None:
-    d = make_container("c1", {UUID0: 4 * GIB, UUID1: 2 * GIB}, namespace="ns", pod="p", container="c")
+    d = make_container(
+        "c1", {UUID0: 4 * GIB, UUID1: 2 * GIB}, namespace="ns", pod="p", container="c"
+    )
     first = hold(d / LEDGER_NAME, {0: 300 * MIB, 1: 5 * MIB})
     second = hold(d / LEDGER_NAME, {0: 100 * MIB})
     series = scrape(collector)
@@ -73,11 +86,15 @@ def test_live_process_counts_and_stops_counting_when_it_exits(
     assert used[ctr("ns", "p", "c", UUID0, "0")] == 400 * MIB
     assert used[ctr("ns", "p", "c", UUID1, "1")] == 5 * MIB
     assert series["cgpu_container_gpu_processes"][ctr("ns", "p", "c", UUID0, "0")] == 2
-    assert series["cgpu_container_gpu_memory_peak_bytes"][ctr("ns", "p", "c", UUID0, "0")] >= 400 * MIB
+    assert (
+        series["cgpu_container_gpu_memory_peak_bytes"][ctr("ns", "p", "c", UUID0, "0")] >= 400 * MIB
+    )
 
     first.kill()  # SIGKILL: no free ever reaches the ledger
     series = scrape(collector)
-    assert series["cgpu_container_gpu_memory_used_bytes"][ctr("ns", "p", "c", UUID0, "0")] == 100 * MIB
+    assert (
+        series["cgpu_container_gpu_memory_used_bytes"][ctr("ns", "p", "c", UUID0, "0")] == 100 * MIB
+    )
     assert series["cgpu_container_gpu_memory_used_bytes"][ctr("ns", "p", "c", UUID1, "1")] == 0
     assert series["cgpu_container_gpu_processes"][ctr("ns", "p", "c", UUID0, "0")] == 1
 
@@ -85,7 +102,9 @@ def test_live_process_counts_and_stops_counting_when_it_exits(
     series = scrape(collector)
     assert series["cgpu_container_gpu_memory_used_bytes"][ctr("ns", "p", "c", UUID0, "0")] == 0
     assert series["cgpu_container_gpu_processes"][ctr("ns", "p", "c", UUID0, "0")] == 0
-    assert series["cgpu_container_gpu_memory_limit_bytes"][ctr("ns", "p", "c", UUID0, "0")] == 4 * GIB
+    assert (
+        series["cgpu_container_gpu_memory_limit_bytes"][ctr("ns", "p", "c", UUID0, "0")] == 4 * GIB
+    )
 
 
 def test_series_vanish_with_the_container(
@@ -96,8 +115,12 @@ def test_series_vanish_with_the_container(
     assert len(scrape(collector)["cgpu_container_gpu_memory_limit_bytes"]) == 2
     shutil.rmtree(gone)
     series = scrape(collector)
-    assert series["cgpu_container_gpu_memory_limit_bytes"] == {ctr("ns", "b", "c", UUID0, "0"): 2 * GIB}
-    assert series["cgpu_gpu_memory_allocated_bytes"][labels(gpu_uuid=UUID0, gpu_index="0")] == 2 * GIB
+    assert series["cgpu_container_gpu_memory_limit_bytes"] == {
+        ctr("ns", "b", "c", UUID0, "0"): 2 * GIB
+    }
+    assert (
+        series["cgpu_gpu_memory_allocated_bytes"][labels(gpu_uuid=UUID0, gpu_index="0")] == 2 * GIB
+    )
     assert series["cgpu_gpu_containers"][labels(gpu_uuid=UUID0, gpu_index="0")] == 1
 
 
@@ -140,15 +163,22 @@ def _corrupt(path: Path, kind: str) -> None:
 def test_bad_ledgers_are_skipped_and_counted(
     collector: CgpuCollector, make_container: Callable
 ) -> None:
-    kinds = {"foreign": "foreign", "truncated": "truncated", "empty": "truncated",
-             "version": "version", "corrupt": "corrupt"}
+    kinds = {
+        "foreign": "foreign",
+        "truncated": "truncated",
+        "empty": "truncated",
+        "version": "version",
+        "corrupt": "corrupt",
+    }
     for kind in kinds:
         d = make_container(f"bad-{kind}", {UUID0: GIB}, namespace="ns", pod=kind, container="c")
         _corrupt(d / LEDGER_NAME, kind)
     make_container("good", {UUID0: 2 * GIB}, namespace="ns", pod="good", container="c")
 
     series = scrape(collector)
-    assert series["cgpu_container_gpu_memory_limit_bytes"] == {ctr("ns", "good", "c", UUID0, "0"): 2 * GIB}
+    assert series["cgpu_container_gpu_memory_limit_bytes"] == {
+        ctr("ns", "good", "c", UUID0, "0"): 2 * GIB
+    }
     skipped = series["cgpu_ledgers_skipped"]
     assert skipped[labels(reason="foreign")] == 1
     assert skipped[labels(reason="truncated")] == 2
@@ -200,11 +230,14 @@ def test_labels_from_meta_annotations_and_key(
 def test_labels_from_pod_resources_win(
     state_dir: Path, fake_nvml: FakeNvml, make_container: Callable
 ) -> None:
-    response = _response({"dev-a": ("prod", "web-0", "server")})
-    pods = PodResourcesSource(lister=lambda timeout: response)
+    pods = PodResourcesSource(lister=lambda: {"dev-a": Identity("prod", "web-0", "server")})
     collector = CgpuCollector(state_dir, gpus=NvmlSource(loader=lambda: fake_nvml), pods=pods)
-    make_container("k1", {UUID0: GIB}, namespace="stale", pod="old", container="x", device_ids=["dev-a"])
-    make_container("k2", {UUID0: GIB}, namespace="ns", pod="other", container="y", device_ids=["dev-b"])
+    make_container(
+        "k1", {UUID0: GIB}, namespace="stale", pod="old", container="x", device_ids=["dev-a"]
+    )
+    make_container(
+        "k2", {UUID0: GIB}, namespace="ns", pod="other", container="y", device_ids=["dev-b"]
+    )
     series = scrape(collector)
     assert set(series["cgpu_container_gpu_memory_limit_bytes"]) == {
         ctr("prod", "web-0", "server", UUID0, "0"),
@@ -224,7 +257,9 @@ def test_directories_of_one_container_are_merged(
     key = ctr("ns", "p", "c", UUID0, "0")
     assert series["cgpu_container_gpu_memory_limit_bytes"] == {key: 2 * GIB}
     assert series["cgpu_container_gpu_memory_used_bytes"] == {key: 30 * MIB}
-    assert series["cgpu_gpu_memory_allocated_bytes"][labels(gpu_uuid=UUID0, gpu_index="0")] == 2 * GIB
+    assert (
+        series["cgpu_gpu_memory_allocated_bytes"][labels(gpu_uuid=UUID0, gpu_index="0")] == 2 * GIB
+    )
 
 
 def test_without_nvml_container_series_stay(state_dir: Path, make_container: Callable) -> None:
@@ -253,17 +288,6 @@ def test_missing_state_dir_is_empty_not_an_error(tmp_path: Path, fake_nvml: Fake
     series = scrape(collector)
     assert "cgpu_container_gpu_memory_limit_bytes" not in series
     assert series["cgpu_exporter_scrape_duration_seconds"][labels()] >= 0
-
-
-def _response(assignments: dict[str, tuple[str, str, str]]) -> object:
-    """A ListPodResourcesResponse look-alike: {device_id: (namespace, pod, container)}."""
-    from types import SimpleNamespace as NS
-
-    pods = [
-        NS(namespace=ns, name=pod, containers=[NS(name=c, devices=[NS(device_ids=[dev])])])
-        for dev, (ns, pod, c) in assignments.items()
-    ]
-    return NS(pod_resources=pods)
 
 
 def test_identity_type_is_hashable() -> None:

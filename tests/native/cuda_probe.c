@@ -13,6 +13,7 @@
  *
  * Each command prints one line.  See usage() for the commands.
  */
+#define _GNU_SOURCE
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
@@ -162,6 +163,27 @@ static void *churn_thread(void *arg)
         if (f.free_(p) != CUDA_SUCCESS)
             c->failures++;
     }
+    return NULL;
+}
+
+/* Threads grab memory until the slice refuses, all at once, then give it back. */
+struct grab {
+    size_t size;
+    int got;
+    pthread_barrier_t *barrier;
+};
+
+static void *grab_thread(void *arg)
+{
+    struct grab *g = arg;
+    CUdeviceptr held[4096];
+    f.ctx_set(g_ctx);
+    pthread_barrier_wait(g->barrier);
+    while (g->got < 4096 && f.alloc(&held[g->got], g->size) == CUDA_SUCCESS)
+        g->got++;
+    pthread_barrier_wait(g->barrier);
+    for (int i = 0; i < g->got; i++)
+        f.free_(held[i]);
     return NULL;
 }
 
@@ -352,6 +374,26 @@ int main(int argc, char **argv)
             }
             printf("threads %d\n", failures);
             i += 3;
+        } else if (strcmp(c, "grab") == 0) {
+            int t = (int)ARG(1);
+            pthread_t th[256];
+            struct grab g[256];
+            pthread_barrier_t barrier;
+            if (t > 256)
+                t = 256;
+            pthread_barrier_init(&barrier, NULL, (unsigned)t);
+            for (int k = 0; k < t; k++) {
+                g[k] = (struct grab){.size = ARG(2), .barrier = &barrier};
+                pthread_create(&th[k], NULL, grab_thread, &g[k]);
+            }
+            int total = 0;
+            for (int k = 0; k < t; k++) {
+                pthread_join(th[k], NULL);
+                total += g[k].got;
+            }
+            pthread_barrier_destroy(&barrier);
+            printf("grab %d\n", total);
+            i += 2;
         } else if (strcmp(c, "loop") == 0) {
             long iters = (long)ARG(1);
             size_t size = ARG(2);

@@ -16,8 +16,8 @@ def test_each_family_stops_at_the_slice_and_returns_to_zero(shim_env, probe, led
               "async", 128 * MiB, "async", 512 * MiB,
               "pool", 128 * MiB, "pool", 512 * MiB,
               "array", 4096, 4096, "array", 8192, 4096,           # float4: 256 MiB fits, 512 MiB not
-              "array3d", 512, 512, 512, "array3d", 1024, 512, 512,  # u8: 128 MiB fits, 256+ not
-              "mipmap", 4096, 2048, 4, "mipmap", 8192, 8192, 1,
+              "array3d", 512, 512, 512, "array3d", 1024, 1024, 512,  # u8: 128 MiB fits, 512 MiB not
+              "mipmap", 4096, 2048, 4, "mipmap", 16384, 8192, 1,
               "managed", 200 * MiB, "managed", 200 * MiB, "free-all")
     assert r.returncode == 0, r.stderr
     for family in ("pitch", "vmm", "async", "pool", "array", "array3d", "mipmap", "managed"):

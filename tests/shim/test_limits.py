@@ -118,7 +118,7 @@ def test_malformed_config_file_fails_closed(shim_env, probe, ledger_dir, text):
 def test_context_overhead_is_charged(shim_env, probe):
     env = shim_env({"CGPU_MEM_LIMIT": "1GiB"}, ctx_overhead="64MiB")
     r = probe(env, "dlsym", "init", "info", "fill", 64 * MiB)
-    assert r.one("info")[0] == str(GiB - 64 * MiB)
+    assert r.one("info")[1] == str(GiB - 64 * MiB)
     assert r.one("fill") == ["15", "2"]
     env = shim_env({"CGPU_MEM_LIMIT": "1GiB", "CGPU_CONTEXT_OVERHEAD": "128MiB"})
     assert probe(env, "dlsym", "init", "fill", 64 * MiB).one("fill") == ["14", "2"]

@@ -11,8 +11,8 @@ MiB = 1 << 20
 
 def test_nvml_memory_info_shows_the_slice_and_the_container_use(shim_env, probe, native_build):
     env = shim_env({"CGPU_MEM_LIMIT": "2GiB"})
-    holder = subprocess.Popen([str(native_build / "cuda_probe"), "dlsym", "init", "alloc", 512 * MiB,
-                               "ready", "wait"], env=env, stdin=subprocess.PIPE,
+    holder = subprocess.Popen([str(native_build / "cuda_probe"), "dlsym", "init", "alloc",
+                               str(512 * MiB), "ready", "wait"], env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     for _ in range(3):
         holder.stdout.readline()

@@ -60,99 +60,88 @@ class NvmlSource:
         self._loader = loader
         self._clock = clock
         self._nvml: ModuleType | None = None
-        self._devices: list[_Device] | None = None
+        self._initialised = False
+        self._devices: list[_Device] = []  # last known GPUs, kept while NVML is down
         self._next_try = 0.0
         self._last_error = ""
 
     @property
     def up(self) -> bool:
-        """Whether NVML is initialised and listed the devices."""
-        return self._devices is not None
+        """Whether NVML is initialised and answering."""
+        return self._initialised
 
     @property
     def last_error(self) -> str:
-        """Why NVML is down, for logs and docs; empty when it is up."""
+        """Why NVML is down, for logs; empty when it is up."""
         return self._last_error
 
     def gpus(self) -> list[GpuStatus]:
-        """Every GPU with its memory now; [] while NVML is unavailable."""
-        devices = self._ensure()
-        if devices is None:
-            return []
+        """Every GPU with its memory now.
+
+        While NVML is down, the GPUs it listed before are returned as unhealthy (total and used
+        None), so an alert on them keeps firing; with no NVML ever, the list is empty.
+        """
+        if not self._initialised:
+            self._try_init()
+        if not self._initialised:
+            return [GpuStatus(d.uuid, d.index, d.model, None, None) for d in self._devices]
         nvml = self._nvml
         assert nvml is not None
         result = []
-        failed = 0
-        for dev in devices:
+        for dev in self._devices:
             try:
                 mem = nvml.nvmlDeviceGetMemoryInfo(dev.handle)
-                result.append(
-                    GpuStatus(dev.uuid, dev.index, dev.model, int(mem.total), int(mem.used))
-                )
+                status = GpuStatus(dev.uuid, dev.index, dev.model, int(mem.total), int(mem.used))
             except Exception as exc:  # NVMLError subclasses: GPU lost, reset, unknown
-                failed += 1
                 log.warning("NVML memory query failed for %s: %s", dev.uuid, exc)
-                result.append(GpuStatus(dev.uuid, dev.index, dev.model, None, None))
-        if devices and failed == len(devices):
-            # Every GPU failed: the driver may have been reloaded; start over on the next scrape
-            # (the GPUs stay listed as unhealthy for this one).
-            self._reset("every GPU query failed")
+                status = GpuStatus(dev.uuid, dev.index, dev.model, None, None)
+            result.append(status)
+        if result and not any(g.healthy for g in result):
+            # Every GPU failed: the driver may have been reloaded. Start a new NVML session
+            # after the retry interval; the GPUs stay listed as unhealthy meanwhile.
+            self._shutdown("every GPU query failed")
         return result
 
     def uuid_to_index(self) -> dict[str, int]:
-        """{uuid: NVML index} from the cached device list (no NVML call)."""
-        return {d.uuid: d.index for d in self._devices or ()}
+        """{uuid: NVML index} of the known GPUs (no NVML call)."""
+        return {d.uuid: d.index for d in self._devices}
 
     def close(self) -> None:
         """Shut NVML down if this source initialised it."""
-        self._reset("closed")
+        self._shutdown("closed")
 
-    def _ensure(self) -> list[_Device] | None:
-        if self._devices is not None:
-            return self._devices
+    def _try_init(self) -> None:
         now = self._clock()
         if now < self._next_try:
-            return None
+            return
         self._next_try = now + self._retry_interval
         try:
             nvml = self._nvml or self._loader()
-            nvml.nvmlInit()
             self._nvml = nvml
+            nvml.nvmlInit()
+            self._initialised = True
             devices = []
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                devices.append(
-                    _Device(
-                        uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-                        index=index,
-                        model=_text(nvml.nvmlDeviceGetName(handle)),
-                        handle=handle,
-                    )
-                )
+                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+                model = _text(nvml.nvmlDeviceGetName(handle))
+                devices.append(_Device(uuid, index, model, handle))
         except Exception as exc:  # ImportError, NVMLError (library or driver missing), OSError
             if self._last_error != str(exc):
-                log.warning(
-                    "NVML unavailable (retrying every %.0fs): %s", self._retry_interval, exc
-                )
-            self._last_error = str(exc) or type(exc).__name__
-            self._shutdown()
-            return None
+                log.warning("NVML unavailable (retry every %.0fs): %s", self._retry_interval, exc)
+            self._shutdown(str(exc) or type(exc).__name__)
+            return
         self._devices = devices
         self._last_error = ""
         log.info("NVML up: %d GPU(s)", len(devices))
-        return devices
 
-    def _reset(self, why: str) -> None:
-        if self._devices is not None:
-            log.warning("NVML reset: %s", why)
-        self._devices = None
+    def _shutdown(self, why: str) -> None:
         self._last_error = why
-        self._shutdown()
-
-    def _shutdown(self) -> None:
-        if self._nvml is None:
+        if not self._initialised:
             return
-        # Not initialised, or the library went away: nothing to release either way.
+        self._initialised = False
+        assert self._nvml is not None
+        # The library may already be gone: nothing to release then.
         with contextlib.suppress(Exception):
             self._nvml.nvmlShutdown()
 

@@ -1,0 +1,61 @@
+"""Helpers shared by the device-plugin tests: the running plugin and a few constants."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dp_kubelet import FakeKubelet, PluginClient
+
+REPO = Path(__file__).resolve().parents[2]
+UUIDS = [f"GPU-c0ffee00-0000-4000-8000-00000000000{i}" for i in range(8)]
+
+
+@dataclass
+class RunningPlugin:
+    """A plugin subprocess registered with a fake kubelet."""
+
+    proc: subprocess.Popen[bytes]
+    kubelet: FakeKubelet
+    registration: dict[str, Any]
+    client: PluginClient
+    root: Path
+    state_dir: Path
+    log_path: Path
+    clients: list[PluginClient] = field(default_factory=list)
+
+    def log(self) -> str:
+        """What the plugin has logged so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def wait_log(self, text: str, timeout: float = 10.0) -> str:
+        """Wait until the log contains `text`."""
+        deadline = time.monotonic() + timeout
+        while text not in self.log():
+            assert self.proc.poll() is None, f"plugin exited:\n{self.log()}"
+            assert time.monotonic() < deadline, f"{text!r} not logged:\n{self.log()}"
+            time.sleep(0.05)
+        return self.log()
+
+    def reconnect(self) -> PluginClient:
+        """A new client on the plugin's socket."""
+        client = self.kubelet.plugin(self.registration["endpoint"])
+        self.clients.append(client)
+        return client
+
+
+def gib(n: float) -> int:
+    """Bytes in n GiB."""
+    return int(n * (1 << 30))
+
+
+def assert_exits_cleanly(plugin: RunningPlugin) -> None:
+    """SIGTERM stops the plugin with status 0 and removes its socket."""
+    plugin.proc.send_signal(signal.SIGTERM)
+    assert plugin.proc.wait(timeout=10) == 0, plugin.log()
+    assert not os.path.exists(plugin.kubelet.directory / plugin.registration["endpoint"])
