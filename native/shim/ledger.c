@@ -82,8 +82,9 @@ static int initialise(int fd)
     }
     l->version = CGPU_LEDGER_VERSION;
     l->size = sizeof *l;
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    memcpy(l->magic, CGPU_LEDGER_MAGIC_STR, 8); /* last: readers see a whole header */
+    uint64_t magic;
+    memcpy(&magic, CGPU_LEDGER_MAGIC_STR, 8);
+    __atomic_store_n((uint64_t *)(void *)l->magic, magic, __ATOMIC_RELEASE); /* last: a whole header */
     msync(l, sizeof *l, MS_SYNC);
     munmap(l, sizeof *l);
     return CGPU_OK;

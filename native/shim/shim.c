@@ -20,6 +20,8 @@
 #include "shim.h"
 
 #define EXPORT __attribute__((visibility("default")))
+/* Sanitizer runtimes call dlsym before they are set up: those paths stay uninstrumented. */
+#define NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
@@ -61,7 +63,7 @@ static void *const nvml_wrappers[N_COUNT] = {(void *)&nvmlDeviceGetMemoryInfo, (
 typedef void *(*dlsym_fn)(void *, const char *);
 static dlsym_fn real_dlsym_ptr;
 
-static dlsym_fn real_dlsym(void)
+NO_SANITIZE static dlsym_fn real_dlsym(void)
 {
     dlsym_fn f = __atomic_load_n(&real_dlsym_ptr, __ATOMIC_RELAXED);
     if (likely(f))
@@ -730,7 +732,7 @@ static __attribute__((noinline)) void *dlsym_hooked(void *handle, const char *na
 
 /* Everything that is not ours is a tail call, so that glibc still sees the
  * caller's return address and RTLD_NEXT keeps its meaning. */
-EXPORT SIBLING_CALLS void *dlsym(void *handle, const char *name)
+EXPORT SIBLING_CALLS NO_SANITIZE void *dlsym(void *handle, const char *name)
 {
     const char *volatile n = name; /* glibc declares it nonnull; callers still pass NULL */
     if (n && ((n[0] == 'c' && n[1] == 'u') || (n[0] == 'n' && n[1] == 'v' && n[2] == 'm'))) {

@@ -119,14 +119,28 @@ def test_hostile_rootfs_writes_nothing_outside(
     _assert_limited(result.stdout, SLICE_2_OF_8)
 
 
-def test_internal_error_leaves_nothing_half_made(make_bundle: MakeBundle, state_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("sabotage", "message"),
+    [
+        # A file cannot be mounted on a directory: this fails after the other mounts are made.
+        (lambda rootfs: (rootfs / "etc" / "ld.so.preload").mkdir(),
+         "cgpu hook: internal error: /etc/ld.so.preload (at /etc/ld.so.preload in the rootfs)"),
+        # A link into the container's own /proc: nothing is made or mounted on procfs.
+        (lambda rootfs: (rootfs / "usr/local").symlink_to("/proc/sys"),
+         "cgpu hook: internal error: /proc/sys/cgpu is on proc; refusing to write or mount there"),
+    ],
+    ids=["file-on-directory", "link-into-proc"],
+)  # fmt: skip
+def test_internal_error_leaves_nothing_half_made(
+    make_bundle: MakeBundle, state_dir: Path, sabotage: Callable[[Path], object], message: str
+) -> None:
     bundle = make_bundle(["/bin/echo", "container ran"], ALIYUN_2_OF_8)
-    (bundle.rootfs / "etc" / "ld.so.preload").mkdir()  # a file cannot be mounted on it
+    sabotage(bundle.rootfs)
     before = snapshot(bundle.rootfs)
     result = bundle.run()
     assert result.returncode != 0
     assert "container ran" not in result.stdout
-    assert "cgpu hook: internal error: /etc/ld.so.preload" in result.stderr
+    assert message in result.stderr
     assert snapshot(bundle.rootfs) == before  # the mount points made earlier were removed
     assert _containers(state_dir) == []
 

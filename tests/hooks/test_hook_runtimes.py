@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hook_runc import CHUNK, SIM_ENV, Bundle, hook_env, parse_probe, probe_script
 
 from cgpu.cli import main as cgpu_main
@@ -26,7 +27,9 @@ def _runnable(hook: dict[str, Any], sim_dir: Path) -> dict[str, Any]:
     return {**hook, "path": sys.executable, "args": args, "env": hook_env(sim_dir)}
 
 
-def test_hook_install_writes_the_deployed_hooks_d_file(tmp_path: Path, capsys: Any) -> None:
+def test_hook_install_writes_the_deployed_hooks_d_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     argv = ["hook", "install", "--dir", str(tmp_path), "--cgpu", "/usr/local/bin/cgpu"]
     assert cgpu_main([*argv, "--state-dir", "/var/lib/cgpu"]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "cgpu.json")

@@ -6,6 +6,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from cgpu.cli import main as cgpu_main
 from cgpu.containers import containers_root, create_container_dir
 from hooks.sweep import start_time, sweep
@@ -17,7 +19,9 @@ def _make(state: Path, key: str, **meta: object) -> None:
     create_container_dir(state, key, LIMITS, {"container_id": key, **meta})
 
 
-def test_sweep_removes_only_dead_hook_containers(tmp_path: Path, capsys: object) -> None:
+def test_sweep_removes_only_dead_hook_containers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     child = subprocess.Popen(["true"])
     child.wait()  # its pid is free now
     me = os.getpid()
@@ -31,4 +35,4 @@ def test_sweep_removes_only_dead_hook_containers(tmp_path: Path, capsys: object)
     assert left == ["live", "plugin", "unrecorded"]
     _make(tmp_path, "dead", source="hook", init_pid=child.pid, init_start_time=1)
     assert cgpu_main(["hook", "sweep", "--state-dir", str(tmp_path)]) == 0
-    assert "removed dead" in capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "removed dead" in capsys.readouterr().out

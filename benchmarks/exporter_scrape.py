@@ -1,0 +1,163 @@
+"""How long one `cgpu exporter` scrape takes: N containers with live processes on G GPUs.
+
+Builds a temporary state dir with synthetic containers written through the binding
+(`cgpu.containers.create_container_dir`, which calls `cgpu.ledger.init_ledger`), charges each
+ledger from live child processes exactly as the shim does (`cgpu_ledger_test_charge`), points NVML
+at the simulator with G GPUs, and times full scrapes: collect plus rendering the text exposition,
+which is what an HTTP scrape costs minus the socket.
+
+    python benchmarks/exporter_scrape.py [--containers 200] [--gpus 8] [--procs 1] [--scrapes 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def uuid_of(index: int) -> str:
+    """The simulator UUID of GPU `index` (set through CGPU_SIM_UUIDS below)."""
+    return f"GPU-be4c0000-0000-4000-8000-{index:012d}"
+
+
+def make_containers(state_dir: Path, containers: int, gpus: int) -> list[Path]:
+    """Containers spread over the GPUs; every eighth one has slices on two GPUs."""
+    from cgpu.containers import create_container_dir
+
+    dirs = []
+    for i in range(containers):
+        limits = {uuid_of(i % gpus): 2 * GIB}
+        if i % 8 == 7:
+            limits[uuid_of((i + 1) % gpus)] = GIB
+        meta = {
+            "source": "device-plugin",
+            "namespace": f"team-{i % 10}",
+            "pod": f"job-{i}-0",
+            "container": "main",
+            "device_ids": [f"{uuid_of(i % gpus)}-_-{i}"],
+        }
+        dirs.append(create_container_dir(state_dir, f"alloc-{i:05d}", limits, meta))
+    return dirs
+
+
+def spawn_holders(dirs: list[Path], procs: int) -> list[tuple[int, int]]:
+    """Fork `procs` live processes per container, each charging its ledger; (pid, release fd)."""
+    from cgpu.ledger import LEDGER_NAME
+    from cgpu.native import load
+
+    _, lib = load()
+    holders = []
+    for n, directory in enumerate(dirs):
+        ledger = str(directory / LEDGER_NAME).encode()
+        for p in range(procs):
+            ready_r, ready_w = os.pipe()
+            release_r, release_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    rc = lib.cgpu_ledger_test_charge(ledger, 0, (64 + n % 64 + p) * MIB, 1)
+                    os.write(ready_w, b"0" if rc == 0 else b"1")
+                    os.read(release_r, 1)
+                finally:
+                    os._exit(0)
+            os.close(ready_w)
+            os.close(release_r)
+            if os.read(ready_r, 1) != b"0":
+                sys.exit(f"charging {ledger.decode()} failed")
+            os.close(ready_r)
+            holders.append((pid, release_w))
+    return holders
+
+
+def release(holders: list[tuple[int, int]]) -> None:
+    """Let every holder exit, and reap it."""
+    for pid, fd in holders:
+        os.write(fd, b"x")
+        os.close(fd)
+        os.waitpid(pid, 0)
+
+
+def time_scrapes(state_dir: Path, scrapes: int) -> tuple[list[float], list[float], int]:
+    """(full scrape seconds, collect-only seconds, bytes of exposition text)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from cgpu.exporter.collector import CgpuCollector
+    from cgpu.exporter.nvml import NvmlSource
+
+    collector = CgpuCollector(state_dir, gpus=NvmlSource())
+    registry = CollectorRegistry()
+    registry.register(collector)
+    size = len(generate_latest(registry))  # warm-up: NVML init, meta.json cache
+    full, collect = [], []
+    for _ in range(scrapes):
+        start = time.perf_counter()
+        generate_latest(registry)
+        full.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        list(collector.collect())
+        collect.append(time.perf_counter() - start)
+    return full, collect, size
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    """Median, p95 and max in milliseconds."""
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {
+        "median_ms": round(statistics.median(ordered) * 1e3, 2),
+        "p95_ms": round(p95 * 1e3, 2),
+        "max_ms": round(ordered[-1] * 1e3, 2),
+    }
+
+
+def main() -> int:
+    """Run the benchmark and print one JSON object."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--containers", type=int, default=200)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--procs", type=int, default=1, help="live processes per container")
+    parser.add_argument("--scrapes", type=int, default=50)
+    args = parser.parse_args()
+
+    os.environ["CGPU_SIM_DEVICES"] = str(args.gpus)
+    os.environ["CGPU_SIM_UUIDS"] = ",".join(uuid_of(i) for i in range(args.gpus))
+    os.environ["CGPU_SIM_MEMORY"] = "80GiB"
+    with tempfile.TemporaryDirectory(prefix="cgpu-bench-") as tmp:
+        state_dir = Path(tmp)
+        dirs = make_containers(state_dir, args.containers, args.gpus)
+        holders = spawn_holders(dirs, args.procs)  # before NVML: fork a single-threaded process
+        try:
+            from cgpu.gpus import use_simulator
+
+            use_simulator()
+            full, collect, size = time_scrapes(state_dir, args.scrapes)
+        finally:
+            release(holders)
+    result = {
+        "containers": args.containers,
+        "gpus": args.gpus,
+        "live_processes": len(holders),
+        "scrapes": args.scrapes,
+        "exposition_bytes": size,
+        "scrape": summary(full),
+        "collect_only": summary(collect),
+        "target_ms": 50,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",
+    }
+    print(json.dumps(result, indent=2))
+    return 0 if result["scrape"]["median_ms"] <= 50 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
