@@ -81,9 +81,9 @@ def list_container_dirs(state_dir: str | os.PathLike[str]) -> Iterator[Path]:
     except FileNotFoundError:
         return
     for entry in entries:
-        if entry.is_dir(follow_symlinks=False) and _KEY_RE.match(entry.name):
-            if not entry.name.startswith("."):
-                yield Path(entry.path)
+        named = _KEY_RE.match(entry.name) and not entry.name.startswith(".")
+        if named and entry.is_dir(follow_symlinks=False):
+            yield Path(entry.path)
 
 
 def remove_container_dir(state_dir: str | os.PathLike[str], key: str) -> bool:

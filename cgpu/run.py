@@ -28,14 +28,27 @@ def default_state_dir() -> Path:
 
 def register(parser: argparse.ArgumentParser) -> None:
     """Options of `cgpu run`."""
-    parser.add_argument("--gpu-mem", required=True, metavar="SIZE",
-                        help="slice per GPU: bytes, or with KiB/MiB/GiB (K/M/G)")
+    parser.add_argument(
+        "--gpu-mem",
+        required=True,
+        metavar="SIZE",
+        help="slice per GPU: bytes, or with KiB/MiB/GiB (K/M/G)",
+    )
     parser.add_argument("--gpu", metavar="N", help="GPU index or comma list (default: all GPUs)")
-    parser.add_argument("--simulate", action="store_true",
-                        help="use the built-in simulated GPU (also the default when no driver is found)")
-    parser.add_argument("--state-dir", type=Path, default=None,
-                        help="where the container directory goes (default: /var/lib/cgpu if writable)")
-    parser.add_argument("--keep", action="store_true", help="keep the ledger after the command exits")
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        help="use the built-in simulated GPU (also the default when no driver is found)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="where the container directory goes (default: /var/lib/cgpu if writable)",
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the ledger after the command exits"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD [ARGS...]")
 
 
@@ -52,7 +65,9 @@ def _select(all_gpus: list[gpus.GPU], spec: str | None) -> list[gpus.GPU]:
     return chosen
 
 
-def _child_env(run_dir: Path, simulate: bool, chosen: list[gpus.GPU], all_count: int) -> dict[str, str]:
+def _child_env(
+    run_dir: Path, simulate: bool, chosen: list[gpus.GPU], all_count: int
+) -> dict[str, str]:
     env = dict(os.environ)
     env["CGPU_LEDGER_DIR"] = str(run_dir)
     preload = env.get("LD_PRELOAD", "")
@@ -111,8 +126,10 @@ def _run_child(command: list[str], env: dict[str, str]) -> int:
     except OSError as exc:
         print(f"cgpu run: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
         return 127
-    forward = {s: signal.signal(s, lambda sig, _f: child.send_signal(sig))
-               for s in (signal.SIGINT, signal.SIGTERM)}
+    forward = {
+        s: signal.signal(s, lambda sig, _f: child.send_signal(sig))
+        for s in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         code = child.wait()
     finally:

@@ -29,8 +29,12 @@ def _state_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
 
 def register(parser: argparse.ArgumentParser) -> None:
     """`cgpu hook` reads the OCI state on stdin; poststop, sweep and install are sub-actions."""
+    parser.epilog = (
+        "With no ACTION, cgpu hook is a prestart/createRuntime hook: it reads the OCI state on "
+        "stdin (and removes the container's directory when the state says stopped)."
+    )
     _state_dir_option(parser, DEFAULT_STATE_DIR)
-    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub = parser.add_subparsers(dest="action", metavar="[ACTION]")
     stop = sub.add_parser("poststop", help="remove a stopped container's directory")
     _state_dir_option(stop, argparse.SUPPRESS)
     swp = sub.add_parser("sweep", help="remove the directories of containers that are gone")

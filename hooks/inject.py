@@ -1,6 +1,6 @@
 """Bind the shim, /etc/ld.so.preload and the ledger directory into a container being created.
 
-This runs as its own short-lived process (`python -m hooks.inject`, the plan as JSON on stdin),
+This runs as its own short-lived process (`hooks.hook.run_injector`, the plan as JSON on stdin),
 because setns(CLONE_NEWNS) needs a single-threaded process and the hook proper has loaded NVML.
 It enters the mount namespace of the container's init process (which waits, before pivot_root,
 while prestart and createRuntime hooks run) and mounts there, onto paths inside the root
@@ -113,9 +113,10 @@ class Mounts:
             finally:
                 os.close(dst)
             top, _ = self.root.lookup(target)
-            self.done.append((top, target))
             if not _same(os.fstat(top), expect):
+                os.close(top)  # not ours to undo: the container is torn down when we fail
                 raise OSError(f"{target}: the new mount is not where it was made")
+            self.done.append((top, target))
             remount = syscalls.MS_BIND | syscalls.MS_REMOUNT | flags
             syscalls.mount(None, f"/proc/self/fd/{top}", remount, target)
         finally:

@@ -42,7 +42,11 @@ def sim_env(tmp_path: Path, sim_dir: Path) -> Callable[..., dict[str, str]]:
     """
 
     def make(extra: dict[str, str] | None = None, **sim: object) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("CGPU_", "ALIYUN_", "VOLCANO_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("CGPU_", "ALIYUN_", "VOLCANO_"))
+        }
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             p for p in (str(sim_dir), os.environ.get("LD_LIBRARY_PATH", "")) if p
         )
@@ -65,8 +69,11 @@ def cc() -> str:
 
 def cuda_include() -> str:
     """Directory of the real cuda.h."""
-    candidates = [os.environ.get("CUDA_HOME", ""), "/usr/local/cuda",
-                  *sorted(glob.glob("/usr/local/cuda-*"), reverse=True)]
+    candidates = [
+        os.environ.get("CUDA_HOME", ""),
+        "/usr/local/cuda",
+        *sorted(glob.glob("/usr/local/cuda-*"), reverse=True),
+    ]
     for base in candidates:
         if base and Path(base, "include", "cuda.h").is_file():
             return str(Path(base, "include"))
@@ -77,9 +84,38 @@ def cuda_include() -> str:
 def native_build(tmp_path_factory: pytest.TempPathFactory, cc: str, sim_dir: Path) -> Path:
     """Compile the probe and the RTLD_NEXT library once per session."""
     out = tmp_path_factory.mktemp("native")
-    subprocess.run([cc, "-std=gnu11", "-O1", "-g", "-Wall", "-Werror", "-I", cuda_include(),
-                    str(NATIVE_SRC / "cuda_probe.c"), "-o", str(out / "cuda_probe"),
-                    "-L", str(sim_dir), "-l:libcuda.so.1", "-ldl", "-lpthread"], check=True)
-    subprocess.run([cc, "-shared", "-fPIC", "-O2", str(NATIVE_SRC / "next_user.c"),
-                    "-o", str(out / "libnext_user.so"), "-ldl"], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=gnu11",
+            "-O1",
+            "-g",
+            "-Wall",
+            "-Werror",
+            "-I",
+            cuda_include(),
+            str(NATIVE_SRC / "cuda_probe.c"),
+            "-o",
+            str(out / "cuda_probe"),
+            "-L",
+            str(sim_dir),
+            "-l:libcuda.so.1",
+            "-ldl",
+            "-lpthread",
+        ],
+        check=True,
+    )
+    subprocess.run(
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-O2",
+            str(NATIVE_SRC / "next_user.c"),
+            "-o",
+            str(out / "libnext_user.so"),
+            "-ldl",
+        ],
+        check=True,
+    )
     return out

@@ -12,8 +12,13 @@ MiB = 1 << 20
 
 
 def cgpu(*args, env=None, timeout=60):
-    return subprocess.run([sys.executable, "-m", "cgpu.cli", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "cgpu.cli", *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_shim_path_prints_the_installed_shim():
@@ -24,37 +29,86 @@ def test_shim_path_prints_the_installed_shim():
 
 
 def test_run_limits_the_command_and_cleans_up(sim_env, native_build, tmp_path):
-    out = cgpu("run", "--simulate", "--gpu-mem", "1GiB", "--state-dir", tmp_path, "--",
-               native_build / "cuda_probe", "dlsym", "init", "fill", 64 * MiB, env=sim_env())
+    out = cgpu(
+        "run",
+        "--simulate",
+        "--gpu-mem",
+        "1GiB",
+        "--state-dir",
+        tmp_path,
+        "--",
+        native_build / "cuda_probe",
+        "dlsym",
+        "init",
+        "fill",
+        64 * MiB,
+        env=sim_env(),
+    )
     assert out.returncode == 0, out.stderr
     assert "fill 16 2" in out.stdout
     assert list((tmp_path / "containers").iterdir()) == []
 
 
 def test_run_passes_the_exit_status_through(sim_env, tmp_path):
-    out = cgpu("run", "--simulate", "--gpu-mem", "1GiB", "--state-dir", tmp_path, "--",
-               sys.executable, "-c", "raise SystemExit(7)", env=sim_env())
+    out = cgpu(
+        "run",
+        "--simulate",
+        "--gpu-mem",
+        "1GiB",
+        "--state-dir",
+        tmp_path,
+        "--",
+        sys.executable,
+        "-c",
+        "raise SystemExit(7)",
+        env=sim_env(),
+    )
     assert out.returncode == 7
 
 
 def test_run_refuses_bad_input(sim_env, tmp_path):
     bad_size = cgpu("run", "--simulate", "--gpu-mem", "lots", "--", "true", env=sim_env())
     assert bad_size.returncode == 2 and "--gpu-mem" in bad_size.stderr
-    bad_gpu = cgpu("run", "--simulate", "--gpu-mem", "1G", "--gpu", "7", "--state-dir", tmp_path,
-                   "--", "true", env=sim_env())
+    bad_gpu = cgpu(
+        "run",
+        "--simulate",
+        "--gpu-mem",
+        "1G",
+        "--gpu",
+        "7",
+        "--state-dir",
+        tmp_path,
+        "--",
+        "true",
+        env=sim_env(),
+    )
     assert bad_gpu.returncode == 2 and "unknown GPU '7'" in bad_gpu.stderr
 
 
 def test_run_keeps_and_ledger_shows_the_container(sim_env, native_build, tmp_path):
-    out = cgpu("run", "--simulate", "--gpu-mem", "512MiB", "--state-dir", tmp_path, "--keep", "--",
-               native_build / "cuda_probe", "dlsym", "init", "alloc", 100 * MiB, env=sim_env())
+    out = cgpu(
+        "run",
+        "--simulate",
+        "--gpu-mem",
+        "512MiB",
+        "--state-dir",
+        tmp_path,
+        "--keep",
+        "--",
+        native_build / "cuda_probe",
+        "dlsym",
+        "init",
+        "alloc",
+        100 * MiB,
+        env=sim_env(),
+    )
     assert out.returncode == 0, out.stderr
     shown = cgpu("ledger", "--state-dir", tmp_path, "--json", env=sim_env())
     assert shown.returncode == 0, shown.stderr
     (record,) = json.loads(shown.stdout)
     assert record["meta"]["source"] == "run"
     assert record["devices"][0]["limit"] == 512 * MiB
-    assert record["devices"][0]["used"] == 0      # the process has exited
+    assert record["devices"][0]["used"] == 0  # the process has exited
     assert record["devices"][0]["peak"] == 100 * MiB
     text = cgpu("ledger", "--state-dir", tmp_path, env=sim_env())
     assert "slice      512.0 MiB" in text.stdout

@@ -35,12 +35,15 @@ def test_charges_show_per_process_and_credit_exactly(tmp_path):
     assert read_ledger(path).devices[0].used == 0
 
 
-@pytest.mark.parametrize(("content", "code"), [
-    (b"", -4),
-    (b"CGPULDG1" + (1).to_bytes(4, "little") + b"\0" * 4, -4),
-    (b"NOTCGPU!" + b"\0" * 200000, -2),
-    (b"CGPULDG1" + (7).to_bytes(4, "little") + b"\0" * 200000, -3),
-])
+@pytest.mark.parametrize(
+    ("content", "code"),
+    [
+        (b"", -4),
+        (b"CGPULDG1" + (1).to_bytes(4, "little") + b"\0" * 4, -4),
+        (b"NOTCGPU!" + b"\0" * 200000, -2),
+        (b"CGPULDG1" + (7).to_bytes(4, "little") + b"\0" * 200000, -3),
+    ],
+)
 def test_foreign_truncated_and_other_versions_are_rejected(tmp_path, content, code):
     path = tmp_path / "cgpu.ledger"
     path.write_bytes(content)
@@ -80,13 +83,17 @@ def test_config_refuses_unsafe_values(tmp_path):
     assert not (tmp_path / "cgpu.conf").exists()
 
 
-@pytest.mark.parametrize(("text", "value"), [("1", 1), ("2K", 2048), ("3MiB", 3 * MiB), ("1G", 1 << 30),
-                                             ("1TiB", 1 << 40)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1", 1), ("2K", 2048), ("3MiB", 3 * MiB), ("1G", 1 << 30), ("1TiB", 1 << 40)],
+)
 def test_parse_size(text, value):
     assert parse_size(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "x", "0", "1.5G", "-1", "1 G B", "1GB", "18446744073709551616"])
+@pytest.mark.parametrize(
+    "text", ["", "x", "0", "1.5G", "-1", "1 G B", "1GB", "18446744073709551616"]
+)
 def test_parse_size_rejects(text):
     with pytest.raises(ConfigError):
         parse_size(text)

@@ -726,10 +726,14 @@ def simlib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not shutil.which("cmake"):
         pytest.skip("cmake is needed to build the simulator")
     build = tmp_path_factory.mktemp("simbuild")
-    subprocess.run(["cmake", "-S", str(REPO), "-B", str(build)], check=True,
-                   stdout=subprocess.DEVNULL)
-    subprocess.run(["cmake", "--build", str(build), "-j2", "--target", "cgpusim_cuda",
-                    "cgpusim_nvml"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["cmake", "-S", str(REPO), "-B", str(build)], check=True, stdout=subprocess.DEVNULL
+    )
+    subprocess.run(
+        ["cmake", "--build", str(build), "-j2", "--target", "cgpusim_cuda", "cgpusim_nvml"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return build / "sim"
 
 
@@ -742,17 +746,40 @@ def probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Path:
     src = out / "probe.c"
     src.write_text(PROBE_C)
     exe = out / "probe"
-    subprocess.run([cc, "-std=gnu11", "-O1", "-Wall", "-Werror", "-Wno-unused-result",
-                    "-I", str(_cuda_include()),
-                    "-I", str(REPO / "native" / "include"), str(src), "-o", str(exe),
-                    "-L", str(simlib), "-l:libcuda.so.1", "-l:libnvidia-ml.so.1",
-                    f"-Wl,-rpath,{simlib}", "-ldl", "-pthread"], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-std=gnu11",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-Wno-unused-result",
+            "-I",
+            str(_cuda_include()),
+            "-I",
+            str(REPO / "native" / "include"),
+            str(src),
+            "-o",
+            str(exe),
+            "-L",
+            str(simlib),
+            "-l:libcuda.so.1",
+            "-l:libnvidia-ml.so.1",
+            f"-Wl,-rpath,{simlib}",
+            "-ldl",
+            "-pthread",
+        ],
+        check=True,
+    )
     return exe
 
 
 def sim_environ(simlib: Path, **sim: object) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("CGPU_") and k != "CUDA_VISIBLE_DEVICES"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("CGPU_") and k != "CUDA_VISIBLE_DEVICES"
+    }
     env["LD_LIBRARY_PATH"] = str(simlib)
     for key, value in sim.items():
         if key == "cuda_visible_devices":
@@ -767,8 +794,14 @@ def run(probe: Path, simlib: Path):
     """run("cmd", env vars...) -> CompletedProcess; fails the test on a probe failure."""
 
     def _run(*args: str, check: bool = True, stdin: str | None = None, **sim: object):
-        proc = subprocess.run([str(probe), *args], env=sim_environ(simlib, **sim), text=True,
-                              capture_output=True, input=stdin, timeout=60)
+        proc = subprocess.run(
+            [str(probe), *args],
+            env=sim_environ(simlib, **sim),
+            text=True,
+            capture_output=True,
+            input=stdin,
+            timeout=60,
+        )
         if check and proc.returncode != 0:
             pytest.fail(f"probe {args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         return proc
@@ -777,9 +810,13 @@ def run(probe: Path, simlib: Path):
 
 
 def run_py(simlib: Path, code: str, **sim: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
-                          env=sim_environ(simlib, **sim), text=True, capture_output=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=sim_environ(simlib, **sim),
+        text=True,
+        capture_output=True,
+        timeout=60,
+    )
 
 
 def json_out(proc: subprocess.CompletedProcess):
@@ -792,8 +829,9 @@ def json_out(proc: subprocess.CompletedProcess):
 def exported(lib: Path) -> list[str]:
     if not shutil.which("nm"):
         pytest.skip("nm (binutils) is needed")
-    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True
+    ).stdout
     return [line.split()[-1] for line in out.splitlines() if line.split()]
 
 
@@ -805,7 +843,7 @@ def test_build_artifacts(simlib: Path) -> None:
         assert lib.is_file() and not lib.is_symlink()
         dyn = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
         assert f"Library soname: [{name}]" in dyn
-        assert other not in dyn                    # the two libraries are independent
+        assert other not in dyn  # the two libraries are independent
     names = exported(simlib / "libcuda.so.1")
     assert names and all(n.startswith("cu") for n in names), "only API symbols are exported"
     names = exported(simlib / "libnvidia-ml.so.1")
@@ -821,16 +859,29 @@ def test_calls_before_init_and_init_flags(run) -> None:
 
 def test_default_device(run) -> None:
     [dev] = json_out(run("devices"))
-    assert dev == {"name": "cgpu Simulated GPU", "uuid": "GPU-5eed0000-0000-4000-8000-000000000000",
-                   "total": 16 * GiB, "total32": 0xFFFFFFFF, "cc": "9.0", "sms": 132, "vmm": 1,
-                   "pools": 1, "bus": "0000:18:00.0", "busid": 0x18}
+    assert dev == {
+        "name": "cgpu Simulated GPU",
+        "uuid": "GPU-5eed0000-0000-4000-8000-000000000000",
+        "total": 16 * GiB,
+        "total32": 0xFFFFFFFF,
+        "cc": "9.0",
+        "sms": 132,
+        "vmm": 1,
+        "pools": 1,
+        "bus": "0000:18:00.0",
+        "busid": 0x18,
+    }
 
 
 def test_devices_from_env(run) -> None:
-    uuids = ["GPU-11111111-2222-3333-4444-555555555555", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
-             "GPU-ABCDEF01-0000-0000-0000-000000000001"]
-    devs = json_out(run("devices", devices=3, memory="1GiB,2048MiB,3G", uuids=",".join(uuids),
-                        name="Tesla Sim"))
+    uuids = [
+        "GPU-11111111-2222-3333-4444-555555555555",
+        "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+        "GPU-ABCDEF01-0000-0000-0000-000000000001",
+    ]
+    devs = json_out(
+        run("devices", devices=3, memory="1GiB,2048MiB,3G", uuids=",".join(uuids), name="Tesla Sim")
+    )
     assert [d["uuid"] for d in devs] == ["GPU-" + u[4:].lower() for u in uuids]
     assert [d["total"] for d in devs] == [GiB, 2 * GiB, 3 * GiB]
     assert {d["name"] for d in devs} == {"Tesla Sim"}
@@ -846,29 +897,43 @@ def test_cuda_visible_devices(run) -> None:
     env = {"devices": 3, "memory": "1GiB,2GiB,3GiB"}
     devs = json_out(run("devices", cuda_visible_devices="2,0", **env))
     assert [d["total"] for d in devs] == [3 * GiB, GiB]
-    devs = json_out(run("devices", cuda_visible_devices="GPU-5eed0000-0000-4000-8000-000000000001",
-                        **env))
+    devs = json_out(
+        run("devices", cuda_visible_devices="GPU-5eed0000-0000-4000-8000-000000000001", **env)
+    )
     assert [d["total"] for d in devs] == [2 * GiB]
-    devs = json_out(run("devices", cuda_visible_devices="1,9,0", **env))   # stops at 9
+    devs = json_out(run("devices", cuda_visible_devices="1,9,0", **env))  # stops at 9
     assert [d["total"] for d in devs] == [2 * GiB]
     assert run("init", cuda_visible_devices="", **env).stdout.strip() == "100"  # NO_DEVICE
     assert run("init", devices=0).stdout.strip() == "100"
 
 
-@pytest.mark.parametrize(("var", "value"), [
-    ("devices", "17"), ("devices", "two"), ("memory", "16 parsecs"), ("memory", "1GiB,,2GiB"),
-    ("memory", "0"), ("uuids", "GPU-nothex"), ("uuids", "GPU-5eed0000-0000-4000-8000-000000000000,"
-                                                        "GPU-5eed0000-0000-4000-8000-000000000000"),
-    ("other_used", "20GiB"), ("ctx_overhead", "-1"), ("granularity", "3MiB"),
-    ("driver_version", "thirteen"), ("name", ""),
-])
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("devices", "17"),
+        ("devices", "two"),
+        ("memory", "16 parsecs"),
+        ("memory", "1GiB,,2GiB"),
+        ("memory", "0"),
+        ("uuids", "GPU-nothex"),
+        (
+            "uuids",
+            "GPU-5eed0000-0000-4000-8000-000000000000,GPU-5eed0000-0000-4000-8000-000000000000",
+        ),
+        ("other_used", "20GiB"),
+        ("ctx_overhead", "-1"),
+        ("granularity", "3MiB"),
+        ("driver_version", "thirteen"),
+        ("name", ""),
+    ],
+)
 def test_malformed_env(run, var: str, value: str) -> None:
     proc = run("init", **{var: value})
-    assert proc.stdout.strip() == "1"                       # CUDA_ERROR_INVALID_VALUE
+    assert proc.stdout.strip() == "1"  # CUDA_ERROR_INVALID_VALUE
     assert f"CGPU_SIM_{var.upper()}" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     proc = run("nvml", **{var: value})
-    assert proc.stdout.strip() == "999"                     # NVML_ERROR_UNKNOWN
+    assert proc.stdout.strip() == "999"  # NVML_ERROR_UNKNOWN
     assert f"CGPU_SIM_{var.upper()}" in proc.stderr
 
 
@@ -879,10 +944,10 @@ def test_contexts_per_thread(run) -> None:
 def test_alloc_free_reuse_oom(run) -> None:
     r = json_out(run("alloc", memory="1GiB"))
     assert r["total"] == GiB and r["free0"] == GiB
-    assert r["free0"] - r["after1"] == 2 * MiB               # 1 byte takes the 2 MiB granule
+    assert r["free0"] - r["after1"] == 2 * MiB  # 1 byte takes the 2 MiB granule
     assert r["after1"] - r["after3m"] == 4 * MiB
-    assert r["premanaged"] - r["managed"] == 6 * MiB         # managed memory is charged too
-    assert r["v1"] == 2 * MiB                                # legacy cuMemAlloc (32-bit)
+    assert r["premanaged"] - r["managed"] == 6 * MiB  # managed memory is charged too
+    assert r["v1"] == 2 * MiB  # legacy cuMemAlloc (32-bit)
     assert r["blocks"] == GiB // (64 * MiB) and r["left"] == 0
 
 
@@ -899,20 +964,20 @@ def test_granularity_and_other_tenants(run) -> None:
 def test_context_overhead_and_ownership(run) -> None:
     r = json_out(run("ctxmem", memory="4GiB", ctx_overhead="300MiB"))
     assert r["total"] == 4 * GiB
-    assert r["one"] == 4 * GiB - 300 * MiB                   # first context on the device
-    assert r["two"] == r["one"]                              # charged once per process
+    assert r["one"] == 4 * GiB - 300 * MiB  # first context on the device
+    assert r["two"] == r["one"]  # charged once per process
     assert r["with"] == r["two"] - 10 * MiB
-    assert r["after"] == r["one"]                            # destroying c2 freed its memory
+    assert r["after"] == r["one"]  # destroying c2 freed its memory
     assert r["prim"] == r["one"]
-    assert r["reset"] == r["one"]                            # reset freed the allocation
+    assert r["reset"] == r["one"]  # reset freed the allocation
 
 
 def test_vmm(run) -> None:
     r = json_out(run("vmm", devices=2, memory="1GiB"))
     gran = r["gran"]
-    assert r["free0"] == GiB                                 # device 0 untouched
-    assert r["free1"] == GiB - 4 * gran                      # charged to prop->location.id
-    assert r["mapped"] == r["free1"]                         # released but mapped: still held
+    assert r["free0"] == GiB  # device 0 untouched
+    assert r["free1"] == GiB - 4 * gran  # charged to prop->location.id
+    assert r["mapped"] == r["free1"]  # released but mapped: still held
     assert r["unmapped"] == GiB
 
 
@@ -929,7 +994,7 @@ def test_fork(run, tmp_path: Path) -> None:
     # The child sees the parent's 10 MiB and its own 20 MiB; after it exits only the
     # parent's remain.
     assert out == ["child", str(GiB - 30 * MiB), "parent", str(GiB - 10 * MiB)]
-    out = run("fork", memory="1GiB").stdout.split()          # no state file: per process
+    out = run("fork", memory="1GiB").stdout.split()  # no state file: per process
     assert out == ["child", str(GiB - 20 * MiB), "parent", str(GiB - 10 * MiB)]
 
 
@@ -961,8 +1026,11 @@ def _expected(variants: list[tuple[int, str]], base: str, version: int, per_thre
 def test_get_proc_address_matches_cuda_typedefs(run, simlib: Path) -> None:
     symbols = set(exported(simlib / "libcuda.so.1"))
     typedefs = _typedef_variants()
-    bases = sorted(b for b in typedefs if any(s == b or s.startswith(b + "_v") or
-                                              s in (b + "_ptsz", b + "_ptds") for s in symbols))
+    bases = sorted(
+        b
+        for b in typedefs
+        if any(s == b or s.startswith(b + "_v") or s in (b + "_ptsz", b + "_ptds") for s in symbols)
+    )
     assert {"cuMemAlloc", "cuMemCreate", "cuGetProcAddress", "cuLaunchKernel"} <= set(bases)
     queries, expect = [], []
     for base in bases:
@@ -976,7 +1044,7 @@ def test_get_proc_address_matches_cuda_typedefs(run, simlib: Path) -> None:
     for query, line, want in zip(queries, out, expect, strict=True):
         rc, status, name = line.split()
         if want is None:
-            assert (rc, status, name) == ("500", "2", "-"), query   # VERSION_NOT_SUFFICIENT
+            assert (rc, status, name) == ("500", "2", "-"), query  # VERSION_NOT_SUFFICIENT
         else:
             assert (rc, status, name) == ("0", "0", want), query
     # Every exported function is reachable through cuGetProcAddress.
@@ -987,7 +1055,7 @@ def test_get_proc_address_specific_choices(run) -> None:
     queries = {
         "cuMemAlloc 2000 0": "0 0 cuMemAlloc",
         "cuMemAlloc 3020 0": "0 0 cuMemAlloc_v2",
-        "cuMemAlloc 13000 2": "0 0 cuMemAlloc_v2",               # no per-thread variant
+        "cuMemAlloc 13000 2": "0 0 cuMemAlloc_v2",  # no per-thread variant
         "cuMemAllocAsync 13000 0": "0 0 cuMemAllocAsync",
         "cuMemAllocAsync 13000 1": "0 0 cuMemAllocAsync",
         "cuMemAllocAsync 13000 2": "0 0 cuMemAllocAsync_ptsz",
@@ -997,10 +1065,10 @@ def test_get_proc_address_specific_choices(run) -> None:
         "cuCtxCreate 12040 0": "0 0 cuCtxCreate_v3",
         "cuGetProcAddress 11030 0": "0 0 cuGetProcAddress",
         "cuGetProcAddress 12000 0": "0 0 cuGetProcAddress_v2",
-        "cuMemAlloc 1000 0": "500 2 -",                           # version not sufficient
-        "cuNoSuchFunction 13000 0": "500 1 -",                    # symbol not found
-        "cuMemAlloc_v2 13000 0": "500 1 -",                       # base names only
-        "cuMemAlloc 13000 4": "1 99 untouched",                   # bad flags: INVALID_VALUE
+        "cuMemAlloc 1000 0": "500 2 -",  # version not sufficient
+        "cuNoSuchFunction 13000 0": "500 1 -",  # symbol not found
+        "cuMemAlloc_v2 13000 0": "500 1 -",  # base names only
+        "cuMemAlloc 13000 4": "1 99 untouched",  # bad flags: INVALID_VALUE
     }
     out = run("resolve", stdin="\n".join(queries) + "\n").stdout.splitlines()
     assert dict(zip(queries, out, strict=True)) == queries
@@ -1105,7 +1173,9 @@ def test_nvml_through_pynvml(simlib: Path, pynvml_ok) -> None:
 
 
 def test_nvml_memory_v2_version_check(simlib: Path, pynvml_ok) -> None:
-    proc = run_py(simlib, """
+    proc = run_py(
+        simlib,
+        """
         import pynvml as N
         N.nvmlInit()
         h = N.nvmlDeviceGetHandleByIndex(0)
@@ -1113,19 +1183,26 @@ def test_nvml_memory_v2_version_check(simlib: Path, pynvml_ok) -> None:
             N.nvmlDeviceGetMemoryInfo(h, version=1)
         except N.NVMLError_ArgumentVersionMismatch:
             print("mismatch")
-    """)
+    """,
+    )
     assert proc.stdout.strip() == "mismatch", proc.stderr
 
 
-def test_cross_process_usage_via_state_file(probe: Path, simlib: Path, tmp_path: Path,
-                                            pynvml_ok) -> None:
+def test_cross_process_usage_via_state_file(
+    probe: Path, simlib: Path, tmp_path: Path, pynvml_ok
+) -> None:
     state = tmp_path / "sim.state"
     env = sim_environ(simlib, state=state, memory="4GiB", ctx_overhead="100MiB")
     holders = []
     try:
         for size in (300 * MiB, 1 * GiB):
-            p = subprocess.Popen([str(probe), "hold", str(size)], env=env, stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True)
+            p = subprocess.Popen(
+                [str(probe), "hold", str(size)],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             rc, free = p.stdout.readline().split()
             assert rc == "0"
             holders.append((p, int(free)))
@@ -1142,23 +1219,41 @@ def test_cross_process_usage_via_state_file(probe: Path, simlib: Path, tmp_path:
             assert ps == ps2
             print(json.dumps({"used": m.used, "procs": {str(k): v for k, v in ps.items()}}))
         """
-        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, text=True,
-                              capture_output=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=60,
+        )
         assert proc.returncode == 0, proc.stderr
         r = json.loads(proc.stdout)
         assert r["used"] == 2 * 100 * MiB + 300 * MiB + GiB
-        assert r["procs"] == {str(holders[0][0].pid): 400 * MiB,
-                              str(holders[1][0].pid): 100 * MiB + GiB}
+        assert r["procs"] == {
+            str(holders[0][0].pid): 400 * MiB,
+            str(holders[1][0].pid): 100 * MiB + GiB,
+        }
         # A killed process's memory returns at once.
         holders[1][0].send_signal(signal.SIGKILL)
         holders[1][0].wait()
-        proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, text=True,
-                              capture_output=True, timeout=60)
+        proc = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(code)],
+            env=env,
+            text=True,
+            capture_output=True,
+            timeout=60,
+        )
         r = json.loads(proc.stdout)
         assert r["used"] == 400 * MiB and list(r["procs"]) == [str(holders[0][0].pid)]
         # A newcomer that would not fit gets CUDA_ERROR_OUT_OF_MEMORY.
-        p = subprocess.run([str(probe), "hold", str(4 * GiB - 500 * MiB + 1)], env=env,
-                           input="", capture_output=True, text=True, timeout=60)
+        p = subprocess.run(
+            [str(probe), "hold", str(4 * GiB - 500 * MiB + 1)],
+            env=env,
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert p.stdout.split()[0] == "2"
     finally:
         for p, _ in holders:
@@ -1169,7 +1264,7 @@ def test_cross_process_usage_via_state_file(probe: Path, simlib: Path, tmp_path:
 
 def test_xid_fault_injection(simlib: Path, tmp_path: Path, pynvml_ok) -> None:
     faults = tmp_path / "faults"
-    faults.write_text("0 13\n")                       # before registration: not delivered
+    faults.write_text("0 13\n")  # before registration: not delivered
     code = f"""
         import json, time, pynvml as N
         N.nvmlInit()

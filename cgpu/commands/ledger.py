@@ -16,16 +16,22 @@ MiB = 1 << 20
 
 def register(parser: argparse.ArgumentParser) -> None:
     """Options of `cgpu ledger`."""
-    parser.add_argument("paths", nargs="*", type=Path,
-                        help="ledger files or container directories (default: all under --state-dir)")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        help="ledger files or container directories (default: all under --state-dir)",
+    )
     parser.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR))
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _targets(args: argparse.Namespace) -> list[tuple[str, Path]]:
     if args.paths:
-        return [(p.name if p.is_dir() else p.parent.name, p / LEDGER_NAME if p.is_dir() else p)
-                for p in args.paths]
+        return [
+            (p.name if p.is_dir() else p.parent.name, p / LEDGER_NAME if p.is_dir() else p)
+            for p in args.paths
+        ]
     return [(d.name, d / LEDGER_NAME) for d in list_container_dirs(args.state_dir)]
 
 
@@ -34,8 +40,10 @@ def _print(key: str, meta: dict[str, object], snap: Snapshot) -> None:
     print(f"{key}  ({who})")
     for dev in snap.devices:
         pct = 100.0 * dev.used / dev.limit if dev.limit else 0.0
-        print(f"  {dev.uuid}  used {dev.used / MiB:10.1f} MiB / slice {dev.limit / MiB:10.1f} MiB"
-              f"  ({pct:5.1f}%)  peak {dev.peak / MiB:.1f} MiB  processes {dev.processes}")
+        print(
+            f"  {dev.uuid}  used {dev.used / MiB:10.1f} MiB / slice {dev.limit / MiB:10.1f} MiB"
+            f"  ({pct:5.1f}%)  peak {dev.peak / MiB:.1f} MiB  processes {dev.processes}"
+        )
     for proc in snap.processes:
         use = ", ".join(f"{u}: {b / MiB:.1f} MiB" for u, b in proc.used.items()) or "nothing"
         print(f"    pid {proc.pid:>8}  {use}")

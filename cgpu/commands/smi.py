@@ -29,8 +29,10 @@ def run(args: argparse.Namespace) -> int:
             mem = pynvml.nvmlDeviceGetMemoryInfo(handle)
             name = name.decode() if isinstance(name, bytes) else name
             uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
-            print(f"GPU {index}: {name} ({uuid})  Memory-Usage: "
-                  f"{mem.used // MiB}MiB / {mem.total // MiB}MiB  free {mem.free // MiB}MiB")
+            print(
+                f"GPU {index}: {name} ({uuid})  Memory-Usage: "
+                f"{mem.used // MiB}MiB / {mem.total // MiB}MiB  free {mem.free // MiB}MiB"
+            )
     except pynvml.NVMLError as exc:
         print(f"cgpu smi: {exc}", file=sys.stderr)
         return 1

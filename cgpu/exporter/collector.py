@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cgpu.exporter.nvml import GpuStatus, NvmlSource
 from cgpu.exporter.labels import device_ids, resolve
+from cgpu.exporter.nvml import GpuStatus, NvmlSource
 from cgpu.exporter.podresources import PodResourcesSource
 from cgpu.exporter.scan import ALL_REASONS, ContainerUsage, MetaCache, scan
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,8 +45,15 @@ class ScanResult:
     skipped: Counter[str] = field(default_factory=Counter)
 
 
+META_MAX_BYTES = 64 * 1024
+
+
 class MetaCache:
-    """meta.json contents, re-read only when the file's inode, size or mtime changes."""
+    """meta.json contents, re-read only when the file's inode, size or mtime changes.
+
+    The container can write its own directory, so only a plain file of at most
+    META_MAX_BYTES is read; anything else counts as no metadata.
+    """
 
     def __init__(self) -> None:
         self._entries: dict[str, tuple[tuple[int, int, int], Mapping[str, Any]]] = {}
@@ -54,8 +62,11 @@ class MetaCache:
         """The container's meta.json ({} when missing or unreadable)."""
         path = str(container_dir / META_NAME)
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except OSError:
+            self._entries.pop(path, None)
+            return {}
+        if not stat.S_ISREG(st.st_mode) or st.st_size > META_MAX_BYTES:
             self._entries.pop(path, None)
             return {}
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -106,7 +117,12 @@ def read_container(container_dir: Path, meta: Mapping[str, Any]) -> ContainerUsa
 def scan(state_dir: str | os.PathLike[str], metas: MetaCache) -> ScanResult:
     """Read every container directory under `state_dir`; never raises for one bad container."""
     result = ScanResult()
-    dirs = list(list_container_dirs(state_dir))
+    try:
+        dirs = list(list_container_dirs(state_dir))
+    except OSError as exc:  # the state dir exists but cannot be listed
+        log.warning("cannot list containers in %s: %s", state_dir, exc)
+        result.skipped["io"] += 1
+        return result
     for container_dir in dirs:
         try:
             usage = read_container(container_dir, metas.get(container_dir))

@@ -292,3 +292,25 @@ def test_missing_state_dir_is_empty_not_an_error(tmp_path: Path, fake_nvml: Fake
 
 def test_identity_type_is_hashable() -> None:
     assert len({Identity("a", "b", "c"), Identity("a", "b", "c")}) == 1
+
+
+def test_oversized_or_linked_meta_is_ignored(
+    collector: CgpuCollector, make_container: Callable, tmp_path: Path
+) -> None:
+    big = make_container("big", {UUID0: GIB}, namespace="ns", pod="p", container="c")
+    (big / "meta.json").write_text('{"pod": "spoofed", "pad": "' + "x" * 70000 + '"}')
+    linked = make_container("linked", {UUID0: GIB})
+    target = tmp_path / "elsewhere.json"
+    target.write_text('{"namespace": "other", "pod": "victim", "container": "c"}')
+    (linked / "meta.json").unlink()
+    (linked / "meta.json").symlink_to(target)
+    limits = scrape(collector)["cgpu_container_gpu_memory_limit_bytes"]
+    assert set(limits) == {ctr("", "", "big", UUID0, "0"), ctr("", "", "linked", UUID0, "0")}
+
+
+def test_unlistable_state_dir_is_counted(state_dir: Path, fake_nvml: FakeNvml) -> None:
+    (state_dir / "containers").write_text("not a directory")
+    collector = CgpuCollector(state_dir, gpus=NvmlSource(loader=lambda: fake_nvml))
+    series = scrape(collector)
+    assert series["cgpu_ledgers_skipped"][labels(reason="io")] == 1
+    assert series["cgpu_gpu_memory_total_bytes"]  # the GPU series are still there

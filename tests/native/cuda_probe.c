@@ -265,6 +265,15 @@ int main(int argc, char **argv)
                 bad += f.free_(ptrs[k]) != CUDA_SUCCESS;
             printf("free-all %d %d\n", nptrs, bad);
             nptrs = 0;
+        } else if (strcmp(c, "export-table") == 0) {
+            /* cudart calls this before anything else; it must reach the driver untouched. */
+            void *h = dlopen("libcuda.so.1", RTLD_NOW);
+            CUresult (*get)(const void **, const CUuuid *) =
+                (CUresult(*)(const void **, const CUuuid *))dlsym(h, "cuGetExportTable");
+            const void *table = NULL;
+            CUuuid id;
+            memset(&id, 0x42, sizeof id);
+            printf("export-table %d\n", get ? get(&table, &id) : -1);
         } else if (strcmp(c, "free-bogus") == 0) {
             printf("free-bogus %d\n", f.free_((CUdeviceptr)0xdead0000ULL));
         } else if (strcmp(c, "fill") == 0) {

@@ -20,8 +20,9 @@ def sanitizer_runtime() -> str | None:
     if not kind:
         return None
     lib = {"address": "libasan.so", "thread": "libtsan.so"}[kind]
-    return subprocess.run(["cc", f"-print-file-name={lib}"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        ["cc", f"-print-file-name={lib}"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 @dataclass
@@ -49,8 +50,9 @@ def ledger_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def shim_env(sim_env: Callable[..., dict[str, str]], shim: Path,
-             ledger_dir: Path) -> Callable[..., dict[str, str]]:
+def shim_env(
+    sim_env: Callable[..., dict[str, str]], shim: Path, ledger_dir: Path
+) -> Callable[..., dict[str, str]]:
     """sim_env plus the shim preloaded and a private ledger directory."""
 
     def make(limits: dict[str, str] | None = None, **sim: object) -> dict[str, str]:
@@ -71,11 +73,15 @@ def shim_env(sim_env: Callable[..., dict[str, str]], shim: Path,
 def probe(native_build: Path) -> Callable[..., Result]:
     """Run the probe: probe(env, resolution, *commands, stdin=None, timeout=60)."""
 
-    def run(env: dict[str, str], resolution: str, *commands: object,
-            timeout: float = 60) -> Result:
-        proc = subprocess.run([str(native_build / "cuda_probe"), resolution, *map(str, commands)],
-                              env=env, capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+    def run(env: dict[str, str], resolution: str, *commands: object, timeout: float = 60) -> Result:
+        proc = subprocess.run(
+            [str(native_build / "cuda_probe"), resolution, *map(str, commands)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
         assert proc.returncode != 66, f"sanitizer report:\n{proc.stderr}"
         return Result(proc.returncode, proc.stdout, proc.stderr)
 

@@ -9,21 +9,68 @@ MiB = 1 << 20
 
 def test_each_family_stops_at_the_slice_and_returns_to_zero(shim_env, probe, ledger_dir):
     env = shim_env({"CGPU_MEM_LIMIT": "256MiB"})
-    r = probe(env, "dlsym", "init",
-              "pitch", 1 << 16, 3000,          # ~188 MiB: fits
-              "pitch", 1 << 16, 5000,          # ~313 MiB: over
-              "vmm", 128 * MiB, "vmm", 512 * MiB,
-              "async", 128 * MiB, "async", 512 * MiB,
-              "pool", 128 * MiB, "pool", 512 * MiB,
-              "array", 4096, 4096, "array", 8192, 4096,           # float4: 256 MiB fits, 512 MiB not
-              "array3d", 512, 512, 512, "array3d", 1024, 1024, 512,  # u8: 128 MiB fits, 512 MiB not
-              "mipmap", 4096, 2048, 4, "mipmap", 16384, 8192, 1,
-              "managed", 200 * MiB, "managed", 200 * MiB, "free-all")
+    r = probe(
+        env,
+        "dlsym",
+        "init",
+        "pitch",
+        1 << 16,
+        3000,  # ~188 MiB: fits
+        "pitch",
+        1 << 16,
+        5000,  # ~313 MiB: over
+        "vmm",
+        128 * MiB,
+        "vmm",
+        512 * MiB,
+        "async",
+        128 * MiB,
+        "async",
+        512 * MiB,
+        "pool",
+        128 * MiB,
+        "pool",
+        512 * MiB,
+        "array",
+        4096,
+        4096,
+        "array",
+        8192,
+        4096,  # float4: 256 MiB fits, 512 MiB not
+        "array3d",
+        512,
+        512,
+        512,
+        "array3d",
+        1024,
+        1024,
+        512,  # u8: 128 MiB fits, 512 MiB not
+        "mipmap",
+        4096,
+        2048,
+        4,
+        "mipmap",
+        16384,
+        8192,
+        1,
+        "managed",
+        200 * MiB,
+        "managed",
+        200 * MiB,
+        "free-all",
+    )
     assert r.returncode == 0, r.stderr
     for family in ("pitch", "vmm", "async", "pool", "array", "array3d", "mipmap", "managed"):
         assert [line[0] for line in r.lines(family)] == ["0", "2"], (family, r.stdout)
-    for release in ("pitch-free", "vmm-release", "async-free", "pool-free", "array-destroy",
-                    "array3d-destroy", "mipmap-destroy"):
+    for release in (
+        "pitch-free",
+        "vmm-release",
+        "async-free",
+        "pool-free",
+        "array-destroy",
+        "array3d-destroy",
+        "mipmap-destroy",
+    ):
         assert r.one(release) == ["0"], release
     snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert snap.devices[0].used == 0

@@ -15,21 +15,41 @@ def total_of(probe, env) -> int:
     return int(r.one("info")[1])
 
 
-@pytest.mark.parametrize(("limits", "expected"), [
-    ({"CGPU_MEM_LIMIT": "3GiB"}, 3 * GiB),
-    ({"CGPU_MEM_LIMIT": "1536M"}, 1536 * MiB),
-    ({"CGPU_MEM_LIMIT": "1073741824"}, GiB),
-    ({"CGPU_MEM_LIMIT": "524288K"}, 512 * MiB),
-    ({"CGPU_MEM_LIMIT_0": "2GiB", "CGPU_MEM_LIMIT": "3GiB"}, 2 * GiB),
-    # cGPU's rule: floor(total x CONTAINER / DEV); seeds 004 and 001.
-    ({"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "15"}, V100 * 4 // 15),
-    ({"ALIYUN_COM_GPU_MEM_CONTAINER": "2", "ALIYUN_COM_GPU_MEM_DEV": "15"}, V100 * 2 // 15),
-    ({"VOLCANO_GPU_ALLOCATED": "1024", "VOLCANO_GPU_MEMORY_TOTAL": "16130"}, V100 * 1024 // 16130),
-    # the first source present wins
-    ({"CGPU_MEM_LIMIT": "1GiB", "ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "15"}, GiB),
-    ({"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "15",
-      "VOLCANO_GPU_ALLOCATED": "1", "VOLCANO_GPU_MEMORY_TOTAL": "2"}, V100 * 4 // 15),
-])
+@pytest.mark.parametrize(
+    ("limits", "expected"),
+    [
+        ({"CGPU_MEM_LIMIT": "3GiB"}, 3 * GiB),
+        ({"CGPU_MEM_LIMIT": "1536M"}, 1536 * MiB),
+        ({"CGPU_MEM_LIMIT": "1073741824"}, GiB),
+        ({"CGPU_MEM_LIMIT": "524288K"}, 512 * MiB),
+        ({"CGPU_MEM_LIMIT_0": "2GiB", "CGPU_MEM_LIMIT": "3GiB"}, 2 * GiB),
+        # cGPU's rule: floor(total x CONTAINER / DEV); seeds 004 and 001.
+        ({"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "15"}, V100 * 4 // 15),
+        ({"ALIYUN_COM_GPU_MEM_CONTAINER": "2", "ALIYUN_COM_GPU_MEM_DEV": "15"}, V100 * 2 // 15),
+        (
+            {"VOLCANO_GPU_ALLOCATED": "1024", "VOLCANO_GPU_MEMORY_TOTAL": "16130"},
+            V100 * 1024 // 16130,
+        ),
+        # the first source present wins
+        (
+            {
+                "CGPU_MEM_LIMIT": "1GiB",
+                "ALIYUN_COM_GPU_MEM_CONTAINER": "4",
+                "ALIYUN_COM_GPU_MEM_DEV": "15",
+            },
+            GiB,
+        ),
+        (
+            {
+                "ALIYUN_COM_GPU_MEM_CONTAINER": "4",
+                "ALIYUN_COM_GPU_MEM_DEV": "15",
+                "VOLCANO_GPU_ALLOCATED": "1",
+                "VOLCANO_GPU_MEMORY_TOTAL": "2",
+            },
+            V100 * 4 // 15,
+        ),
+    ],
+)
 def test_limit_sources(shim_env, probe, limits, expected):
     assert total_of(probe, shim_env(limits, memory=f"{V100}")) == expected
 
@@ -55,6 +75,7 @@ def test_per_device_slices_keyed_by_uuid(shim_env, probe, ledger_dir):
     env = shim_env({"CGPU_MEM_LIMIT_0": "1GiB", "CGPU_MEM_LIMIT_1": "2GiB"}, devices=2, uuids=uuids)
     assert total_of(probe, env) == GiB
     from cgpu.ledger import read_ledger
+
     snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert {d.uuid: d.limit for d in snap.devices} == {
         "GPU-aaaaaaaa-0000-4000-8000-000000000001": GiB,
@@ -76,38 +97,53 @@ def test_disable_is_the_escape_hatch(shim_env, probe):
     assert total_of(probe, env) == 16 * GiB
 
 
-@pytest.mark.parametrize(("limits", "variable"), [
-    ({"CGPU_MEM_LIMIT": "lots"}, "CGPU_MEM_LIMIT"),
-    ({"CGPU_MEM_LIMIT": "0"}, "CGPU_MEM_LIMIT"),
-    ({"CGPU_MEM_LIMIT": "-1G"}, "CGPU_MEM_LIMIT"),
-    ({"CGPU_MEM_LIMIT": "1.5GiB"}, "CGPU_MEM_LIMIT"),
-    ({"CGPU_MEM_LIMIT": "4XB"}, "CGPU_MEM_LIMIT"),
-    ({"CGPU_MEM_LIMIT": ""}, "CGPU_MEM_LIMIT"),
-    ({"CGPU_MEM_LIMIT": "99999999999999999999"}, "CGPU_MEM_LIMIT"),
-    ({"CGPU_MEM_LIMIT_0": "1 GiB extra"}, "CGPU_MEM_LIMIT_0"),
-    ({"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}, "ALIYUN_COM_GPU_MEM_DEV"),
-    ({"ALIYUN_COM_GPU_MEM_CONTAINER": "four", "ALIYUN_COM_GPU_MEM_DEV": "15"}, "ALIYUN_COM_GPU_MEM_CONTAINER"),
-    ({"ALIYUN_COM_GPU_MEM_CONTAINER": "16", "ALIYUN_COM_GPU_MEM_DEV": "15"}, "ALIYUN_COM_GPU_MEM_CONTAINER"),
-    ({"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "0"}, "ALIYUN_COM_GPU_MEM_DEV"),
-    ({"VOLCANO_GPU_ALLOCATED": "1024"}, "VOLCANO_GPU_MEMORY_TOTAL"),
-    ({"CGPU_CONTEXT_OVERHEAD": "some", "CGPU_MEM_LIMIT": "1GiB"}, "CGPU_CONTEXT_OVERHEAD"),
-])
+@pytest.mark.parametrize(
+    ("limits", "variable"),
+    [
+        ({"CGPU_MEM_LIMIT": "lots"}, "CGPU_MEM_LIMIT"),
+        ({"CGPU_MEM_LIMIT": "0"}, "CGPU_MEM_LIMIT"),
+        ({"CGPU_MEM_LIMIT": "-1G"}, "CGPU_MEM_LIMIT"),
+        ({"CGPU_MEM_LIMIT": "1.5GiB"}, "CGPU_MEM_LIMIT"),
+        ({"CGPU_MEM_LIMIT": "4XB"}, "CGPU_MEM_LIMIT"),
+        ({"CGPU_MEM_LIMIT": ""}, "CGPU_MEM_LIMIT"),
+        ({"CGPU_MEM_LIMIT": "99999999999999999999"}, "CGPU_MEM_LIMIT"),
+        ({"CGPU_MEM_LIMIT_0": "1 GiB extra"}, "CGPU_MEM_LIMIT_0"),
+        ({"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}, "ALIYUN_COM_GPU_MEM_DEV"),
+        (
+            {"ALIYUN_COM_GPU_MEM_CONTAINER": "four", "ALIYUN_COM_GPU_MEM_DEV": "15"},
+            "ALIYUN_COM_GPU_MEM_CONTAINER",
+        ),
+        (
+            {"ALIYUN_COM_GPU_MEM_CONTAINER": "16", "ALIYUN_COM_GPU_MEM_DEV": "15"},
+            "ALIYUN_COM_GPU_MEM_CONTAINER",
+        ),
+        (
+            {"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "0"},
+            "ALIYUN_COM_GPU_MEM_DEV",
+        ),
+        ({"VOLCANO_GPU_ALLOCATED": "1024"}, "VOLCANO_GPU_MEMORY_TOTAL"),
+        ({"CGPU_CONTEXT_OVERHEAD": "some", "CGPU_MEM_LIMIT": "1GiB"}, "CGPU_CONTEXT_OVERHEAD"),
+    ],
+)
 def test_malformed_limits_fail_closed(shim_env, probe, limits, variable):
     r = probe(shim_env(limits), "dlsym", "init", "alloc", MiB)
-    assert r.returncode == 3, r.stdout           # the probe stops when init fails
+    assert r.returncode == 3, r.stdout  # the probe stops when init fails
     assert r.one("init") != ["0"]
     assert variable in r.stderr and "refusing" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("text", [
-    "device GPU-x 1GiB\n",                      # no version line
-    "version 1\ndevice GPU-x\n",                # no size
-    "version 1\ndevice GPU-x lots\n",
-    "version 1\ndevice ../../etc 1GiB\n",
-    "version 2\ndevice GPU-x 1GiB\n",
-    "version 1\n",                              # no devices
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "device GPU-x 1GiB\n",  # no version line
+        "version 1\ndevice GPU-x\n",  # no size
+        "version 1\ndevice GPU-x lots\n",
+        "version 1\ndevice ../../etc 1GiB\n",
+        "version 2\ndevice GPU-x 1GiB\n",
+        "version 1\n",  # no devices
+    ],
+)
 def test_malformed_config_file_fails_closed(shim_env, probe, ledger_dir, text):
     (ledger_dir / "cgpu.conf").write_text(text)
     r = probe(shim_env(), "dlsym", "init")

@@ -11,9 +11,21 @@ MiB = 1 << 20
 
 def test_nvml_memory_info_shows_the_slice_and_the_container_use(shim_env, probe, native_build):
     env = shim_env({"CGPU_MEM_LIMIT": "2GiB"})
-    holder = subprocess.Popen([str(native_build / "cuda_probe"), "dlsym", "init", "alloc",
-                               str(512 * MiB), "ready", "wait"], env=env, stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            str(native_build / "cuda_probe"),
+            "dlsym",
+            "init",
+            "alloc",
+            str(512 * MiB),
+            "ready",
+            "wait",
+        ],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     for _ in range(3):
         holder.stdout.readline()
     # A second process that only uses NVML (as nvidia-smi does) sees the shared use.
@@ -31,8 +43,27 @@ def test_nvml_without_a_limit_is_untouched(shim_env, probe):
 
 def test_pynvml_through_cgpu_run_sees_the_slice(sim_env, tmp_path):
     env = sim_env()
-    out = subprocess.run([sys.executable, "-m", "cgpu.cli", "run", "--simulate", "--state-dir",
-                          str(tmp_path), "--gpu-mem", "3GiB", "--", sys.executable, "-m", "cgpu.cli",
-                          "smi"], env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cgpu.cli",
+            "run",
+            "--simulate",
+            "--state-dir",
+            str(tmp_path),
+            "--gpu-mem",
+            "3GiB",
+            "--",
+            sys.executable,
+            "-m",
+            "cgpu.cli",
+            "smi",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert "Memory-Usage: 0MiB / 3072MiB" in out.stdout

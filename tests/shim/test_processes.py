@@ -14,9 +14,14 @@ MiB = 1 << 20
 
 
 def start(native_build, env, *commands):
-    return subprocess.Popen([str(native_build / "cuda_probe"), "dlsym", *map(str, commands)],
-                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(native_build / "cuda_probe"), "dlsym", *map(str, commands)],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_processes_share_one_slice(shim_env, probe, native_build, ledger_dir):
@@ -54,8 +59,10 @@ def test_random_sigkill_during_alloc_free_loops_leaks_nothing(shim_env, native_b
     kills = 0
     deadline = time.monotonic() + 20
     while kills < 150 and time.monotonic() < deadline:
-        procs = [start(native_build, env, "init", "loop", 0, rng.choice([4096, MiB, 3 * MiB]))
-                 for _ in range(4)]
+        procs = [
+            start(native_build, env, "init", "loop", 0, rng.choice([4096, MiB, 3 * MiB]))
+            for _ in range(4)
+        ]
         time.sleep(rng.uniform(0.02, 0.08))
         for p in procs:
             time.sleep(rng.uniform(0, 0.005))
