@@ -168,6 +168,10 @@ void ledger_close(struct ledger_handle *h)
 /* Recompute every device total from the slots: the slots are the truth. */
 static void repair(struct ledger *l)
 {
+    unsigned active = 0;
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
+        active += l->slots[s].in_use != 0;
+    __atomic_store_n(&l->active, active, __ATOMIC_RELAXED);
     for (unsigned d = 0; d < l->ndevices; d++) {
         uint64_t sum = 0;
         for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
@@ -283,6 +287,7 @@ int ledger_claim_slot(struct ledger_handle *h)
             slot->pid = (int32_t)getpid();
             slot->start_time = start;
             __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE);
+            __atomic_store_n(&l->active, l->active + 1, __ATOMIC_RELAXED);
             h->slot = (int)s;
             ledger_unlock(l);
             return CGPU_OK;
@@ -292,6 +297,19 @@ int ledger_claim_slot(struct ledger_handle *h)
             break;
     }
     return CGPU_ERR_FULL;
+}
+
+/* Return a slot's charges and free it.  Caller holds the lock. */
+static void free_slot(struct ledger *l, struct ledger_slot *slot)
+{
+    for (unsigned d = 0; d < l->ndevices; d++) {
+        uint64_t u = l->devices[d].used, v = slot->used[d];
+        __atomic_store_n(&l->devices[d].used, u >= v ? u - v : 0, __ATOMIC_RELAXED);
+    }
+    memset(slot->used, 0, sizeof slot->used);
+    __atomic_store_n(&slot->in_use, 0, __ATOMIC_RELEASE);
+    if (l->active)
+        __atomic_store_n(&l->active, l->active - 1, __ATOMIC_RELAXED);
 }
 
 unsigned ledger_sweep(struct ledger_handle *h)
@@ -309,16 +327,22 @@ unsigned ledger_sweep(struct ledger_handle *h)
         struct ledger_slot *slot = &l->slots[dead[i]];
         if (!slot->in_use || !slot_is_dead(h, dead[i]))
             continue; /* reclaimed or re-claimed meanwhile */
-        for (unsigned d = 0; d < l->ndevices; d++) {
-            uint64_t u = l->devices[d].used, v = slot->used[d];
-            __atomic_store_n(&l->devices[d].used, u >= v ? u - v : 0, __ATOMIC_RELAXED);
-        }
-        memset(slot->used, 0, sizeof slot->used);
-        __atomic_store_n(&slot->in_use, 0, __ATOMIC_RELEASE);
+        free_slot(l, slot);
         freed++;
     }
     ledger_unlock(l);
     return freed;
+}
+
+void ledger_release_slot(struct ledger_handle *h)
+{
+    if (h->slot < 0 || !h->l)
+        return;
+    ledger_lock(h->l);
+    free_slot(h->l, &h->l->slots[h->slot]);
+    ledger_unlock(h->l);
+    liveness_lock(h->fd, (unsigned)h->slot, F_UNLCK, F_OFD_SETLK, NULL);
+    h->slot = -1;
 }
 
 /* ---- charge / credit -------------------------------------------------------- */
@@ -345,6 +369,8 @@ void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
     struct ledger *l = h->l;
     struct ledger_device *d = &l->devices[dev];
+    if (h->slot < 0)
+        return;
     ledger_lock(l);
     uint64_t *mine = &l->slots[h->slot].used[dev];
     if (bytes > *mine)

@@ -40,7 +40,7 @@ struct ledger {
     uint32_t version;
     uint32_t size;
     uint32_t ndevices;
-    uint32_t reserved;
+    uint32_t active; /* process slots in use (under the lock; read without it) */
     union {
         pthread_mutex_t mutex;
         char pad[64];
@@ -73,6 +73,9 @@ int ledger_find_device(const struct ledger *l, const char *uuid);
 
 /* Claim a process slot for the caller and hold its liveness lock. */
 int ledger_claim_slot(struct ledger_handle *h);
+
+/* Give up the caller's slot at a clean exit: its charges go with it. */
+void ledger_release_slot(struct ledger_handle *h);
 
 /* Free the slots of dead processes.  Must be called WITHOUT the lock held.
  * Returns the number of slots freed. */

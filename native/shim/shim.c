@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cgpu_nvml.h"
@@ -243,7 +244,7 @@ static int untrack(uint64_t key, int *dev_out, uint64_t *charge_out)
     uint64_t charge;
     ledger_lock(l);
     int found = pt_remove(&g_table, key, &dev, &charge);
-    if (found) {
+    if (found && g_shim.ledger.slot >= 0) { /* no slot: given back at exit already */
         uint64_t *mine = &l->slots[g_shim.ledger.slot].used[dev];
         uint64_t c = charge > *mine ? *mine : charge;
         *mine -= c;
@@ -551,10 +552,27 @@ EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsig
 
 /* ---- what the program sees ------------------------------------------------------ */
 
+/* Other processes may have been killed since we last looked: at most once a
+ * millisecond, and only when others share the ledger, free their slots. */
+static void sweep_if_shared(void)
+{
+    static uint64_t last_ms;
+    struct ledger *l = g_shim.ledger.l;
+    if (__atomic_load_n(&l->active, __ATOMIC_RELAXED) <= (g_shim.ledger.slot >= 0 ? 1u : 0u))
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* vDSO: no syscall */
+    uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    if (__atomic_exchange_n(&last_ms, now, __ATOMIC_RELAXED) == now)
+        return;
+    ledger_sweep(&g_shim.ledger);
+}
+
 /* free = min(slice - use, device free); total = slice. */
 static void truncate_info(int dev, uint64_t *freep, uint64_t *totalp)
 {
     struct ledger *l = g_shim.ledger.l;
+    sweep_if_shared();
     uint64_t limit = l->devices[dev].limit, used = ledger_used(l, (unsigned)dev);
     uint64_t left = used >= limit ? 0 : limit - used;
     *totalp = limit;
@@ -802,6 +820,13 @@ static void after_fork_child(void)
 {
     pt_reset(&g_table);
     shim_forget_process();
+}
+
+/* A clean exit gives the slot back at once; a killed process is swept later. */
+__attribute__((destructor)) static void shim_destructor(void)
+{
+    if (__atomic_load_n(&g_shim.state, __ATOMIC_ACQUIRE) == SHIM_LIMITED)
+        ledger_release_slot(&g_shim.ledger);
 }
 
 __attribute__((constructor)) static void shim_constructor(void)

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MAXP 65536
@@ -265,6 +266,30 @@ int main(int argc, char **argv)
                 bad += f.free_(ptrs[k]) != CUDA_SUCCESS;
             printf("free-all %d %d\n", nptrs, bad);
             nptrs = 0;
+        } else if (strcmp(c, "fork-alloc") == 0) {
+            /* A forked child owns none of the parent's memory and gets its own slot. */
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                CUdevice d;
+                CUcontext ctx;
+                CUdeviceptr p;
+                CUresult rc = f.init(0);
+                if (rc == CUDA_SUCCESS)
+                    rc = f.device_get(&d, 0);
+                if (rc == CUDA_SUCCESS)
+                    rc = f.primary_retain(&ctx, d);
+                if (rc == CUDA_SUCCESS)
+                    rc = f.ctx_set(ctx);
+                if (rc == CUDA_SUCCESS)
+                    rc = f.alloc(&p, ARG(1));
+                printf("child-alloc %d\n", rc);
+                fflush(stdout);
+                _exit(0);
+            }
+            int status;
+            waitpid(pid, &status, 0);
+            i++;
         } else if (strcmp(c, "export-table") == 0) {
             /* cudart calls this before anything else; it must reach the driver untouched. */
             void *h = dlopen("libcuda.so.1", RTLD_NOW);
