@@ -330,7 +330,7 @@ int shim_claim_slot(void)
     return -1;
 }
 
-int shim_cuda_init(void)
+int shim_cuda_init(int driver_ready)
 {
     pthread_mutex_lock(&init_mutex);
     int s = __atomic_load_n(&g_shim.state, __ATOMIC_ACQUIRE);
@@ -338,25 +338,27 @@ int shim_cuda_init(void)
         pthread_mutex_unlock(&init_mutex);
         return s;
     }
+    struct device_info devs[SHIM_MAX_ORDINALS];
+    int n = -1;
     s = load_limits(cuda_devices);
-    if (s == SHIM_LIMITED) {
-        struct device_info devs[SHIM_MAX_ORDINALS];
-        int n = cuda_devices(devs, SHIM_MAX_ORDINALS);
-        if (n < 0) {
-            pthread_mutex_unlock(&init_mutex);
-            return SHIM_PASSTHROUGH; /* driver not initialised yet: ask again later */
-        }
+    if (s == SHIM_LIMITED && (n = cuda_devices(devs, SHIM_MAX_ORDINALS)) >= 0) {
         for (int i = 0; i < SHIM_MAX_ORDINALS; i++)
             g_shim.devmap[i] = i < n ? ledger_find_device(g_shim.ledger.l, devs[i].uuid) : -1;
         g_shim.single_device = n == 1 ? g_shim.devmap[0] : SHIM_MULTI_DEVICE;
         g_shim.ctx_get_device = (int (*)(int *))shim_driver_sym("cuCtxGetDevice");
         if (shim_claim_slot() != 0)
             s = SHIM_FAILED;
+    } else if (s == SHIM_LIMITED || s == SHIM_UNINIT) {
+        /* A limit applies but the driver cannot list its devices.  Before cuInit
+         * that is expected (the caller's call fails anyway); after it, fail closed. */
+        if (!driver_ready) {
+            pthread_mutex_unlock(&init_mutex);
+            return SHIM_UNINIT;
+        }
+        fail_line("cannot list the GPUs through the CUDA driver%s%s", "", "");
+        s = SHIM_FAILED;
     }
-    if (s != SHIM_UNINIT)
-        __atomic_store_n(&g_shim.state, s, __ATOMIC_RELEASE);
-    else
-        s = SHIM_PASSTHROUGH;
+    __atomic_store_n(&g_shim.state, s, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&init_mutex);
     return s;
 }
@@ -368,8 +370,14 @@ int shim_nvml_view(nvmlDevice_t device, uint64_t *limit, uint64_t *used)
     pthread_mutex_lock(&init_mutex);
     int s = load_limits(nvml_devices);
     pthread_mutex_unlock(&init_mutex);
+    if (s == SHIM_UNINIT) {
+        static int said;
+        if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+            fail_line("cannot list the GPUs through NVML%s%s", "", "");
+        return SHIM_FAILED; /* a limit applies: never show the whole device */
+    }
     if (s != SHIM_LIMITED)
-        return s == SHIM_UNINIT ? SHIM_PASSTHROUGH : s;
+        return s;
     nvml_uuid_fn uuid_fn = (nvml_uuid_fn)shim_nvml_sym("nvmlDeviceGetUUID");
     char uuid[CGPU_UUID_LEN];
     if (!uuid_fn || uuid_fn(device, uuid, sizeof uuid) != NVML_SUCCESS)

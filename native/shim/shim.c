@@ -174,14 +174,15 @@ static inline int device_of_ordinal(CUdevice d)
     return (d >= 0 && d < SHIM_MAX_ORDINALS) ? g_shim.devmap[d] : -1;
 }
 
-/* SHIM_LIMITED, SHIM_PASSTHROUGH or SHIM_FAILED; initialises on first use. */
+/* SHIM_LIMITED, SHIM_PASSTHROUGH, SHIM_FAILED, or SHIM_UNINIT while a limit
+ * applies but the driver is not initialised; initialises on first use. */
 static inline int mode(void)
 {
     int s = __atomic_load_n(&g_shim.state, __ATOMIC_ACQUIRE);
     if (likely(s == SHIM_LIMITED))
         return s;
     if (s == SHIM_UNINIT)
-        s = shim_cuda_init();
+        s = shim_cuda_init(0);
     return s;
 }
 
@@ -269,7 +270,7 @@ static void retrack(uint64_t key, int dev, uint64_t charge)
 #define CHARGED_ALLOC(dev_expr, bytes_expr, call, key_expr)                     \
     do {                                                                       \
         int m_ = mode();                                                       \
-        if (unlikely(m_ == SHIM_FAILED))                                       \
+        if (unlikely(m_ == SHIM_FAILED || m_ == SHIM_UNINIT))                  \
             return CUDA_ERROR_NOT_INITIALIZED;                                 \
         int dev_ = m_ == SHIM_LIMITED ? (dev_expr) : -1;                       \
         if (dev_ < 0)                                                          \
@@ -632,8 +633,7 @@ EXPORT CUresult cuInit(unsigned int Flags)
     CUresult rc = REAL(cuInit)(Flags);
     if (rc != CUDA_SUCCESS)
         return rc;
-    int m = mode();
-    return m == SHIM_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    return shim_cuda_init(1) == SHIM_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
 /* ---- cuGetProcAddress ------------------------------------------------------------ */

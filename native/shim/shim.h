@@ -22,8 +22,9 @@ struct shim_state {
 
 extern struct shim_state g_shim;
 
-/* Work out the limits and open the ledger; returns the new state. */
-int shim_cuda_init(void);
+/* Work out the limits and open the ledger; returns the new state, or
+ * SHIM_UNINIT while a limit applies but the driver cannot be asked yet. */
+int shim_cuda_init(int driver_ready);
 /* Claim this process's ledger slot; 0 on success. */
 int shim_claim_slot(void);
 /* Context overhead: sample before the driver creates a context, then the charge. */
