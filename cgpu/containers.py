@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from cgpu.ledger import LEDGER_NAME, init_ledger
 CONTAINERS_SUBDIR = "containers"
 META_NAME = "meta.json"
 DEFAULT_STATE_DIR = "/var/lib/cgpu"
+
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
@@ -53,8 +55,7 @@ def create_container_dir(
         write_config(staging, limits)
         init_ledger(staging / LEDGER_NAME, limits)
         os.chmod(staging / LEDGER_NAME, 0o666)
-        record = {"key": key, "created": time.time(), **meta}
-        (staging / META_NAME).write_text(json.dumps(record, sort_keys=True) + "\n")
+        write_meta(staging, {"key": key, "created": time.time(), **meta})
         if final.exists():
             shutil.rmtree(final)
         os.rename(staging, final)
@@ -62,6 +63,20 @@ def create_container_dir(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final
+
+
+def write_meta(container_dir: str | os.PathLike[str], meta: dict[str, Any]) -> None:
+    """Write meta.json atomically (a temporary file, then a rename)."""
+    directory = Path(container_dir)
+    fd, tmp = tempfile.mkstemp(prefix=".meta.", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(meta, sort_keys=True) + "\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, directory / META_NAME)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read_meta(container_dir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import grpc
 
 from cgpu.config import slice_bytes
 from cgpu.containers import create_container_dir, list_container_dirs, read_meta
+from cgpu.layout import KEY_ANNOTATION
 from deviceplugin import injection, placement
 from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from deviceplugin.inventory import Inventory
@@ -34,7 +35,6 @@ from deviceplugin.pods import (
 log = logging.getLogger(__name__)
 
 SOURCE = "device-plugin"
-KEY_ANNOTATION = "cgpu.io/container-key"
 
 
 @dataclass(frozen=True)

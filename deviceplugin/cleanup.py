@@ -14,16 +14,13 @@ single pod holding its IDs.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cgpu.containers import META_NAME, list_container_dirs, read_meta, remove_container_dir
+from cgpu.containers import list_container_dirs, read_meta, remove_container_dir, write_meta
 from deviceplugin.podresources import Owner
 
 log = logging.getLogger(__name__)
@@ -47,19 +44,6 @@ class _Entry:
         return float(self.meta.get("created") or 0.0)
 
 
-def _write_meta(directory: Path, meta: dict[str, Any]) -> None:
-    """Rewrite meta.json atomically."""
-    fd, tmp = tempfile.mkstemp(prefix=".meta.", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(meta, sort_keys=True) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, directory / META_NAME)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _adopt(entry: _Entry, devices: dict[Owner, set[str]]) -> None:
     """Record the pod (and container) holding the entry's IDs when that is unambiguous."""
     owners = [owner for owner, ids in devices.items() if ids & entry.ids]
@@ -72,7 +56,7 @@ def _adopt(entry: _Entry, devices: dict[Owner, set[str]]) -> None:
     if len(owners) == 1 and exact and "container" not in entry.meta:
         update["container"] = exact[0]
     entry.meta.update(update)
-    _write_meta(entry.path, entry.meta)
+    write_meta(entry.path, entry.meta)
     log.info("container directory %s belongs to %s/%s", entry.path.name, namespace, pod)
 
 

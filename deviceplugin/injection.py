@@ -8,11 +8,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from cgpu.layout import CONTAINER_LEDGER_DIR, CONTAINER_PRELOAD, CONTAINER_SHIM
+from cgpu.ledger import LEDGER_NAME
 from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 
-CONTAINER_SHIM = "/usr/local/cgpu/libcgpu.so"
-CONTAINER_PRELOAD = "/etc/ld.so.preload"
-CONTAINER_LEDGER_DIR = "/var/run/cgpu"
 LIB_SUBDIR = "lib"
 
 
@@ -54,11 +53,20 @@ def write_preload(state_dir: Path) -> Path:
 
 
 def mounts(shim: Path, preload: Path, container_dir: Path) -> list[api.Mount]:
-    """The three mounts every allocated container gets."""
+    """The mounts every allocated container gets.
+
+    The container directory is read-only, so a container cannot rewrite its own slice
+    (cgpu.conf) or labels (meta.json); only the ledger file inside it is writable.
+    """
     return [
         api.Mount(container_path=CONTAINER_SHIM, host_path=str(shim), read_only=True),
         api.Mount(container_path=CONTAINER_PRELOAD, host_path=str(preload), read_only=True),
         api.Mount(
-            container_path=CONTAINER_LEDGER_DIR, host_path=str(container_dir), read_only=False
+            container_path=CONTAINER_LEDGER_DIR, host_path=str(container_dir), read_only=True
+        ),
+        api.Mount(
+            container_path=f"{CONTAINER_LEDGER_DIR}/{LEDGER_NAME}",
+            host_path=str(container_dir / LEDGER_NAME),
+            read_only=False,
         ),
     ]

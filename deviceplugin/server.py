@@ -12,7 +12,8 @@ from pathlib import Path
 import grpc
 
 from cgpu.containers import remove_container_dir
-from deviceplugin.allocator import KEY_ANNOTATION, Allocator
+from cgpu.layout import KEY_ANNOTATION
+from deviceplugin.allocator import Allocator
 from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
 from deviceplugin.inventory import Inventory

@@ -18,10 +18,11 @@ from typing import Any
 
 from cgpu.containers import DEFAULT_STATE_DIR
 from cgpu.gpus import GPU, list_gpus
+from cgpu.layout import CONTAINER_PRELOAD, CONTAINER_SHIM
 from cgpu.paths import shim_path
 from hooks.emit import cgpu_argv, oci_hook, write_json
 from hooks.errors import one_line
-from hooks.inject import CONTAINER_PRELOAD, CONTAINER_SHIM, merged_preload
+from hooks.inject import merged_preload
 from hooks.install import HOOK_TIMEOUT_S
 
 CDI_VERSION = "0.6.0"

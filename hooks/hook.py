@@ -10,6 +10,7 @@ from pathlib import Path
 
 from cgpu.containers import containers_root, create_container_dir, read_meta, remove_container_dir
 from cgpu.gpus import list_gpus
+from cgpu.layout import KEY_ANNOTATION
 from cgpu.paths import shim_path
 from hooks.devices import container_gpus, slices
 from hooks.errors import RequestError
@@ -52,8 +53,8 @@ def prestart(state: State, state_dir: Path) -> str | None:
     directory is made before the injection and removed again if the injection fails.
     """
     spec = read_spec(state.bundle)
-    if disabled(spec.env):
-        return None
+    if disabled(spec.env) or KEY_ANNOTATION in {**state.annotations, **spec.annotations}:
+        return None  # opted out, or the device plugin has already given it a slice
     request = parse_request(spec.env)
     if request is None:
         return None

@@ -25,13 +25,11 @@ import stat
 import sys
 from dataclasses import dataclass
 
+from cgpu.layout import CONTAINER_LEDGER_DIR, CONTAINER_PRELOAD, CONTAINER_SHIM
 from hooks import syscalls
 from hooks.errors import one_line
 from hooks.inroot import Create, Root, refuse_pseudo_fs
 
-CONTAINER_LEDGER_DIR = "/var/run/cgpu"
-CONTAINER_SHIM = "/usr/local/cgpu/libcgpu.so"
-CONTAINER_PRELOAD = "/etc/ld.so.preload"
 PRELOAD_NAME = "ld.so.preload"  # the generated file, kept in the container directory
 LEDGER_NAME = "cgpu.ledger"
 PRELOAD_LIMIT = 64 * 1024

@@ -10,17 +10,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from cgpu.containers import validate_key
+from cgpu.layout import CRI_LABEL_ANNOTATIONS
 from hooks.errors import RequestError
 
 MAX_STATE_BYTES = 1 << 20
 MAX_CONFIG_BYTES = 16 << 20
 
-# The CRI annotations that name a container, per label: CRI-O's first, then containerd's.
-LABEL_ANNOTATIONS = {
-    "namespace": ("io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"),
-    "pod": ("io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"),
-    "container": ("io.kubernetes.container.name", "io.kubernetes.cri.container-name"),
-}
 _LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 
 
@@ -126,7 +121,7 @@ def read_spec(bundle: str) -> Spec:
 def labels(annotations: dict[str, str]) -> dict[str, str]:
     """namespace/pod/container from the CRI annotations; a malformed value is a RequestError."""
     found: dict[str, str] = {}
-    for label, keys in LABEL_ANNOTATIONS.items():
+    for label, keys in CRI_LABEL_ANNOTATIONS.items():
         for key in keys:
             value = annotations.get(key)
             if value is None:

@@ -197,7 +197,7 @@ class CgpuCollector(Collector):
         yield current
         yield GaugeMetricFamily(
             "cgpu_exporter_nvml_up",
-            "1 when NVML is initialised and lists the GPUs, else 0.",
+            "1 when NVML is initialised and answering, else 0.",
             value=1 if self._gpus is not None and self._gpus.up else 0,
         )
         yield GaugeMetricFamily(

@@ -23,7 +23,14 @@ from cgpu.ledger import LEDGER_NAME, DeviceUsage, LedgerError, read_ledger
 log = logging.getLogger(__name__)
 
 # LedgerError codes (CGPU_ERR_* in cgpu_api.h) -> the `reason` label of the skip metrics.
-REASONS: dict[int, str] = {-1: "io", -2: "foreign", -3: "version", -4: "truncated", -5: "corrupt"}
+ERR_IO = -1
+REASONS: dict[int, str] = {
+    ERR_IO: "io",
+    -2: "foreign",
+    -3: "version",
+    -4: "truncated",
+    -5: "corrupt",
+}
 ALL_REASONS = ("foreign", "truncated", "corrupt", "version", "io", "config")
 
 
@@ -34,7 +41,6 @@ class ContainerUsage:
     key: str
     meta: Mapping[str, Any]
     devices: tuple[DeviceUsage, ...]
-    from_ledger: bool
 
 
 @dataclass
@@ -98,20 +104,22 @@ def _from_config(container_dir: Path) -> tuple[DeviceUsage, ...] | None:
 def read_container(container_dir: Path, meta: Mapping[str, Any]) -> ContainerUsage | None:
     """The container's usage, or None when the directory holds neither ledger nor config.
 
+    A ledger that does not exist yet, or lists no device yet, gives way to `cgpu.conf`.
     Raises LedgerError for a ledger that exists but cannot be trusted, ConfigError for a
-    malformed config when there is no ledger.
+    malformed config in its place.
     """
     ledger = container_dir / LEDGER_NAME
     try:
-        snap = read_ledger(ledger)
+        devices: tuple[DeviceUsage, ...] | None = tuple(read_ledger(ledger).devices)
     except LedgerError as exc:
-        if exc.code != -1 or ledger.exists():
+        if exc.code != ERR_IO or ledger.exists():
             raise
+        devices = None
+    if not devices:
         devices = _from_config(container_dir)
         if devices is None:
             return None
-        return ContainerUsage(container_dir.name, meta, devices, from_ledger=False)
-    return ContainerUsage(container_dir.name, meta, tuple(snap.devices), from_ledger=True)
+    return ContainerUsage(container_dir.name, meta, devices)
 
 
 def scan(state_dir: str | os.PathLike[str], metas: MetaCache) -> ScanResult:

@@ -85,7 +85,6 @@ static int initialise(int fd)
     uint64_t magic;
     memcpy(&magic, CGPU_LEDGER_MAGIC_STR, 8);
     __atomic_store_n((uint64_t *)(void *)l->magic, magic, __ATOMIC_RELEASE); /* last: a whole header */
-    msync(l, sizeof *l, MS_SYNC);
     munmap(l, sizeof *l);
     return CGPU_OK;
 }

@@ -66,7 +66,12 @@ def test_allocate_env_and_mounts_on_disk(start_plugin) -> None:
         "CGPU_LEDGER_DIR": "/var/run/cgpu",
     }
     mounts = {m["container_path"]: m for m in resp["mounts"]}
-    assert set(mounts) == {"/usr/local/cgpu/libcgpu.so", "/etc/ld.so.preload", "/var/run/cgpu"}
+    assert set(mounts) == {
+        "/usr/local/cgpu/libcgpu.so",
+        "/etc/ld.so.preload",
+        "/var/run/cgpu",
+        "/var/run/cgpu/cgpu.ledger",
+    }
 
     shim = Path(mounts["/usr/local/cgpu/libcgpu.so"]["host_path"])
     assert mounts["/usr/local/cgpu/libcgpu.so"]["read_only"]
@@ -76,8 +81,12 @@ def test_allocate_env_and_mounts_on_disk(start_plugin) -> None:
     assert mounts["/etc/ld.so.preload"]["read_only"]
     assert preload.read_text().split() == ["/usr/local/cgpu/libcgpu.so"]
 
+    # The container may charge its ledger but not rewrite its slice or its labels.
     ledger_dir = Path(mounts["/var/run/cgpu"]["host_path"])
-    assert not mounts["/var/run/cgpu"]["read_only"]
+    assert mounts["/var/run/cgpu"]["read_only"]
+    ledger_mount = mounts["/var/run/cgpu/cgpu.ledger"]
+    assert not ledger_mount["read_only"]
+    assert Path(ledger_mount["host_path"]) == ledger_dir / "cgpu.ledger"
     assert ledger_dir.parent == containers_root(plugin.state_dir.resolve())
     expected = slice_bytes(16130 << 20, 4, 15)
     assert expected >> 20 == 4301  # the seed's figure for 4 of 15 units on a V100

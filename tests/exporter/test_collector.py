@@ -314,3 +314,17 @@ def test_unlistable_state_dir_is_counted(state_dir: Path, fake_nvml: FakeNvml) -
     series = scrape(collector)
     assert series["cgpu_ledgers_skipped"][labels(reason="io")] == 1
     assert series["cgpu_gpu_memory_total_bytes"]  # the GPU series are still there
+
+
+def test_ledger_without_devices_falls_back_to_config(
+    collector: CgpuCollector, make_container: Callable
+) -> None:
+    from cgpu.ledger import init_ledger
+
+    d = make_container("c1", {UUID0: 3 * GIB}, namespace="ns", pod="p", container="c")
+    (d / LEDGER_NAME).unlink()
+    init_ledger(d / LEDGER_NAME, {})  # as a shim creates it before it registers its devices
+    series = scrape(collector)
+    assert series["cgpu_container_gpu_memory_limit_bytes"] == {
+        ctr("ns", "p", "c", UUID0, "0"): 3 * GIB
+    }

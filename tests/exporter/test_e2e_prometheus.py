@@ -298,13 +298,13 @@ def test_prometheus_sees_slices_use_and_exits(
     totals = prometheus.query("cgpu_gpu_memory_total_bytes")
     assert sorted(totals.values()) == [16 << 30, 16 << 30]
     assert all(dict(k)["model"] for k in totals)
-    # NVML's used is the whole GPU's: a process outside any slice (no shim) counts there too.
+    # NVML's used is the whole GPU's: the slices' 756 MiB, plus a process outside any slice.
     outsider = Workload([str(workload), "64"], e2e_env)
     _wait_for(
         "NVML's used memory",
         lambda: (
             next(iter(prometheus.query('cgpu_gpu_memory_used_bytes{gpu_index="0"}').values()))
-            >= 64 * MIB
+            >= (756 + 64) * MIB
         ),
     )
     outsider.finish()

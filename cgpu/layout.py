@@ -1,0 +1,19 @@
+"""Names shared by every part that injects cgpu into a container or reads what it injected."""
+
+from __future__ import annotations
+
+# Where the injected pieces appear inside a container (device plugin, hook and CDI alike).
+CONTAINER_SHIM = "/usr/local/cgpu/libcgpu.so"
+CONTAINER_PRELOAD = "/etc/ld.so.preload"
+CONTAINER_LEDGER_DIR = "/var/run/cgpu"
+
+# The annotation the device plugin puts on a container it has already given a slice.
+KEY_ANNOTATION = "cgpu.io/container-key"
+
+# The CRI annotations that name a container, per label: CRI-O's (and the kubelet's) first,
+# then containerd's.
+CRI_LABEL_ANNOTATIONS: dict[str, tuple[str, str]] = {
+    "namespace": ("io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"),
+    "pod": ("io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"),
+    "container": ("io.kubernetes.container.name", "io.kubernetes.cri.container-name"),
+}
