@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
+from cgpu.files import atomic_write
 from cgpu.native import load
 
 CONFIG_NAME = "cgpu.conf"
@@ -55,18 +55,7 @@ def render_config(limits: dict[str, int]) -> str:
 
 def write_config(directory: str | os.PathLike[str], limits: dict[str, int]) -> Path:
     """Atomically write `cgpu.conf` into `directory`; returns its path."""
-    text = render_config(limits)
-    target = Path(directory) / CONFIG_NAME
-    fd, tmp = tempfile.mkstemp(prefix=".cgpu.conf.", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return atomic_write(Path(directory) / CONFIG_NAME, render_config(limits))
 
 
 def load_config(path: str | os.PathLike[str]) -> dict[str, int]:

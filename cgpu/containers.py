@@ -6,13 +6,13 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from cgpu.config import write_config
+from cgpu.files import atomic_write
 from cgpu.ledger import LEDGER_NAME, init_ledger
 
 CONTAINERS_SUBDIR = "containers"
@@ -66,17 +66,8 @@ def create_container_dir(
 
 
 def write_meta(container_dir: str | os.PathLike[str], meta: dict[str, Any]) -> None:
-    """Write meta.json atomically (a temporary file, then a rename)."""
-    directory = Path(container_dir)
-    fd, tmp = tempfile.mkstemp(prefix=".meta.", dir=directory)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(meta, sort_keys=True) + "\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, directory / META_NAME)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write meta.json atomically."""
+    atomic_write(Path(container_dir) / META_NAME, json.dumps(meta, sort_keys=True) + "\n")
 
 
 def read_meta(container_dir: str | os.PathLike[str]) -> dict[str, Any]:

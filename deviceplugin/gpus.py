@@ -1,28 +1,17 @@
-"""GPU discovery through NVML."""
+"""GPU discovery through NVML, kept initialised for the plugin's life (health events need it)."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 
 import pynvml
 
+from cgpu.gpus import GPU, list_gpus
+
+Gpu = GPU  # the plugin's name for cgpu.gpus.GPU
+
 _init_lock = threading.Lock()
 _initialised = False
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """One physical GPU as NVML reports it."""
-
-    index: int
-    uuid: str
-    name: str
-    total_bytes: int
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def init() -> None:
@@ -34,21 +23,10 @@ def init() -> None:
             _initialised = True
 
 
-def discover() -> list[Gpu]:
+def discover() -> list[GPU]:
     """Every GPU NVML sees, in NVML index order."""
     init()
-    gpus = []
-    for index in range(pynvml.nvmlDeviceGetCount()):
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-        gpus.append(
-            Gpu(
-                index=index,
-                uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                name=_text(pynvml.nvmlDeviceGetName(handle)),
-                total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
-            )
-        )
-    return gpus
+    return list_gpus()
 
 
 def probe(uuid: str) -> bool:

@@ -3,29 +3,15 @@
 from __future__ import annotations
 
 import filecmp
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
+from cgpu.files import atomic_write
 from cgpu.layout import CONTAINER_LEDGER_DIR, CONTAINER_PRELOAD, CONTAINER_SHIM
 from cgpu.ledger import LEDGER_NAME
 from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 
 LIB_SUBDIR = "lib"
-
-
-def _atomic_write(target: Path, data: bytes, mode: int = 0o644) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def install_shim(source: Path, state_dir: Path) -> Path:
@@ -40,7 +26,7 @@ def install_shim(source: Path, state_dir: Path) -> Path:
     target = state_dir / LIB_SUBDIR / "libcgpu.so"
     if target.is_file() and filecmp.cmp(source, target, shallow=False):
         return target
-    _atomic_write(target, source.read_bytes(), 0o755)
+    atomic_write(target, source.read_bytes(), 0o755)
     shutil.copystat(source, target)
     return target
 
@@ -48,7 +34,7 @@ def install_shim(source: Path, state_dir: Path) -> Path:
 def write_preload(state_dir: Path) -> Path:
     """Write `<state>/lib/ld.so.preload`, naming the shim at its path inside the container."""
     target = state_dir / LIB_SUBDIR / "ld.so.preload"
-    _atomic_write(target, f"{CONTAINER_SHIM}\n".encode())
+    atomic_write(target, f"{CONTAINER_SHIM}\n".encode())
     return target
 
 

@@ -8,6 +8,7 @@ import logging
 import pynvml
 
 from cgpu import paths
+from cgpu.gpus import GPUError
 from deviceplugin import gpus, injection, kube
 from deviceplugin.allocator import Allocator, Settings
 from deviceplugin.health import HealthWatcher
@@ -27,7 +28,7 @@ def build(args: argparse.Namespace, socket_name: str) -> Plugin:
     """Discover GPUs, choose the unit, install the shim and connect to the API server."""
     try:
         found = gpus.discover()
-    except pynvml.NVMLError as err:
+    except (pynvml.NVMLError, GPUError) as err:
         raise SetupError(f"NVML failed: {err} (is the NVIDIA driver installed?)") from err
     if not found:
         log.warning("NVML reports no GPUs: advertising no devices")

@@ -6,9 +6,10 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from cgpu.files import atomic_write
 
 
 def cgpu_argv(explicit: str | None = None) -> list[str]:
@@ -38,15 +39,4 @@ def write_json(path: str | os.PathLike[str], data: Any) -> Path:
     if os.fspath(path) == "-":
         sys.stdout.write(text)
         return Path("-")
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    return atomic_write(path, text)
