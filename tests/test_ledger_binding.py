@@ -103,3 +103,55 @@ def test_slice_bytes_matches_cgpu_rule():
     assert slice_bytes(16130 * MiB, 4, 15) // MiB == 4301
     with pytest.raises(ConfigError):
         slice_bytes(MiB, 3, 2)
+
+
+def test_readers_never_hang_on_a_stopped_lock_holder(tmp_path):
+    """A process stopped (or killed) while holding the ledger lock blocks no reader."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path = tmp_path / "cgpu.ledger"
+    init_ledger(path, {UUID: 100 * MiB})
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, signal, sys; from cgpu.native import load; ffi, lib = load();"
+            "assert lib.cgpu_ledger_test_hold_lock(sys.argv[1].encode()) == 0;"
+            "print('held', flush=True); os.kill(os.getpid(), signal.SIGSTOP)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout.readline().strip() == "held"
+    started = time.monotonic()
+    assert read_ledger(path).devices[0].used == 0
+    assert time.monotonic() - started < 2
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    # The dead holder's lock is repaired by the next locker, and charging works again.
+    _, lib = load()
+    assert lib.cgpu_ledger_test_charge(str(path).encode(), 0, MiB, 1) == 0
+    assert read_ledger(path).devices[0].used == MiB
+
+
+def test_config_and_ledger_refuse_symlinks_and_fifos(tmp_path):
+    """A container's directory may hold anything: nothing in it makes a reader follow or block."""
+    target = tmp_path / "elsewhere"
+    write_config(tmp_path, {UUID: MiB})
+    (tmp_path / "cgpu.conf").rename(target)
+    (tmp_path / "cgpu.conf").symlink_to(target)
+    with pytest.raises(ConfigError):
+        load_config(tmp_path / "cgpu.conf")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load_config(tmp_path / "fifo")
+    with pytest.raises(LedgerError):
+        read_ledger(tmp_path / "fifo")
+    init_ledger(tmp_path / "real.ledger", {UUID: MiB})
+    (tmp_path / "link.ledger").symlink_to(tmp_path / "real.ledger")
+    with pytest.raises(LedgerError):
+        read_ledger(tmp_path / "link.ledger")

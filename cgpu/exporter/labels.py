@@ -6,15 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-# CRI annotations (CRI-O/dockershim names, then containerd's), as the hook may record them.
-_ANNOTATIONS = (
-    ("io.kubernetes.pod.namespace", "io.kubernetes.pod.name", "io.kubernetes.container.name"),
-    (
-        "io.kubernetes.cri.sandbox-namespace",
-        "io.kubernetes.cri.sandbox-name",
-        "io.kubernetes.cri.container-name",
-    ),
-)
+from cgpu.layout import CRI_LABEL_ANNOTATIONS
 
 
 @dataclass(frozen=True)
@@ -32,15 +24,17 @@ def _text(meta: Mapping[str, Any], name: str) -> str:
 
 
 def identity_from_meta(key: str, meta: Mapping[str, Any]) -> Identity:
-    """Labels recorded in meta.json; the container key stands in for a missing container name."""
-    namespace, pod, container = (_text(meta, n) for n in ("namespace", "pod", "container"))
+    """Labels recorded in meta.json (fields, else CRI annotations); the key if no container name."""
     annotations = meta.get("annotations")
-    if isinstance(annotations, Mapping):
-        for ns_key, pod_key, ctr_key in _ANNOTATIONS:
-            namespace = namespace or _text(annotations, ns_key)
-            pod = pod or _text(annotations, pod_key)
-            container = container or _text(annotations, ctr_key)
-    return Identity(namespace, pod, container or key)
+    if not isinstance(annotations, Mapping):
+        annotations = {}
+
+    def label(name: str) -> str:
+        return _text(meta, name) or next(
+            (v for k in CRI_LABEL_ANNOTATIONS[name] if (v := _text(annotations, k))), ""
+        )
+
+    return Identity(label("namespace"), label("pod"), label("container") or key)
 
 
 def device_ids(meta: Mapping[str, Any]) -> list[str]:

@@ -88,5 +88,9 @@ int cgpu_parse_size(const char *text, unsigned long long *out);
  * process's slot, exactly as the shim does it.  `sign` is +1 or -1. */
 int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned long long bytes, int sign);
 
+/* Test support: take the ledger's lock and keep it (until this process dies), to
+ * show that readers never hang and that a dead holder's lock is repaired. */
+int cgpu_ledger_test_hold_lock(const char *path);
+
 /* A short static description of a CGPU_ERR_* code. */
 const char *cgpu_strerror(int code);

@@ -9,6 +9,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define API __attribute__((visibility("default")))
@@ -102,10 +103,12 @@ int ledger_open(const char *path, int create, struct ledger_handle *h)
     memset(h, 0, sizeof *h);
     h->fd = -1;
     h->slot = -1;
-    int fd = open(path, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0666);
+    /* Never follow a symlink, never block on a FIFO: the directory may be a container's. */
+    const int flags = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    int fd = open(path, O_RDWR | flags | (create ? O_CREAT : 0), 0666);
     int writable = 1;
     if (fd < 0 && !create && (errno == EACCES || errno == EROFS)) {
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        fd = open(path, O_RDONLY | flags);
         writable = 0;
     }
     if (fd < 0)
@@ -187,6 +190,25 @@ void ledger_lock(struct ledger *l)
         repair(l);
         pthread_mutex_consistent(&l->lock.mutex);
     }
+}
+
+int ledger_lock_within(struct ledger *l, unsigned ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    int rc = pthread_mutex_timedlock(&l->lock.mutex, &until);
+    if (rc == EOWNERDEAD) {
+        repair(l);
+        pthread_mutex_consistent(&l->lock.mutex);
+        rc = 0;
+    }
+    return rc;
 }
 
 void ledger_unlock(struct ledger *l)
@@ -313,6 +335,11 @@ static void free_slot(struct ledger *l, struct ledger_slot *slot)
 
 unsigned ledger_sweep(struct ledger_handle *h)
 {
+    return ledger_sweep_within(h, 0);
+}
+
+unsigned ledger_sweep_within(struct ledger_handle *h, unsigned ms)
+{
     struct ledger *l = h->l;
     unsigned dead[CGPU_MAX_SLOTS], n = 0, freed = 0;
     /* The liveness test is a syscall per slot: do it outside the lock. */
@@ -321,7 +348,10 @@ unsigned ledger_sweep(struct ledger_handle *h)
             dead[n++] = s;
     if (n == 0 || !h->writable)
         return 0;
-    ledger_lock(l);
+    if (ms == 0)
+        ledger_lock(l);
+    else if (ledger_lock_within(l, ms) != 0)
+        return 0; /* the holder is stopped: leave it to the next reader */
     for (unsigned i = 0; i < n; i++) {
         struct ledger_slot *slot = &l->slots[dead[i]];
         if (!slot->in_use || !slot_is_dead(h, dead[i]))
@@ -503,10 +533,16 @@ API int cgpu_config_load(const char *path, struct cgpu_config *cfg)
 {
     char text[8192];
     memset(cfg, 0, sizeof *cfg);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         snprintf(cfg->error, sizeof cfg->error, "%s: %s", path, strerror(errno));
         return CGPU_ERR_IO;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(cfg->error, sizeof cfg->error, "%s: not a regular file", path);
+        return CGPU_ERR_PARSE;
     }
     ssize_t n = read(fd, text, sizeof text - 1);
     close(fd);
@@ -570,10 +606,11 @@ API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
     int rc = ledger_open(path, 0, &h);
     if (rc != CGPU_OK)
         return rc;
-    out->reclaimed = ledger_sweep(&h);
+    /* A reader must never hang on a stopped holder: wait briefly, then read without the
+     * lock (every field is a naturally aligned word) and judge slots by their liveness. */
+    out->reclaimed = ledger_sweep_within(&h, CGPU_READER_WAIT_MS);
     struct ledger *l = h.l;
-    if (h.writable)
-        ledger_lock(l);
+    int locked = h.writable && ledger_lock_within(l, CGPU_READER_WAIT_MS) == 0;
     out->version = l->version;
     out->ndevices = l->ndevices;
     for (unsigned d = 0; d < l->ndevices; d++) {
@@ -584,7 +621,7 @@ API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
     }
     for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
         const struct ledger_slot *slot = &l->slots[s];
-        if (!slot->in_use || (!h.writable && slot_is_dead(&h, s)))
+        if (!slot->in_use || (!locked && slot_is_dead(&h, s)))
             continue;
         struct cgpu_process_usage *p = &out->processes[out->nprocesses++];
         p->pid = slot->pid;
@@ -596,7 +633,7 @@ API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
                 out->devices[d].processes++;
         }
     }
-    if (h.writable)
+    if (locked)
         ledger_unlock(l);
     ledger_close(&h);
     return CGPU_OK;
@@ -638,5 +675,14 @@ API int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned lon
             ledger_credit(&test_handle, dev, bytes);
     }
     pthread_mutex_unlock(&test_mutex);
+    return rc;
+}
+
+API int cgpu_ledger_test_hold_lock(const char *path)
+{
+    static struct ledger_handle held = {.fd = -1, .slot = -1};
+    int rc = ledger_open(path, 0, &held);
+    if (rc == CGPU_OK)
+        ledger_lock(held.l);
     return rc;
 }
