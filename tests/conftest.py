@@ -59,6 +59,14 @@ def sim_env(tmp_path: Path, sim_dir: Path) -> Callable[..., dict[str, str]]:
     return make
 
 
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    """An empty cgpu state dir (`--state-dir`) for one test."""
+    path = tmp_path / "state"
+    path.mkdir()
+    return path
+
+
 @pytest.fixture(scope="session")
 def cc() -> str:
     """A C compiler."""

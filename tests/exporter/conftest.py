@@ -31,14 +31,6 @@ def hold() -> Iterator[Callable[[Path, dict[int, int]], Holder]]:
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path) -> Path:
-    """An empty cgpu state dir."""
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def make_container(state_dir: Path) -> Callable[..., Path]:
     """make_container(key, {uuid: bytes}, **meta) -> the container dir, made as the plugin does."""
     from cgpu.containers import create_container_dir

@@ -22,14 +22,6 @@ def rootfs_template(
 
 
 @pytest.fixture
-def state_dir(tmp_path: Path) -> Path:
-    """The hook's --state-dir for one test."""
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def make_bundle(
     tmp_path: Path, rootfs_template: Path, state_dir: Path, sim_dir: Path
 ) -> Iterator[Callable[..., Bundle]]:
