@@ -346,6 +346,7 @@ int shim_cuda_init(int driver_ready)
             g_shim.devmap[i] = i < n ? ledger_find_device(g_shim.ledger.l, devs[i].uuid) : -1;
         g_shim.single_device = n == 1 ? g_shim.devmap[0] : SHIM_MULTI_DEVICE;
         g_shim.ctx_get_device = (int (*)(int *))shim_driver_sym("cuCtxGetDevice");
+        g_shim.ctx_get_current = (int (*)(void **))shim_driver_sym("cuCtxGetCurrent");
         if (shim_claim_slot() != 0)
             s = SHIM_FAILED;
     } else if (s == SHIM_LIMITED || s == SHIM_UNINIT) {

@@ -17,13 +17,14 @@ static struct pt_entry *alloc_slots(size_t n)
     return m == MAP_FAILED ? NULL : m;
 }
 
-static void put(struct pt_entry *slots, size_t mask, uint64_t key, uint64_t value)
+static void put(struct pt_entry *slots, size_t mask, uint64_t key, uint64_t value, void *ctx)
 {
     size_t i = home(key, mask);
     while (slots[i].key != 0)
         i = (i + 1) & mask;
     slots[i].key = key;
     slots[i].bytes = value;
+    slots[i].ctx = ctx;
 }
 
 static int grow(struct ptrtable *t)
@@ -35,7 +36,7 @@ static int grow(struct ptrtable *t)
     if (t->slots) {
         for (size_t i = 0; i <= t->mask; i++)
             if (t->slots[i].key)
-                put(slots, n - 1, t->slots[i].key, t->slots[i].bytes);
+                put(slots, n - 1, t->slots[i].key, t->slots[i].bytes, t->slots[i].ctx);
         munmap(t->slots, (t->mask + 1) * sizeof(struct pt_entry));
     }
     t->slots = slots;
@@ -43,16 +44,16 @@ static int grow(struct ptrtable *t)
     return 0;
 }
 
-int pt_insert(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes)
+int pt_insert(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes, void *ctx)
 {
     if ((!t->slots || (t->count + 1) * 2 > t->mask + 1) && grow(t) != 0)
         return -1;
-    put(t->slots, t->mask, key, bytes | ((uint64_t)dev << DEV_SHIFT));
+    put(t->slots, t->mask, key, bytes | ((uint64_t)dev << DEV_SHIFT), ctx);
     t->count++;
     return 0;
 }
 
-int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes)
+int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes, void **ctx)
 {
     if (!t->slots || key == 0)
         return 0;
@@ -63,6 +64,8 @@ int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes)
         i = (i + 1) & mask;
     }
     uint64_t v = t->slots[i].bytes;
+    if (ctx)
+        *ctx = t->slots[i].ctx;
     *dev = (unsigned)(v >> DEV_SHIFT);
     *bytes = v & ((1ULL << DEV_SHIFT) - 1);
     /* Backward-shift deletion keeps every probe chain unbroken. */
@@ -81,8 +84,27 @@ int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes)
     }
     t->slots[hole].key = 0;
     t->slots[hole].bytes = 0;
+    t->slots[hole].ctx = NULL;
     t->count--;
     return 1;
+}
+
+void pt_remove_context(struct ptrtable *t, void *ctx, void (*credit)(uint64_t key, unsigned dev, uint64_t bytes))
+{
+    if (!t->slots || !ctx)
+        return;
+    /* Backward-shift deletion only moves entries into the hole at i or after it, so
+     * re-checking i after a removal visits every entry exactly once. */
+    for (size_t i = 0; i <= t->mask;) {
+        if (t->slots[i].key && t->slots[i].ctx == ctx) {
+            uint64_t key = t->slots[i].key, bytes;
+            unsigned dev;
+            pt_remove(t, key, &dev, &bytes, NULL);
+            credit(key, dev, bytes);
+            continue;
+        }
+        i++;
+    }
 }
 
 void pt_reset(struct ptrtable *t)

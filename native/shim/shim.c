@@ -227,47 +227,86 @@ static void unreserve(int dev, uint64_t charge)
     ledger_credit(&g_shim.ledger, (unsigned)dev, charge);
 }
 
-static void track(uint64_t key, int dev, uint64_t charge)
+/* The calling thread's context: the driver frees a context's memory with it. */
+static inline void *current_context(void)
+{
+    void *ctx = NULL;
+    if (g_shim.ctx_get_current)
+        g_shim.ctx_get_current(&ctx);
+    return ctx;
+}
+
+static void track(uint64_t key, int dev, uint64_t charge, void *ctx)
 {
     struct ledger *l = g_shim.ledger.l;
     ledger_lock(l);
-    int rc = pt_insert(&g_table, key, (unsigned)dev, charge);
+    int rc = pt_insert(&g_table, key, (unsigned)dev, charge, ctx);
     ledger_unlock(l);
     if (unlikely(rc != 0))
         unreserve(dev, charge); /* cannot remember it: do not keep it charged */
 }
 
+/* Credit `charge` on `dev` to this process's slot.  Caller holds the ledger lock. */
+static void credit_locked(uint64_t key, unsigned dev, uint64_t charge)
+{
+    (void)key;
+    struct ledger *l = g_shim.ledger.l;
+    if (g_shim.ledger.slot < 0)
+        return; /* the slot was given back at exit already */
+    uint64_t *mine = &l->slots[g_shim.ledger.slot].used[dev];
+    uint64_t c = charge > *mine ? *mine : charge;
+    *mine -= c;
+    __atomic_store_n(&l->devices[dev].used, l->devices[dev].used - c, __ATOMIC_RELAXED);
+}
+
+/* A tracked object, taken out of the table with its charge credited. */
+struct untracked {
+    int dev;
+    uint64_t charge;
+    void *ctx;
+};
+
 /* Forget `key` and credit its charge; returns whether it was known. */
-static int untrack(uint64_t key, int *dev_out, uint64_t *charge_out)
+static int untrack(uint64_t key, struct untracked *out)
 {
     struct ledger *l = g_shim.ledger.l;
     unsigned dev;
-    uint64_t charge;
     ledger_lock(l);
-    int found = pt_remove(&g_table, key, &dev, &charge);
-    if (found && g_shim.ledger.slot >= 0) { /* no slot: given back at exit already */
-        uint64_t *mine = &l->slots[g_shim.ledger.slot].used[dev];
-        uint64_t c = charge > *mine ? *mine : charge;
-        *mine -= c;
-        __atomic_store_n(&l->devices[dev].used, l->devices[dev].used - c, __ATOMIC_RELAXED);
-    }
+    int found = pt_remove(&g_table, key, &dev, &out->charge, &out->ctx);
+    if (found)
+        credit_locked(key, dev, out->charge);
     ledger_unlock(l);
-    if (found) {
-        *dev_out = (int)dev;
-        *charge_out = charge;
-    }
+    out->dev = (int)dev;
     return found;
 }
 
 /* Put back what untrack took when the driver refused the free. */
-static void retrack(uint64_t key, int dev, uint64_t charge)
+static void retrack(uint64_t key, const struct untracked *u)
 {
-    ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 1);
-    track(key, dev, charge);
+    ledger_charge(&g_shim.ledger, (unsigned)u->dev, u->charge, 1);
+    track(key, u->dev, u->charge, u->ctx);
+}
+
+/* The driver destroyed `ctx`, and with it the memory allocated in it and its own
+ * overhead. */
+static void release_context_memory(void *ctx)
+{
+    if (!ctx || mode() != SHIM_LIMITED)
+        return;
+    struct ledger *l = g_shim.ledger.l;
+    uint64_t key = PT_KIND_CONTEXT ^ (uint64_t)(uintptr_t)ctx, bytes;
+    unsigned dev;
+    ledger_lock(l);
+    if (pt_remove(&g_table, key, &dev, &bytes, NULL)) {
+        credit_locked(key, dev, bytes);
+        __atomic_store_n(&g_shim.ctx_charged[dev], 0, __ATOMIC_RELEASE);
+    }
+    pt_remove_context(&g_table, ctx, credit_locked);
+    ledger_unlock(l);
 }
 
 /* The common shape of every allocation wrapper. */
-#define CHARGED_ALLOC(dev_expr, bytes_expr, call, key_expr)                     \
+#define CHARGED_ALLOC(dev_expr, bytes_expr, call, key_expr, ctx_expr)           \
     do {                                                                       \
         int m_ = mode();                                                       \
         if (unlikely(m_ == SHIM_FAILED || m_ == SHIM_UNINIT))                  \
@@ -281,7 +320,7 @@ static void retrack(uint64_t key, int dev, uint64_t charge)
             return rc_;                                                        \
         rc_ = call;                                                            \
         if (rc_ == CUDA_SUCCESS)                                               \
-            track((key_expr), dev_, charge_);                                  \
+            track((key_expr), dev_, charge_, (ctx_expr));                      \
         else                                                                   \
             unreserve(dev_, charge_);                                          \
         return rc_;                                                            \
@@ -289,13 +328,12 @@ static void retrack(uint64_t key, int dev, uint64_t charge)
 
 #define CHARGED_FREE(key_expr, call)                                           \
     do {                                                                       \
-        int dev_;                                                              \
-        uint64_t charge_;                                                      \
-        if (mode() != SHIM_LIMITED || !untrack((key_expr), &dev_, &charge_))   \
+        struct untracked u_;                                                   \
+        if (mode() != SHIM_LIMITED || !untrack((key_expr), &u_))               \
             return call;                                                       \
         CUresult rc_ = call;                                                   \
         if (unlikely(rc_ != CUDA_SUCCESS))                                     \
-            retrack((key_expr), dev_, charge_);                                \
+            retrack((key_expr), &u_);                                          \
         return rc_;                                                            \
     } while (0)
 
@@ -303,12 +341,12 @@ static void retrack(uint64_t key, int dev, uint64_t charge)
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc_v2)(dptr, bytesize), PT_KIND_PTR ^ *dptr);
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc_v2)(dptr, bytesize), PT_KIND_PTR ^ *dptr, current_context());
 }
 
 EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
 {
-    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc)(dptr, bytesize), PT_KIND_PTR ^ *dptr);
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc)(dptr, bytesize), PT_KIND_PTR ^ *dptr, current_context());
 }
 
 EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
@@ -316,7 +354,7 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
 {
     CHARGED_ALLOC(current_device(), charge_of(((WidthInBytes + 511) & ~(size_t)511) * Height),
                   REAL(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes),
-                  PT_KIND_PTR ^ *dptr);
+                  PT_KIND_PTR ^ *dptr, current_context());
 }
 
 EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
@@ -324,13 +362,13 @@ EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsi
 {
     CHARGED_ALLOC(current_device(), charge_of(((uint64_t)(WidthInBytes + 511) & ~511ULL) * Height),
                   REAL(cuMemAllocPitch)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes),
-                  PT_KIND_PTR ^ *dptr);
+                  PT_KIND_PTR ^ *dptr, current_context());
 }
 
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
     CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAllocManaged)(dptr, bytesize, flags),
-                  PT_KIND_PTR ^ *dptr);
+                  PT_KIND_PTR ^ *dptr, current_context());
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
@@ -356,7 +394,7 @@ static int vmm_device(const CUmemAllocationProp *prop)
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                             unsigned long long flags)
 {
-    CHARGED_ALLOC(vmm_device(prop), size, REAL(cuMemCreate)(handle, size, prop, flags), PT_KIND_HANDLE ^ *handle);
+    CHARGED_ALLOC(vmm_device(prop), size, REAL(cuMemCreate)(handle, size, prop, flags), PT_KIND_HANDLE ^ *handle, NULL);
 }
 
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
@@ -368,26 +406,26 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAllocAsync)(dptr, bytesize, hStream),
-                  PT_KIND_PTR ^ *dptr);
+                  PT_KIND_PTR ^ *dptr, NULL);
 }
 
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
     CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream),
-                  PT_KIND_PTR ^ *dptr);
+                  PT_KIND_PTR ^ *dptr, NULL);
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
     CHARGED_ALLOC(current_device(), charge_of(bytesize),
-                  REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), PT_KIND_PTR ^ *dptr);
+                  REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), PT_KIND_PTR ^ *dptr, NULL);
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                              CUstream hStream)
 {
     CHARGED_ALLOC(current_device(), charge_of(bytesize),
-                  REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), PT_KIND_PTR ^ *dptr);
+                  REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), PT_KIND_PTR ^ *dptr, NULL);
 }
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -435,27 +473,27 @@ static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f
 EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
 {
     CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1) : 0,
-                  REAL(cuArrayCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle);
+                  REAL(cuArrayCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
 {
     CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1) : 0,
-                  REAL(cuArrayCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle);
+                  REAL(cuArrayCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
 {
     CHARGED_ALLOC(current_device(),
                   desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1) : 0,
-                  REAL(cuArray3DCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle);
+                  REAL(cuArray3DCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
 {
     CHARGED_ALLOC(current_device(),
                   desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1) : 0,
-                  REAL(cuArray3DCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle);
+                  REAL(cuArray3DCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,
@@ -466,7 +504,7 @@ EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARR
                                      numMipmapLevels)
                        : 0,
                   REAL(cuMipmappedArrayCreate)(pHandle, desc, numMipmapLevels),
-                  PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)*pHandle);
+                  PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuArrayDestroy(CUarray hArray)
@@ -479,14 +517,18 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     CHARGED_FREE(PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)hMipmappedArray, REAL(cuMipmappedArrayDestroy)(hMipmappedArray));
 }
 
-/* ---- contexts: charge their overhead once per device per process ------------- */
+/* ---- contexts: their overhead, and the memory that dies with them ------------- */
 
-/* After a context was created on `ordinal`: charge its overhead, or undo it
- * through `release` when the slice cannot hold it. */
+static CUcontext g_primary[SHIM_MAX_ORDINALS]; /* each device's primary context */
+
+/* After a context was created on `ordinal`: charge its overhead (once per device
+ * while a charged context lives), or undo the creation when the slice cannot hold it. */
 static CUresult charge_context(CUdevice ordinal, CUresult rc, CUcontext ctx, int primary)
 {
     if (rc != CUDA_SUCCESS || mode() != SHIM_LIMITED)
         return rc;
+    if (primary && ordinal >= 0 && ordinal < SHIM_MAX_ORDINALS)
+        __atomic_store_n(&g_primary[ordinal], ctx, __ATOMIC_RELAXED);
     int dev = device_of_ordinal(ordinal);
     if (dev < 0 || __atomic_exchange_n(&g_shim.ctx_charged[dev], 1, __ATOMIC_ACQ_REL))
         return rc;
@@ -494,7 +536,8 @@ static CUresult charge_context(CUdevice ordinal, CUresult rc, CUcontext ctx, int
     if (overhead == 0)
         return rc;
     if (reserve(dev, overhead) == CUDA_SUCCESS) {
-        /* Kept for the life of the process; returned when its slot is swept. */
+        /* Returned when this context is destroyed, or with the process's slot. */
+        track(PT_KIND_CONTEXT ^ (uint64_t)(uintptr_t)ctx, dev, overhead, NULL);
         return rc;
     }
     __atomic_store_n(&g_shim.ctx_charged[dev], 0, __ATOMIC_RELEASE);
@@ -549,6 +592,72 @@ EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsig
         shim_context_overhead_before(device_of_ordinal(dev));
     CUresult rc = REAL(cuCtxCreate_v4)(pctx, params, flags, dev);
     return charge_context(dev, rc, pctx ? *pctx : NULL, 0);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    CUresult rc = REAL(cuCtxDestroy_v2)(ctx);
+    if (rc == CUDA_SUCCESS)
+        release_context_memory(ctx);
+    return rc;
+}
+
+EXPORT CUresult cuCtxDestroy(CUcontext ctx)
+{
+    CUresult rc = REAL(cuCtxDestroy)(ctx);
+    if (rc == CUDA_SUCCESS)
+        release_context_memory(ctx);
+    return rc;
+}
+
+/* The primary context of `ordinal` is gone (reset, or released for the last time). */
+static void primary_gone(CUdevice ordinal)
+{
+    if (ordinal >= 0 && ordinal < SHIM_MAX_ORDINALS)
+        release_context_memory(__atomic_exchange_n(&g_primary[ordinal], NULL, __ATOMIC_RELAXED));
+}
+
+static int primary_active(CUdevice ordinal)
+{
+    CUresult (*state)(CUdevice, unsigned int *, int *) =
+        (CUresult(*)(CUdevice, unsigned int *, int *))shim_driver_sym("cuDevicePrimaryCtxGetState");
+    unsigned int flags;
+    int active = 1;
+    if (state && state(ordinal, &flags, &active) != CUDA_SUCCESS)
+        active = 1; /* cannot tell: keep the charges */
+    return active;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    CUresult rc = REAL(cuDevicePrimaryCtxReset_v2)(dev);
+    if (rc == CUDA_SUCCESS)
+        primary_gone(dev);
+    return rc;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    CUresult rc = REAL(cuDevicePrimaryCtxReset)(dev);
+    if (rc == CUDA_SUCCESS)
+        primary_gone(dev);
+    return rc;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    CUresult rc = REAL(cuDevicePrimaryCtxRelease_v2)(dev);
+    if (rc == CUDA_SUCCESS && !primary_active(dev))
+        primary_gone(dev);
+    return rc;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    CUresult rc = REAL(cuDevicePrimaryCtxRelease)(dev);
+    if (rc == CUDA_SUCCESS && !primary_active(dev))
+        primary_gone(dev);
+    return rc;
 }
 
 /* ---- what the program sees ------------------------------------------------------ */

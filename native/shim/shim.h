@@ -18,6 +18,7 @@ struct shim_state {
     int ctx_charged[CGPU_MAX_DEVICES];
     struct ledger_handle ledger;
     int (*ctx_get_device)(int *); /* the real cuCtxGetDevice */
+    int (*ctx_get_current)(void **); /* the real cuCtxGetCurrent */
 };
 
 extern struct shim_state g_shim;

@@ -50,6 +50,9 @@ static struct {
     CUresult (*array_destroy)(CUarray);
     CUresult (*mipmap)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
     CUresult (*mipmap_destroy)(CUmipmappedArray);
+    CUresult (*primary_reset)(CUdevice);
+    CUresult (*ctx_create)(CUcontext *, CUctxCreateParams *, unsigned, CUdevice);
+    CUresult (*ctx_destroy)(CUcontext);
 } f;
 
 static CUdevice g_dev;
@@ -64,6 +67,7 @@ static void *sym_direct(const char *name)
     D(cuMemAllocPitch_v2) D(cuMemAllocManaged) D(cuMemGetInfo_v2) D(cuDeviceTotalMem_v2) D(cuMemCreate)
     D(cuMemRelease) D(cuMemAllocAsync) D(cuMemFreeAsync) D(cuMemAllocFromPoolAsync) D(cuDeviceGetDefaultMemPool)
     D(cuArrayCreate_v2) D(cuArray3DCreate_v2) D(cuArrayDestroy) D(cuMipmappedArrayCreate) D(cuMipmappedArrayDestroy)
+    D(cuDevicePrimaryCtxReset_v2) D(cuCtxCreate_v4) D(cuCtxDestroy_v2)
 #undef D
     return NULL;
 }
@@ -72,10 +76,10 @@ static void *sym_direct(const char *name)
 static void base_of(const char *name, char *base, int *version)
 {
     snprintf(base, 64, "%s", name);
-    char *v2 = strstr(base, "_v2");
+    char *v = strstr(base, "_v");
     *version = 13000;
-    if (v2)
-        *v2 = 0;
+    if (v && v[2] >= '2' && v[2] <= '9' && v[3] == 0)
+        *v = 0;
 }
 
 static void resolve(const char *how)
@@ -85,7 +89,7 @@ static void resolve(const char *how)
         "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemGetInfo_v2", "cuDeviceTotalMem_v2", "cuMemCreate",
         "cuMemRelease", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocFromPoolAsync", "cuDeviceGetDefaultMemPool",
         "cuArrayCreate_v2", "cuArray3DCreate_v2", "cuArrayDestroy", "cuMipmappedArrayCreate",
-        "cuMipmappedArrayDestroy"};
+        "cuMipmappedArrayDestroy", "cuDevicePrimaryCtxReset_v2", "cuCtxCreate_v4", "cuCtxDestroy_v2"};
     void **slots = (void **)&f;
     void *h = NULL;
     CUresult (*gpa1)(const char *, void **, int, cuuint64_t) = NULL;
@@ -266,6 +270,25 @@ int main(int argc, char **argv)
                 bad += f.free_(ptrs[k]) != CUDA_SUCCESS;
             printf("free-all %d %d\n", nptrs, bad);
             nptrs = 0;
+        } else if (strcmp(c, "reset") == 0) {
+            /* cudaDeviceReset: the primary context and everything in it goes. */
+            CUresult rc = f.primary_reset(g_dev);
+            nptrs = 0;
+            printf("reset %d\n", rc);
+            if (rc == CUDA_SUCCESS && (rc = f.primary_retain(&g_ctx, g_dev)) == CUDA_SUCCESS)
+                rc = f.ctx_set(g_ctx);
+            printf("reinit %d\n", rc);
+        } else if (strcmp(c, "ctx-alloc-destroy") == 0) {
+            /* A context of our own: allocate in it, then destroy it without freeing. */
+            CUcontext ctx;
+            CUdeviceptr p;
+            CUresult rc = f.ctx_create(&ctx, NULL, 0, g_dev);
+            if (rc == CUDA_SUCCESS)
+                rc = f.alloc(&p, ARG(1));
+            printf("ctx-alloc %d\n", rc);
+            printf("ctx-destroy %d\n", f.ctx_destroy(ctx));
+            f.ctx_set(g_ctx);
+            i++;
         } else if (strcmp(c, "fork-alloc") == 0) {
             /* A forked child owns none of the parent's memory and gets its own slot. */
             fflush(stdout);

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from cgpu.ledger import read_ledger
 
+GiB = 1 << 30
 MiB = 1 << 20
 
 
@@ -108,3 +109,18 @@ def test_free_of_unknown_pointer_reaches_the_driver(shim_env, probe):
     env = shim_env({"CGPU_MEM_LIMIT": "1GiB"})
     r = probe(env, "dlsym", "init", "free-bogus")
     assert r.one("free-bogus") == ["1"]  # CUDA_ERROR_INVALID_VALUE from the driver itself
+
+
+def test_memory_freed_with_its_context_is_credited(shim_env, probe, ledger_dir):
+    """cudaDeviceReset and cuCtxDestroy free what the context held; the slice must see it."""
+    env = shim_env({"CGPU_MEM_LIMIT": "1GiB"}, ctx_overhead="64MiB")
+    r = probe(env, "gpa2", "init", "alloc", 800 * MiB, "reset", "info", "alloc", 800 * MiB,
+              "ctx-alloc-destroy", 100 * MiB, "info", "free-all")
+    assert r.returncode == 0, r.stderr
+    assert r.one("reset") == ["0"] and r.one("reinit") == ["0"]
+    # After the reset only the new context's overhead is charged.
+    assert r.lines("info")[0] == ["0", str(GiB - 64 * MiB), str(GiB)]
+    assert [line[0] for line in r.lines("alloc")] == ["0", "0"]
+    assert r.one("ctx-alloc") == ["0"] and r.one("ctx-destroy") == ["0"]
+    assert r.lines("info")[1] == ["0", str(GiB - 64 * MiB - 800 * MiB), str(GiB)]
+    assert read_ledger(ledger_dir / "cgpu.ledger").devices[0].used == 0
