@@ -120,3 +120,31 @@ def test_ledger_reports_corrupt_files_and_fails(tmp_path):
     (bad / "cgpu.ledger").write_bytes(b"garbage" * 10)
     out = cgpu("ledger", "--state-dir", tmp_path, env=dict(os.environ))
     assert out.returncode == 1 and "skipped" in out.stderr
+
+
+def test_run_on_one_gpu_of_two_limits_only_that_gpu(sim_env, native_build, tmp_path):
+    uuids = "GPU-aaaaaaaa-0000-4000-8000-000000000001,GPU-bbbbbbbb-0000-4000-8000-000000000002"
+    env = sim_env(devices=2, uuids=uuids)
+    out = cgpu(
+        "run",
+        "--simulate",
+        "--gpu-mem",
+        "1GiB",
+        "--gpu",
+        "1",
+        "--state-dir",
+        tmp_path,
+        "--keep",
+        "--",
+        native_build / "cuda_probe",
+        "dlsym",
+        "init",
+        "info",
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "info 0 1073741824 1073741824" in out.stdout
+    (container,) = (tmp_path / "containers").iterdir()
+    assert (container / "cgpu.conf").read_text().split("\n")[2:3] == [
+        "device GPU-bbbbbbbb-0000-4000-8000-000000000002 1073741824"
+    ]
