@@ -22,6 +22,15 @@ DEFAULT_STATE_DIR = "/var/lib/cgpu"
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
+def default_state_dir() -> Path:
+    """/var/lib/cgpu when this user may write it (what the exporter reads), else a private one."""
+    system = Path(DEFAULT_STATE_DIR)
+    if os.access(system, os.W_OK) or (not system.exists() and os.access(system.parent, os.W_OK)):
+        return system
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    return Path(base) / f"cgpu-{os.getuid()}-state"
+
+
 def validate_key(key: str) -> str:
     """Return `key` if it is a safe directory name, else raise ValueError."""
     if not _KEY_RE.match(key) or key in (".", ".."):

@@ -13,17 +13,8 @@ from pathlib import Path
 
 from cgpu import gpus
 from cgpu.config import ConfigError, parse_size
-from cgpu.containers import create_container_dir
+from cgpu.containers import create_container_dir, default_state_dir
 from cgpu.paths import shim_path, sim_lib_dir
-
-
-def default_state_dir() -> Path:
-    """/var/lib/cgpu when writable (what the exporter reads), else a private directory."""
-    system = Path("/var/lib/cgpu")
-    if os.access(system, os.W_OK) or (not system.exists() and os.access(system.parent, os.W_OK)):
-        return system
-    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
-    return Path(base) / f"cgpu-{os.getuid()}-state"
 
 
 def register(parser: argparse.ArgumentParser) -> None:

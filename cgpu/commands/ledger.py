@@ -8,7 +8,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from cgpu.containers import DEFAULT_STATE_DIR, list_container_dirs, read_meta
+from cgpu.containers import default_state_dir, list_container_dirs, read_meta
 from cgpu.ledger import LEDGER_NAME, LedgerError, Snapshot, read_ledger
 
 MiB = 1 << 20
@@ -22,7 +22,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="ledger files or container directories (default: all under --state-dir)",
     )
-    parser.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR))
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="default: /var/lib/cgpu if writable, else the private directory `cgpu run` uses",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -32,7 +37,8 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, Path]]:
             (p.name if p.is_dir() else p.parent.name, p / LEDGER_NAME if p.is_dir() else p)
             for p in args.paths
         ]
-    return [(d.name, d / LEDGER_NAME) for d in list_container_dirs(args.state_dir)]
+    state_dir = args.state_dir or default_state_dir()
+    return [(d.name, d / LEDGER_NAME) for d in list_container_dirs(state_dir)]
 
 
 def _print(key: str, meta: dict[str, object], snap: Snapshot) -> None:
