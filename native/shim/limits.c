@@ -213,7 +213,7 @@ static int any_limit_variable(void)
 
 static int ledger_dir(char *out, size_t n)
 {
-    const char *e = getenv("CGPU_LEDGER_DIR");
+    const char *e = secure_getenv("CGPU_LEDGER_DIR") /* a setuid program must not be steered */;
     struct stat st;
     if (e && *e) {
         snprintf(out, n, "%s", e);
@@ -223,7 +223,7 @@ static int ledger_dir(char *out, size_t n)
         snprintf(out, n, "%s", SHIM_LEDGER_MOUNT);
         return 0;
     }
-    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    const char *xdg = secure_getenv("XDG_RUNTIME_DIR");
     if (xdg && *xdg)
         snprintf(out, n, "%s/cgpu", xdg);
     else
