@@ -41,12 +41,12 @@ class ProcessUsage:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A consistent view of one ledger."""
+    """What one ledger's live processes hold (dead processes' slots are left out)."""
 
     path: str
     devices: list[DeviceUsage]
     processes: list[ProcessUsage]
-    reclaimed: int
+    dead: int
 
 
 def _check(path: str, code: int) -> None:
@@ -59,7 +59,7 @@ def _check(path: str, code: int) -> None:
 
 
 def read_ledger(path: str | os.PathLike[str]) -> Snapshot:
-    """Snapshot a ledger, reclaiming the slots of dead processes when the file is writable."""
+    """Snapshot a ledger without writing to it or taking its lock."""
     ffi, lib = load()
     spath = os.fspath(path)
     snap = ffi.new("struct cgpu_snapshot *")
@@ -80,7 +80,7 @@ def read_ledger(path: str | os.PathLike[str]) -> Snapshot:
         proc = snap.processes[p]
         used = {uuids[i]: int(proc.used[i]) for i in range(snap.ndevices) if proc.used[i]}
         processes.append(ProcessUsage(int(proc.pid), int(proc.start_time), used))
-    return Snapshot(spath, devices, processes, int(snap.reclaimed))
+    return Snapshot(spath, devices, processes, int(snap.dead))
 
 
 def init_ledger(path: str | os.PathLike[str], limits: dict[str, int]) -> None:

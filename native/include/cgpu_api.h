@@ -48,7 +48,7 @@ struct cgpu_snapshot {
     unsigned int version;
     unsigned int ndevices;
     unsigned int nprocesses;
-    unsigned int reclaimed;       /* dead slots freed while taking it */
+    unsigned int dead;            /* slots of dead processes, not counted */
     struct cgpu_device_usage devices[16];
     struct cgpu_process_usage processes[256];
 };
@@ -65,9 +65,9 @@ struct cgpu_config {
     char error[256];              /* set when loading fails */
 };
 
-/* Open `path` read-write, reclaim dead processes' slots, and fill `out`.
- * A read-only file is read without reclaiming; dead slots are then left out
- * of the snapshot but not freed.  Returns CGPU_OK or a CGPU_ERR_* code. */
+/* Read `path` (read-only, without its lock) and fill `out` with what its live
+ * processes hold; slots of dead processes are left out (and counted in `dead`).
+ * Returns CGPU_OK or a CGPU_ERR_* code. */
 int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out);
 
 /* Create (or open, if it exists with the same layout) the ledger at `path`

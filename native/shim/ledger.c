@@ -9,7 +9,6 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #define API __attribute__((visibility("default")))
@@ -98,19 +97,16 @@ static int never_initialised(int fd)
     return pread(fd, magic, sizeof magic, 0) == (ssize_t)sizeof magic && memcmp(magic, zero, 8) == 0;
 }
 
-int ledger_open(const char *path, int create, struct ledger_handle *h)
+int ledger_open(const char *path, int mode, struct ledger_handle *h)
 {
+    int create = mode == LEDGER_CREATE;
     memset(h, 0, sizeof *h);
     h->fd = -1;
     h->slot = -1;
     /* Never follow a symlink, never block on a FIFO: the directory may be a container's. */
     const int flags = O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-    int fd = open(path, O_RDWR | flags | (create ? O_CREAT : 0), 0666);
-    int writable = 1;
-    if (fd < 0 && !create && (errno == EACCES || errno == EROFS)) {
-        fd = open(path, O_RDONLY | flags);
-        writable = 0;
-    }
+    int writable = mode != LEDGER_READ;
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | flags | (create ? O_CREAT : 0), 0666);
     if (fd < 0)
         return CGPU_ERR_IO;
     struct stat st;
@@ -192,25 +188,6 @@ void ledger_lock(struct ledger *l)
     }
 }
 
-int ledger_lock_within(struct ledger *l, unsigned ms)
-{
-    struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    int rc = pthread_mutex_timedlock(&l->lock.mutex, &until);
-    if (rc == EOWNERDEAD) {
-        repair(l);
-        pthread_mutex_consistent(&l->lock.mutex);
-        rc = 0;
-    }
-    return rc;
-}
-
 void ledger_unlock(struct ledger *l)
 {
     pthread_mutex_unlock(&l->lock.mutex);
@@ -218,11 +195,21 @@ void ledger_unlock(struct ledger *l)
 
 /* ---- devices --------------------------------------------------------------- */
 
+/* UUIDs are equal when their text is, or when only the kind prefix differs: CUDA
+ * gives a MIG instance's UUID as bytes, which we print as "GPU-…", NVML as "MIG-…". */
+static int same_uuid(const char *a, const char *b)
+{
+    if (strncmp(a, b, CGPU_UUID_LEN) == 0)
+        return 1;
+    const char *da = strchr(a, '-'), *db = strchr(b, '-');
+    return da && db && da - a == 3 && db - b == 3 && strncmp(da, db, CGPU_UUID_LEN - 3) == 0;
+}
+
 int ledger_find_device(const struct ledger *l, const char *uuid)
 {
     unsigned n = __atomic_load_n(&l->ndevices, __ATOMIC_ACQUIRE);
     for (unsigned d = 0; d < n && d < CGPU_MAX_DEVICES; d++)
-        if (strncmp(l->devices[d].uuid, uuid, CGPU_UUID_LEN) == 0)
+        if (same_uuid(l->devices[d].uuid, uuid))
             return (int)d;
     return -1;
 }
@@ -283,7 +270,7 @@ static int liveness_lock(int fd, unsigned slot, short type, int cmd, struct floc
 /* Whether the slot's owner is gone: nobody else holds its liveness lock. */
 static int slot_is_dead(const struct ledger_handle *h, unsigned s)
 {
-    if ((int)s == h->slot)
+    if ((int)s == __atomic_load_n(&h->slot, __ATOMIC_RELAXED))
         return 0;
     struct flock fl;
     memset(&fl, 0, sizeof fl);
@@ -308,8 +295,8 @@ int ledger_claim_slot(struct ledger_handle *h)
             slot->pid = (int32_t)getpid();
             slot->start_time = start;
             __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE);
-            __atomic_store_n(&l->active, l->active + 1, __ATOMIC_RELAXED);
-            h->slot = (int)s;
+            __atomic_store_n(&h->slot, (int)s, __ATOMIC_RELAXED);
+            repair(l); /* cheap, off the hot path: any drift heals at every start */
             ledger_unlock(l);
             return CGPU_OK;
         }
@@ -335,11 +322,6 @@ static void free_slot(struct ledger *l, struct ledger_slot *slot)
 
 unsigned ledger_sweep(struct ledger_handle *h)
 {
-    return ledger_sweep_within(h, 0);
-}
-
-unsigned ledger_sweep_within(struct ledger_handle *h, unsigned ms)
-{
     struct ledger *l = h->l;
     unsigned dead[CGPU_MAX_SLOTS], n = 0, freed = 0;
     /* The liveness test is a syscall per slot: do it outside the lock. */
@@ -348,10 +330,7 @@ unsigned ledger_sweep_within(struct ledger_handle *h, unsigned ms)
             dead[n++] = s;
     if (n == 0 || !h->writable)
         return 0;
-    if (ms == 0)
-        ledger_lock(l);
-    else if (ledger_lock_within(l, ms) != 0)
-        return 0; /* the holder is stopped: leave it to the next reader */
+    ledger_lock(l);
     for (unsigned i = 0; i < n; i++) {
         struct ledger_slot *slot = &l->slots[dead[i]];
         if (!slot->in_use || !slot_is_dead(h, dead[i]))
@@ -359,19 +338,24 @@ unsigned ledger_sweep_within(struct ledger_handle *h, unsigned ms)
         free_slot(l, slot);
         freed++;
     }
+    repair(l);
     ledger_unlock(l);
     return freed;
 }
 
 void ledger_release_slot(struct ledger_handle *h)
 {
-    if (h->slot < 0 || !h->l)
+    if (!h->l)
         return;
     ledger_lock(h->l);
-    free_slot(h->l, &h->l->slots[h->slot]);
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    if (slot >= 0) {
+        free_slot(h->l, &h->l->slots[slot]);
+        __atomic_store_n(&h->slot, -1, __ATOMIC_RELAXED); /* under the lock: charges see it */
+    }
     ledger_unlock(h->l);
-    liveness_lock(h->fd, (unsigned)h->slot, F_UNLCK, F_OFD_SETLK, NULL);
-    h->slot = -1;
+    if (slot >= 0)
+        liveness_lock(h->fd, (unsigned)slot, F_UNLCK, F_OFD_SETLK, NULL);
 }
 
 /* ---- charge / credit -------------------------------------------------------- */
@@ -381,13 +365,18 @@ int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int for
     struct ledger *l = h->l;
     struct ledger_device *d = &l->devices[dev];
     ledger_lock(l);
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    if (slot < 0) { /* the slot was given back (exit): nothing may be charged any more */
+        ledger_unlock(l);
+        return CGPU_ERR_FULL;
+    }
     uint64_t used = d->used;
     if (!force && (bytes > d->limit || used > d->limit - bytes)) {
         ledger_unlock(l);
         return CGPU_ERR_LIMIT;
     }
     __atomic_store_n(&d->used, used + bytes, __ATOMIC_RELAXED);
-    l->slots[h->slot].used[dev] += bytes;
+    l->slots[slot].used[dev] += bytes;
     if (used + bytes > d->peak)
         d->peak = used + bytes;
     ledger_unlock(l);
@@ -398,10 +387,13 @@ void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
     struct ledger *l = h->l;
     struct ledger_device *d = &l->devices[dev];
-    if (h->slot < 0)
-        return;
     ledger_lock(l);
-    uint64_t *mine = &l->slots[h->slot].used[dev];
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    if (slot < 0) {
+        ledger_unlock(l);
+        return;
+    }
+    uint64_t *mine = &l->slots[slot].used[dev];
     if (bytes > *mine)
         bytes = *mine; /* never credit what this process did not charge */
     *mine -= bytes;
@@ -603,38 +595,42 @@ API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
 {
     struct ledger_handle h;
     memset(out, 0, sizeof *out);
-    int rc = ledger_open(path, 0, &h);
+    int rc = ledger_open(path, LEDGER_READ, &h);
     if (rc != CGPU_OK)
         return rc;
-    /* A reader must never hang on a stopped holder: wait briefly, then read without the
-     * lock (every field is a naturally aligned word) and judge slots by their liveness. */
-    out->reclaimed = ledger_sweep_within(&h, CGPU_READER_WAIT_MS);
+    /* Readers never take the lock: a stopped holder cannot hang them, and a robust
+     * mutex must not be shared with processes of another pid namespace (the kernel
+     * matches owner thread ids numerically).  Every field read is an aligned word;
+     * a slot counts only while its owner holds its liveness lock. */
     struct ledger *l = h.l;
-    int locked = h.writable && ledger_lock_within(l, CGPU_READER_WAIT_MS) == 0;
     out->version = l->version;
-    out->ndevices = l->ndevices;
-    for (unsigned d = 0; d < l->ndevices; d++) {
+    out->ndevices = __atomic_load_n(&l->ndevices, __ATOMIC_ACQUIRE);
+    if (out->ndevices > CGPU_MAX_DEVICES)
+        out->ndevices = CGPU_MAX_DEVICES;
+    for (unsigned d = 0; d < out->ndevices; d++) {
         memcpy(out->devices[d].uuid, l->devices[d].uuid, CGPU_UUID_LEN);
         out->devices[d].uuid[CGPU_UUID_LEN - 1] = 0;
-        out->devices[d].limit = l->devices[d].limit;
-        out->devices[d].peak = l->devices[d].peak;
+        out->devices[d].limit = __atomic_load_n(&l->devices[d].limit, __ATOMIC_RELAXED);
+        out->devices[d].peak = __atomic_load_n(&l->devices[d].peak, __ATOMIC_RELAXED);
     }
     for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
         const struct ledger_slot *slot = &l->slots[s];
-        if (!slot->in_use || (!locked && slot_is_dead(&h, s)))
+        if (!__atomic_load_n(&slot->in_use, __ATOMIC_ACQUIRE))
             continue;
+        if (slot_is_dead(&h, s)) {
+            out->dead++; /* freed by the container's next process that needs it */
+            continue;
+        }
         struct cgpu_process_usage *p = &out->processes[out->nprocesses++];
         p->pid = slot->pid;
         p->start_time = slot->start_time;
-        for (unsigned d = 0; d < l->ndevices; d++) {
-            p->used[d] = slot->used[d];
-            out->devices[d].used += slot->used[d];
-            if (slot->used[d])
+        for (unsigned d = 0; d < out->ndevices; d++) {
+            p->used[d] = __atomic_load_n(&slot->used[d], __ATOMIC_RELAXED);
+            out->devices[d].used += p->used[d];
+            if (p->used[d])
                 out->devices[d].processes++;
         }
     }
-    if (locked)
-        ledger_unlock(l);
     ledger_close(&h);
     return CGPU_OK;
 }
@@ -642,7 +638,7 @@ API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
 API int cgpu_ledger_init_file(const char *path, const struct cgpu_config *devices)
 {
     struct ledger_handle h;
-    int rc = ledger_open(path, 1, &h);
+    int rc = ledger_open(path, LEDGER_CREATE, &h);
     if (rc != CGPU_OK)
         return rc;
     rc = ledger_ensure_devices(&h, devices);
@@ -661,7 +657,7 @@ API int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned lon
     pthread_mutex_lock(&test_mutex);
     if (test_handle.l == NULL || strcmp(test_path, path) != 0) {
         ledger_close(&test_handle);
-        rc = ledger_open(path, 0, &test_handle);
+        rc = ledger_open(path, LEDGER_WRITE, &test_handle);
         if (rc == CGPU_OK)
             rc = ledger_claim_slot(&test_handle);
         snprintf(test_path, sizeof test_path, "%s", path);
@@ -681,7 +677,7 @@ API int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned lon
 API int cgpu_ledger_test_hold_lock(const char *path)
 {
     static struct ledger_handle held = {.fd = -1, .slot = -1};
-    int rc = ledger_open(path, 0, &held);
+    int rc = ledger_open(path, LEDGER_WRITE, &held);
     if (rc == CGPU_OK)
         ledger_lock(held.l);
     return rc;

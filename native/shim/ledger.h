@@ -57,18 +57,17 @@ struct ledger_handle {
     int slot; /* this process's slot, -1 if none */
 };
 
-/* Open or create the ledger file at `path`.  With `create`, a missing or empty
- * file is initialised.  Returns CGPU_OK or CGPU_ERR_*. */
-int ledger_open(const char *path, int create, struct ledger_handle *h);
+/* How to open a ledger: to read it (readers on the host), to charge it, or to
+ * charge it and create it when missing (a missing or empty file is initialised). */
+enum { LEDGER_READ, LEDGER_WRITE, LEDGER_CREATE };
+
+/* Open the ledger file at `path`.  Returns CGPU_OK or CGPU_ERR_*. */
+int ledger_open(const char *path, int mode, struct ledger_handle *h);
 void ledger_close(struct ledger_handle *h);
 
 /* Lock/unlock the ledger; lock repairs totals after a holder died. */
 void ledger_lock(struct ledger *l);
 void ledger_unlock(struct ledger *l);
-/* Lock, giving up after `ms` milliseconds; 0 on success. */
-int ledger_lock_within(struct ledger *l, unsigned ms);
-/* How long a reader (exporter, CLI) waits for the lock before reading without it. */
-#define CGPU_READER_WAIT_MS 200
 
 /* Add the devices of `cfg` that the ledger lacks.  Returns CGPU_OK or CGPU_ERR_FULL. */
 int ledger_ensure_devices(struct ledger_handle *h, const struct cgpu_config *cfg);
@@ -84,8 +83,6 @@ void ledger_release_slot(struct ledger_handle *h);
 /* Free the slots of dead processes.  Must be called WITHOUT the lock held.
  * Returns the number of slots freed. */
 unsigned ledger_sweep(struct ledger_handle *h);
-/* The same, giving up (0 freed) if the lock is not had within `ms` milliseconds. */
-unsigned ledger_sweep_within(struct ledger_handle *h, unsigned ms);
 
 /* Charge `bytes` to device `dev` for the caller's slot; fails with
  * CGPU_ERR_LIMIT when it would exceed the slice.  `force` skips the check. */

@@ -76,57 +76,69 @@ typedef nvmlReturn_t (*nvml_by_uuid_fn)(const char *, nvmlDevice_t *);
 typedef nvmlReturn_t (*nvml_uuid_fn)(nvmlDevice_t, char *, unsigned int);
 typedef nvmlReturn_t (*nvml_mem_fn)(nvmlDevice_t, nvmlMemory_t *);
 
-/* The NVML handle of CUDA ordinal `i`, honouring CUDA_VISIBLE_DEVICES. */
-static int nvml_handle_of_ordinal(int i, nvmlDevice_t *dev)
+/* The NVML handle of a CUDA_VISIBLE_DEVICES entry: an index, a UUID, or a UUID
+ * prefix (CUDA accepts any unique prefix). */
+static int nvml_handle_of_entry(const char *tok, nvmlDevice_t *dev)
 {
     nvml_by_index_fn by_index = (nvml_by_index_fn)shim_nvml_sym("nvmlDeviceGetHandleByIndex_v2");
-    nvml_by_uuid_fn by_uuid = (nvml_by_uuid_fn)shim_nvml_sym("nvmlDeviceGetHandleByUUID");
-    if (!by_index)
+    nvml_count_fn count_fn = (nvml_count_fn)shim_nvml_sym("nvmlDeviceGetCount_v2");
+    nvml_uuid_fn uuid_fn = (nvml_uuid_fn)shim_nvml_sym("nvmlDeviceGetUUID");
+    if (!by_index || !count_fn || !uuid_fn)
         return -1;
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    if (!cvd || !*cvd)
-        return by_index((unsigned)i, dev) == NVML_SUCCESS ? 0 : -1;
-    char buf[1024];
-    snprintf(buf, sizeof buf, "%s", cvd);
-    char *save = NULL, *tok = strtok_r(buf, ",", &save);
-    for (int k = 0; tok && k < i; k++)
-        tok = strtok_r(NULL, ",", &save);
-    if (!tok)
+    if (tok[0] >= '0' && tok[0] <= '9') {
+        char *end;
+        long idx = strtol(tok, &end, 10);
+        return *end == 0 && idx >= 0 && by_index((unsigned)idx, dev) == NVML_SUCCESS ? 0 : -1;
+    }
+    unsigned n = 0, found = 0;
+    if (count_fn(&n) != NVML_SUCCESS)
         return -1;
-    if (strncmp(tok, "GPU-", 4) == 0 || strncmp(tok, "MIG-", 4) == 0)
-        return by_uuid && by_uuid(tok, dev) == NVML_SUCCESS ? 0 : -1;
-    char *end;
-    long idx = strtol(tok, &end, 10);
-    if (*end || idx < 0)
-        return -1;
-    return by_index((unsigned)idx, dev) == NVML_SUCCESS ? 0 : -1;
+    for (unsigned i = 0; i < n; i++) {
+        nvmlDevice_t d;
+        char uuid[CGPU_UUID_LEN];
+        if (by_index(i, &d) == NVML_SUCCESS && uuid_fn(d, uuid, sizeof uuid) == NVML_SUCCESS &&
+            strncmp(uuid, tok, strlen(tok)) == 0) {
+            *dev = d;
+            found++;
+        }
+    }
+    return found == 1 ? 0 : -1;
 }
 
+/* Visible devices by CUDA ordinal, through NVML; -1 when any cannot be resolved
+ * (the caller must then not decide anything from this list). */
 static int nvml_devices(struct device_info *out, int max)
 {
     nvml_count_fn count_fn = (nvml_count_fn)shim_nvml_sym("nvmlDeviceGetCount_v2");
+    nvml_by_index_fn by_index = (nvml_by_index_fn)shim_nvml_sym("nvmlDeviceGetHandleByIndex_v2");
     nvml_uuid_fn uuid_fn = (nvml_uuid_fn)shim_nvml_sym("nvmlDeviceGetUUID");
     nvml_mem_fn mem_fn = (nvml_mem_fn)shim_nvml_sym("nvmlDeviceGetMemoryInfo");
     unsigned int n = 0;
-    if (!count_fn || !uuid_fn || !mem_fn || count_fn(&n) != NVML_SUCCESS)
+    if (!count_fn || !by_index || !uuid_fn || !mem_fn || count_fn(&n) != NVML_SUCCESS)
         return -1;
-    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-    if (cvd && *cvd) {
-        unsigned k = 1;
-        for (const char *p = cvd; *p; p++)
-            k += *p == ',';
-        if (k < n)
-            n = k;
-    }
+    nvmlDevice_t handles[SHIM_MAX_ORDINALS];
     int got = 0;
-    for (int i = 0; i < (int)n && got < max; i++) {
-        nvmlDevice_t dev;
+    const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+    if (cvd) {
+        char buf[1024];
+        snprintf(buf, sizeof buf, "%s", cvd);
+        char *save = NULL;
+        for (char *tok = strtok_r(buf, ",", &save); tok && got < SHIM_MAX_ORDINALS;
+             tok = strtok_r(NULL, ",", &save))
+            if (nvml_handle_of_entry(tok, &handles[got++]) != 0)
+                return -1;
+    } else {
+        for (unsigned i = 0; i < n && got < SHIM_MAX_ORDINALS; i++)
+            if (by_index(i, &handles[got++]) != NVML_SUCCESS)
+                return -1;
+    }
+    if (got > max)
+        return -1; /* more devices than a ledger holds: let CUDA's init fail closed */
+    for (int i = 0; i < got; i++) {
         nvmlMemory_t mem;
-        if (nvml_handle_of_ordinal(i, &dev) != 0)
-            break;
-        if (uuid_fn(dev, out[got].uuid, CGPU_UUID_LEN) != NVML_SUCCESS || mem_fn(dev, &mem) != NVML_SUCCESS)
+        if (uuid_fn(handles[i], out[i].uuid, CGPU_UUID_LEN) != NVML_SUCCESS || mem_fn(handles[i], &mem) != NVML_SUCCESS)
             return -1;
-        out[got++].total = mem.total;
+        out[i].total = mem.total;
     }
     return got;
 }
@@ -247,10 +259,12 @@ static int ensure_private_dir(const char *dir)
 
 typedef int (*enumerate_fn)(struct device_info *, int);
 
+static int limits_from_config; /* the slices came from cgpu.conf */
+
 /* Compute the slices and open the ledger.  Caller holds init_mutex.  Returns
  * SHIM_PASSTHROUGH, SHIM_LIMITED, SHIM_FAILED, or SHIM_UNINIT when the driver
  * cannot be asked yet. */
-static int load_limits(enumerate_fn enumerate)
+static int load_limits(enumerate_fn enumerate, int authoritative)
 {
     if (limits_state != SHIM_UNINIT)
         return limits_state;
@@ -277,11 +291,12 @@ static int load_limits(enumerate_fn enumerate)
         fail_line("%s%s", cfg.error, "");
         return limits_state = SHIM_FAILED;
     }
+    limits_from_config = rc == CGPU_OK;
     if (rc != CGPU_OK) {
         if (!any_limit_variable())
             return limits_state = SHIM_PASSTHROUGH;
-        struct device_info devs[CGPU_MAX_DEVICES];
-        int n = enumerate(devs, CGPU_MAX_DEVICES);
+        struct device_info devs[SHIM_MAX_ORDINALS];
+        int n = enumerate(devs, SHIM_MAX_ORDINALS);
         if (n < 0)
             return SHIM_UNINIT;
         memset(&cfg, 0, sizeof cfg);
@@ -292,11 +307,16 @@ static int load_limits(enumerate_fn enumerate)
                 return limits_state = SHIM_FAILED;
             if (src == SRC_NONE)
                 continue;
+            if (cfg.nentries >= CGPU_MAX_DEVICES) {
+                fail_line("more than %d GPUs have a slice%s", "16", "");
+                return limits_state = SHIM_FAILED;
+            }
             memcpy(cfg.entries[cfg.nentries].uuid, devs[i].uuid, CGPU_UUID_LEN);
             cfg.entries[cfg.nentries++].limit = slice;
         }
         if (cfg.nentries == 0)
-            return limits_state = SHIM_PASSTHROUGH;
+            /* Only CUDA's own device list may settle "no slice anywhere" for good. */
+            return authoritative ? (limits_state = SHIM_PASSTHROUGH) : SHIM_UNINIT;
         if (private_dir && ensure_private_dir(dir) != 0) {
             fail_line("cannot use the ledger directory %s: %s", dir, strerror(errno));
             return limits_state = SHIM_FAILED;
@@ -306,7 +326,7 @@ static int load_limits(enumerate_fn enumerate)
             config_write_atomic(dir, &cfg);
     }
     snprintf(path, sizeof path, "%s/%s", dir, CGPU_LEDGER_NAME);
-    rc = ledger_open(path, 1, &g_shim.ledger);
+    rc = ledger_open(path, LEDGER_CREATE, &g_shim.ledger);
     if (rc == CGPU_OK && !g_shim.ledger.writable)
         rc = CGPU_ERR_IO;
     if (rc == CGPU_OK)
@@ -321,7 +341,7 @@ static int load_limits(enumerate_fn enumerate)
 
 int shim_claim_slot(void)
 {
-    if (g_shim.ledger.slot >= 0)
+    if (__atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) >= 0)
         return 0;
     if (ledger_claim_slot(&g_shim.ledger) == CGPU_OK)
         return 0;
@@ -340,14 +360,21 @@ int shim_cuda_init(int driver_ready)
     }
     struct device_info devs[SHIM_MAX_ORDINALS];
     int n = -1;
-    s = load_limits(cuda_devices);
+    s = load_limits(cuda_devices, 1);
     if (s == SHIM_LIMITED && (n = cuda_devices(devs, SHIM_MAX_ORDINALS)) >= 0) {
         for (int i = 0; i < SHIM_MAX_ORDINALS; i++)
             g_shim.devmap[i] = i < n ? ledger_find_device(g_shim.ledger.l, devs[i].uuid) : -1;
+        /* The container's config names its GPUs: a visible GPU it does not name
+         * would run unlimited, so refuse instead. */
+        for (int i = 0; i < n && limits_from_config && s == SHIM_LIMITED; i++)
+            if (g_shim.devmap[i] < 0) {
+                fail_line("%s is visible but has no slice in " CGPU_CONFIG_NAME "%s", devs[i].uuid, "");
+                s = SHIM_FAILED;
+            }
         g_shim.single_device = n == 1 ? g_shim.devmap[0] : SHIM_MULTI_DEVICE;
         g_shim.ctx_get_device = (int (*)(int *))shim_driver_sym("cuCtxGetDevice");
         g_shim.ctx_get_current = (int (*)(void **))shim_driver_sym("cuCtxGetCurrent");
-        if (shim_claim_slot() != 0)
+        if (s == SHIM_LIMITED && shim_claim_slot() != 0)
             s = SHIM_FAILED;
     } else if (s == SHIM_LIMITED || s == SHIM_UNINIT) {
         /* A limit applies but the driver cannot list its devices.  Before cuInit
@@ -369,7 +396,7 @@ int shim_cuda_init(int driver_ready)
 int shim_nvml_view(nvmlDevice_t device, uint64_t *limit, uint64_t *used)
 {
     pthread_mutex_lock(&init_mutex);
-    int s = load_limits(nvml_devices);
+    int s = load_limits(nvml_devices, 0);
     pthread_mutex_unlock(&init_mutex);
     if (s == SHIM_UNINIT) {
         static int said;

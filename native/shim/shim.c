@@ -76,13 +76,13 @@ NO_SANITIZE static dlsym_fn real_dlsym(void)
     return f;
 }
 
-static void *lib_handle(const char *soname, void **cache)
+static void *lib_handle(const char *soname, void **cache, int load)
 {
     void *h = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
     if (h)
         return h;
     h = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
-    if (!h)
+    if (!h && load)
         h = dlopen(soname, RTLD_LAZY);
     if (h)
         __atomic_store_n(cache, h, __ATOMIC_RELEASE);
@@ -93,14 +93,22 @@ static void *cuda_handle_cache, *nvml_handle_cache;
 
 void *shim_driver_sym(const char *name)
 {
-    void *h = lib_handle("libcuda.so.1", &cuda_handle_cache);
+    void *h = lib_handle("libcuda.so.1", &cuda_handle_cache, 1);
+    dlsym_fn rd = real_dlsym();
+    return h && rd ? rd(h, name) : NULL;
+}
+
+/* The driver's own `name`, only if the program has loaded the driver already. */
+static void *loaded_driver_sym(const char *name)
+{
+    void *h = lib_handle("libcuda.so.1", &cuda_handle_cache, 0);
     dlsym_fn rd = real_dlsym();
     return h && rd ? rd(h, name) : NULL;
 }
 
 void *shim_nvml_sym(const char *name)
 {
-    void *h = lib_handle("libnvidia-ml.so.1", &nvml_handle_cache);
+    void *h = lib_handle("libnvidia-ml.so.1", &nvml_handle_cache, 1);
     dlsym_fn rd = real_dlsym();
     return h && rd ? rd(h, name) : NULL;
 }
@@ -211,7 +219,7 @@ static void report_oom(int dev, uint64_t bytes)
 /* Reserve `charge` on `dev` before calling the driver. */
 static CUresult reserve(int dev, uint64_t charge)
 {
-    if (unlikely(g_shim.ledger.slot < 0) && shim_claim_slot() != 0)
+    if (unlikely(__atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) < 0) && shim_claim_slot() != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (likely(ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 0) == CGPU_OK))
         return CUDA_SUCCESS;
@@ -242,8 +250,9 @@ static void track(uint64_t key, int dev, uint64_t charge, void *ctx)
     ledger_lock(l);
     int rc = pt_insert(&g_table, key, (unsigned)dev, charge, ctx);
     ledger_unlock(l);
-    if (unlikely(rc != 0))
-        unreserve(dev, charge); /* cannot remember it: do not keep it charged */
+    /* If the table could not grow, the charge stays (until the process ends): an
+     * allocation we cannot credit is over-counted, never under-counted. */
+    (void)rc;
 }
 
 /* Credit `charge` on `dev` to this process's slot.  Caller holds the ledger lock. */
@@ -280,11 +289,12 @@ static int untrack(uint64_t key, struct untracked *out)
     return found;
 }
 
-/* Put back what untrack took when the driver refused the free. */
+/* Put back what untrack took when the driver refused the free (unless the slot
+ * was already given back at exit: then nothing may be charged). */
 static void retrack(uint64_t key, const struct untracked *u)
 {
-    ledger_charge(&g_shim.ledger, (unsigned)u->dev, u->charge, 1);
-    track(key, u->dev, u->charge, u->ctx);
+    if (ledger_charge(&g_shim.ledger, (unsigned)u->dev, u->charge, 1) == CGPU_OK)
+        track(key, u->dev, u->charge, u->ctx);
 }
 
 /* The driver destroyed `ctx`, and with it the memory allocated in it and its own
@@ -458,13 +468,18 @@ static uint64_t format_bytes(CUarray_format f)
     }
 }
 
-static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f, unsigned channels, unsigned levels)
+/* Bytes of an array: each mipmap level halves width, height and depth, but not
+ * the layer count of a layered array. */
+static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f, unsigned channels,
+                            unsigned levels, unsigned flags)
 {
     uint64_t total = 0;
+    int layered = (flags & CUDA_ARRAY3D_LAYERED) != 0;
     if (levels == 0)
         levels = 1;
     for (unsigned l = 0; l < levels && l < 64; l++) {
-        uint64_t lw = w >> l ? w >> l : 1, lh = h >> l ? h >> l : 1, ld = d >> l ? d >> l : 1;
+        uint64_t lw = w >> l ? w >> l : 1, lh = h >> l ? h >> l : 1;
+        uint64_t ld = layered ? (d ? d : 1) : (d >> l ? d >> l : 1);
         total += lw * lh * ld;
     }
     return charge_of(total * format_bytes(f) * (channels ? channels : 1));
@@ -472,27 +487,27 @@ static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f
 
 EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
 {
-    CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1) : 0,
+    CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1, 0) : 0,
                   REAL(cuArrayCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
 {
-    CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1) : 0,
+    CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1, 0) : 0,
                   REAL(cuArrayCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
 {
     CHARGED_ALLOC(current_device(),
-                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1) : 0,
+                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1, desc->Flags) : 0,
                   REAL(cuArray3DCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
 {
     CHARGED_ALLOC(current_device(),
-                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1) : 0,
+                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1, desc->Flags) : 0,
                   REAL(cuArray3DCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
@@ -501,7 +516,7 @@ EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARR
 {
     CHARGED_ALLOC(current_device(),
                   desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels,
-                                     numMipmapLevels)
+                                     numMipmapLevels, desc->Flags)
                        : 0,
                   REAL(cuMipmappedArrayCreate)(pHandle, desc, numMipmapLevels),
                   PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)*pHandle, current_context());
@@ -763,7 +778,7 @@ static int pick_variant(const char *symbol, void *fn, int version, cuuint64_t fl
             }
             any = 1;
             if (pass == 0) {
-                void *r = __atomic_load_n(&real_fns[i], __ATOMIC_RELAXED);
+                void *r = real_fn(i); /* the exported variant, looked up in the driver */
                 if (r && r == fn)
                     return i;
                 continue;
@@ -838,10 +853,12 @@ static __attribute__((noinline)) void *dlsym_hooked(void *handle, const char *na
     if (!r)
         return NULL;
     if (id >= 0) {
-        if (r == hooks[id].wrapper) /* the global scope found us: look in the driver */
-            r = resolve_real(id);
-        else
-            record_real(id, r);
+        if (r == hooks[id].wrapper) { /* the global scope found us: the driver, if loaded */
+            r = loaded_driver_sym(name);
+            if (r == hooks[id].wrapper)
+                r = NULL;
+        }
+        record_real(id, r);
         return r ? hooks[id].wrapper : NULL;
     }
     if (r != nvml_wrappers[nid])

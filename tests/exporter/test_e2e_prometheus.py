@@ -249,7 +249,13 @@ def test_prometheus_sees_slices_use_and_exits(
         container="main",
         device_ids=["dev-1"],
     )
-    pod_env = {**e2e_env, "LD_PRELOAD": str(shim), "CGPU_LEDGER_DIR": str(pod_dir)}
+    # As in a real container, the pod sees only its own GPU.
+    pod_env = {
+        **e2e_env,
+        "LD_PRELOAD": str(shim),
+        "CGPU_LEDGER_DIR": str(pod_dir),
+        "CUDA_VISIBLE_DEVICES": UUIDS[0],
+    }
     first = Workload([str(workload), "300"], pod_env)
     second = Workload([str(workload), "200"], pod_env)
 

@@ -152,7 +152,15 @@ def test_two_containers_have_separate_ledgers_and_slices(
     slices = {"a": SLICE_2_OF_8, "b": 128 << 20}
     bundles = {
         "a": make_bundle(hold, ALIYUN_2_OF_8),
-        "b": make_bundle(hold, {"CGPU_MEM_LIMIT": "128MiB", "NVIDIA_VISIBLE_DEVICES": "0"}),
+        # CUDA_VISIBLE_DEVICES stands in for the NVIDIA runtime, which would hide GPU 1.
+        "b": make_bundle(
+            hold,
+            {
+                "CGPU_MEM_LIMIT": "128MiB",
+                "NVIDIA_VISIBLE_DEVICES": "0",
+                "CUDA_VISIBLE_DEVICES": "0",
+            },
+        ),
     }
     procs = {name: b.start() for name, b in bundles.items()}
     try:

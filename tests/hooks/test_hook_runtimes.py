@@ -94,7 +94,9 @@ def test_cdi_spec_limits_the_device_it_names(
     assert [d["name"] for d in spec["devices"]] == ["all", "0", uuids[0], "1", uuids[1]]
     assert len(uuids) == int(SIM_ENV["CGPU_SIM_DEVICES"])
     # NVIDIA's own CDI spec sets NVIDIA_VISIBLE_DEVICES=void; the cgpu device still names GPU 0.
-    env = {"CGPU_MEM_LIMIT": "192MiB", "NVIDIA_VISIBLE_DEVICES": "void"}
+    # CUDA_VISIBLE_DEVICES stands in for NVIDIA's CDI device, which would expose GPU 0 only.
+    env = {"CGPU_MEM_LIMIT": "192MiB", "NVIDIA_VISIBLE_DEVICES": "void",
+           "CUDA_VISIBLE_DEVICES": uuids[0]}  # fmt: skip
     bundle = make_bundle(probe_script("init", "fill", str(CHUNK), "info"), env, stage=None)
     _apply_cdi(bundle, spec, "0", sim_dir)
     assert f"CGPU_CDI_DEVICE_0={uuids[0]}" in bundle.config["process"]["env"]

@@ -158,3 +158,48 @@ def test_context_overhead_is_charged(shim_env, probe):
     assert r.one("fill") == ["15", "2"]
     env = shim_env({"CGPU_MEM_LIMIT": "1GiB", "CGPU_CONTEXT_OVERHEAD": "128MiB"})
     assert probe(env, "dlsym", "init", "fill", 64 * MiB).one("fill") == ["14", "2"]
+
+
+def test_nvml_before_cuda_does_not_decide_against_the_limit(shim_env, probe):
+    """NVML queried first (as nvidia-smi-style checks do), with a UUID prefix in
+    CUDA_VISIBLE_DEVICES that only CUDA resolves: CUDA must still be limited."""
+    uuids = "GPU-aaaaaaaa-0000-4000-8000-000000000001,GPU-bbbbbbbb-0000-4000-8000-000000000002"
+    env = shim_env(
+        {"CGPU_MEM_LIMIT": "1GiB", "CUDA_VISIBLE_DEVICES": "GPU-bbbb"}, devices=2, uuids=uuids
+    )
+    r = probe(env, "dlsym", "nvml", "init", "info", "fill", 256 * MiB)
+    assert r.one("info") == ["0", str(GiB), str(GiB)]
+    assert r.one("fill") == ["4", "2"]
+
+
+def test_a_visible_gpu_missing_from_the_config_fails_closed(shim_env, probe, ledger_dir):
+    (ledger_dir / "cgpu.conf").write_text(
+        "version 1\ndevice GPU-aaaaaaaa-0000-4000-8000-000000000001 1GiB\n"
+    )
+    r = probe(shim_env(), "dlsym", "init", "alloc", MiB)
+    assert r.returncode == 3
+    assert "GPU-5eed0000-0000-4000-8000-000000000000 is visible but has no slice" in r.stderr
+
+
+def test_a_program_that_never_loaded_cuda_finds_no_driver_through_the_shim(shim_env, cc, tmp_path):
+    """dlsym(RTLD_DEFAULT, "cuInit") without libcuda loaded is NULL, as without the shim."""
+    import subprocess
+
+    src = tmp_path / "nocuda.c"
+    src.write_text(
+        "#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <stdio.h>\n"
+        "int main(void) {\n"
+        '    void *p = dlsym(RTLD_DEFAULT, "cuInit");\n'
+        '    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);\n'
+        '    printf("%s %s\\n", p ? "found" : "null", h ? "loaded" : "absent");\n'
+        "    return 0;\n}\n"
+    )
+    subprocess.run([cc, str(src), "-o", str(tmp_path / "nocuda"), "-ldl"], check=True)
+    out = subprocess.run(
+        [str(tmp_path / "nocuda")],
+        env=shim_env({"CGPU_MEM_LIMIT": "1GiB"}),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == ["null", "absent"]
