@@ -20,6 +20,7 @@ static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
 static int limits_state = SHIM_UNINIT;
 static long long ctx_overhead_env = -1;
 static uint64_t ctx_used_before[CGPU_MAX_DEVICES];
+#define CGPU_MAX_CONTEXT_OVERHEAD (1ULL << 30)
 
 #define SHIM_LEDGER_MOUNT "/var/run/cgpu"
 
@@ -446,7 +447,7 @@ static int nvml_used(int dev, uint64_t *used)
 
 void shim_context_overhead_before(int dev)
 {
-    if (dev < 0 || ctx_overhead_env >= 0 || __atomic_load_n(&g_shim.ctx_charged[dev], __ATOMIC_ACQUIRE))
+    if (dev < 0 || ctx_overhead_env >= 0)
         return;
     uint64_t used;
     ctx_used_before[dev] = nvml_used(dev, &used) == 0 ? used : UINT64_MAX;
@@ -460,7 +461,8 @@ uint64_t shim_context_overhead(int dev)
     if (before == UINT64_MAX || nvml_used(dev, &after) != 0 || after <= before)
         return 0;
     uint64_t delta = after - before;
-    return delta > (8ULL << 30) ? 0 : delta; /* another tenant moved: do not guess */
+    /* A context takes hundreds of MiB; more means another tenant allocated meanwhile. */
+    return delta > CGPU_MAX_CONTEXT_OVERHEAD ? 0 : delta;
 }
 
 /* ---- fork ------------------------------------------------------------------------------ */
@@ -470,7 +472,7 @@ void shim_forget_process(void)
     pthread_mutex_init(&init_mutex, NULL);
     if (g_shim.ledger.l)
         ledger_close(&g_shim.ledger); /* the parent keeps its own liveness lock */
-    memset(g_shim.ctx_charged, 0, sizeof g_shim.ctx_charged);
+    memset(g_shim.contexts, 0, sizeof g_shim.contexts);
     g_shim.single_device = SHIM_MULTI_DEVICE;
     limits_state = SHIM_UNINIT;
     __atomic_store_n(&g_shim.state, SHIM_UNINIT, __ATOMIC_RELEASE);

@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 
 #define PT_INITIAL 4096u
-#define DEV_SHIFT 56
 
 static inline size_t home(uint64_t key, size_t mask)
 {
@@ -17,14 +16,12 @@ static struct pt_entry *alloc_slots(size_t n)
     return m == MAP_FAILED ? NULL : m;
 }
 
-static void put(struct pt_entry *slots, size_t mask, uint64_t key, uint64_t value, void *ctx)
+static void put(struct pt_entry *slots, size_t mask, const struct pt_entry *e)
 {
-    size_t i = home(key, mask);
+    size_t i = home(e->key, mask);
     while (slots[i].key != 0)
         i = (i + 1) & mask;
-    slots[i].key = key;
-    slots[i].bytes = value;
-    slots[i].ctx = ctx;
+    slots[i] = *e;
 }
 
 static int grow(struct ptrtable *t)
@@ -36,7 +33,7 @@ static int grow(struct ptrtable *t)
     if (t->slots) {
         for (size_t i = 0; i <= t->mask; i++)
             if (t->slots[i].key)
-                put(slots, n - 1, t->slots[i].key, t->slots[i].bytes, t->slots[i].ctx);
+                put(slots, n - 1, &t->slots[i]);
         munmap(t->slots, (t->mask + 1) * sizeof(struct pt_entry));
     }
     t->slots = slots;
@@ -48,8 +45,34 @@ int pt_insert(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes, vo
 {
     if ((!t->slots || (t->count + 1) * 2 > t->mask + 1) && grow(t) != 0)
         return -1;
-    put(t->slots, t->mask, key, bytes | ((uint64_t)dev << DEV_SHIFT), ctx);
+    struct pt_entry e = {.key = key, .bytes = bytes | ((uint64_t)dev << PT_DEV_SHIFT), .ctx = ctx, .aux = 0};
+    put(t->slots, t->mask, &e);
     t->count++;
+    return 0;
+}
+
+struct pt_entry *pt_find(struct ptrtable *t, uint64_t key)
+{
+    if (!t->slots || key == 0)
+        return NULL;
+    for (size_t i = home(key, t->mask);; i = (i + 1) & t->mask) {
+        if (t->slots[i].key == key)
+            return &t->slots[i];
+        if (t->slots[i].key == 0)
+            return NULL;
+    }
+}
+
+uint64_t pt_find_range(struct ptrtable *t, uint64_t kind, uint64_t lo, uint64_t hi)
+{
+    for (size_t i = 0; t->slots && i <= t->mask; i++) {
+        uint64_t key = t->slots[i].key;
+        if (key && (key & 0xFFFF000000000000ULL) == (kind & 0xFFFF000000000000ULL)) {
+            uint64_t v = key ^ kind;
+            if (v >= lo && v < hi)
+                return key;
+        }
+    }
     return 0;
 }
 
@@ -66,8 +89,8 @@ int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes, 
     uint64_t v = t->slots[i].bytes;
     if (ctx)
         *ctx = t->slots[i].ctx;
-    *dev = (unsigned)(v >> DEV_SHIFT);
-    *bytes = v & ((1ULL << DEV_SHIFT) - 1);
+    *dev = (unsigned)(v >> PT_DEV_SHIFT);
+    *bytes = v & ((1ULL << PT_DEV_SHIFT) - 1);
     /* Backward-shift deletion keeps every probe chain unbroken. */
     size_t hole = i, j = i;
     for (;;) {
@@ -82,9 +105,7 @@ int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes, 
             hole = j;
         }
     }
-    t->slots[hole].key = 0;
-    t->slots[hole].bytes = 0;
-    t->slots[hole].ctx = NULL;
+    memset(&t->slots[hole], 0, sizeof t->slots[hole]);
     t->count--;
     return 1;
 }

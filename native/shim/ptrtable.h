@@ -15,13 +15,28 @@
 #define PT_KIND_ARRAY 0xA5A5000000000001ULL
 #define PT_KIND_MIPMAP 0x5A5A000000000002ULL
 #define PT_KIND_HANDLE 0xC3C3000000000003ULL
-#define PT_KIND_CONTEXT 0x3C3C000000000004ULL /* a context's own overhead */
+#define PT_KIND_CONTEXT 0x3C3C000000000004ULL /* a device's context overhead (key: device) */
+#define PT_KIND_CTXDEV 0x6969000000000005ULL  /* a live context and its device (no charge) */
+#define PT_KIND_MAP 0x9696000000000006ULL     /* a VMM mapping: bytes = its size, aux = handle */
 
 struct pt_entry {
     uint64_t key;   /* 0 = empty */
     uint64_t bytes; /* high 8 bits: ledger device index */
     void *ctx;      /* the context whose destruction frees it, or NULL */
+    uint64_t aux;   /* VMM handle: references (itself, mappings, retains); mapping: the handle */
 };
+
+#define PT_DEV_SHIFT 56
+
+static inline unsigned pt_entry_dev(const struct pt_entry *e)
+{
+    return (unsigned)(e->bytes >> PT_DEV_SHIFT);
+}
+
+static inline uint64_t pt_entry_bytes(const struct pt_entry *e)
+{
+    return e->bytes & ((1ULL << PT_DEV_SHIFT) - 1);
+}
 
 struct ptrtable {
     struct pt_entry *slots;
@@ -33,6 +48,10 @@ struct ptrtable {
 int pt_insert(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes, void *ctx);
 /* Removes `key`; returns 1 and fills *dev, *bytes, *ctx if it was there. */
 int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes, void **ctx);
+/* The entry of `key`, to update in place, or NULL. */
+struct pt_entry *pt_find(struct ptrtable *t, uint64_t key);
+/* The key of the first entry of kind `kind` whose (key ^ kind) lies in [lo, hi), or 0. */
+uint64_t pt_find_range(struct ptrtable *t, uint64_t kind, uint64_t lo, uint64_t hi);
 /* Removes every entry of context `ctx`, calling `credit` for each. */
 void pt_remove_context(struct ptrtable *t, void *ctx, void (*credit)(uint64_t key, unsigned dev, uint64_t bytes));
 /* Forget everything (after fork, in the child). */

@@ -297,24 +297,6 @@ static void retrack(uint64_t key, const struct untracked *u)
         track(key, u->dev, u->charge, u->ctx);
 }
 
-/* The driver destroyed `ctx`, and with it the memory allocated in it and its own
- * overhead. */
-static void release_context_memory(void *ctx)
-{
-    if (!ctx || mode() != SHIM_LIMITED)
-        return;
-    struct ledger *l = g_shim.ledger.l;
-    uint64_t key = PT_KIND_CONTEXT ^ (uint64_t)(uintptr_t)ctx, bytes;
-    unsigned dev;
-    ledger_lock(l);
-    if (pt_remove(&g_table, key, &dev, &bytes, NULL)) {
-        credit_locked(key, dev, bytes);
-        __atomic_store_n(&g_shim.ctx_charged[dev], 0, __ATOMIC_RELEASE);
-    }
-    pt_remove_context(&g_table, ctx, credit_locked);
-    ledger_unlock(l);
-}
-
 /* The common shape of every allocation wrapper. */
 #define CHARGED_ALLOC(dev_expr, bytes_expr, call, key_expr, ctx_expr)           \
     do {                                                                       \
@@ -404,38 +386,192 @@ static int vmm_device(const CUmemAllocationProp *prop)
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
                             unsigned long long flags)
 {
-    CHARGED_ALLOC(vmm_device(prop), size, REAL(cuMemCreate)(handle, size, prop, flags), PT_KIND_HANDLE ^ *handle, NULL);
+    int m = mode();
+    if (unlikely(m == SHIM_FAILED || m == SHIM_UNINIT))
+        return CUDA_ERROR_NOT_INITIALIZED;
+    int dev = m == SHIM_LIMITED ? vmm_device(prop) : -1;
+    if (dev < 0)
+        return REAL(cuMemCreate)(handle, size, prop, flags);
+    CUresult rc = reserve(dev, size);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = REAL(cuMemCreate)(handle, size, prop, flags);
+    if (rc != CUDA_SUCCESS) {
+        unreserve(dev, size);
+        return rc;
+    }
+    track(PT_KIND_HANDLE ^ *handle, dev, size, NULL);
+    struct ledger *l = g_shim.ledger.l;
+    ledger_lock(l);
+    struct pt_entry *e = pt_find(&g_table, PT_KIND_HANDLE ^ *handle);
+    if (e)
+        e->aux = 1; /* the handle's own reference */
+    ledger_unlock(l);
+    return rc;
+}
+
+/* Drop one reference of a handle's memory: the driver frees it (and we credit it)
+ * once the handle is released and every mapping of it is gone.  Caller holds the
+ * ledger lock. */
+static void handle_unref_locked(CUmemGenericAllocationHandle handle)
+{
+    uint64_t key = PT_KIND_HANDLE ^ handle, bytes;
+    struct pt_entry *e = pt_find(&g_table, key);
+    unsigned dev;
+    if (e && e->aux > 1) {
+        e->aux--;
+        return;
+    }
+    if (e && pt_remove(&g_table, key, &dev, &bytes, NULL))
+        credit_locked(key, dev, bytes);
+}
+
+static int handle_ref_locked(CUmemGenericAllocationHandle handle)
+{
+    struct pt_entry *e = pt_find(&g_table, PT_KIND_HANDLE ^ handle);
+    if (e)
+        e->aux++;
+    return e != NULL;
 }
 
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    CHARGED_FREE(PT_KIND_HANDLE ^ handle, REAL(cuMemRelease)(handle));
+    if (mode() != SHIM_LIMITED)
+        return REAL(cuMemRelease)(handle);
+    struct ledger *l = g_shim.ledger.l;
+    /* Drop our reference first: once the driver frees the handle it may hand the same
+     * value to another thread's cuMemCreate. */
+    ledger_lock(l);
+    struct pt_entry *e = pt_find(&g_table, PT_KIND_HANDLE ^ handle);
+    struct pt_entry saved = e ? *e : (struct pt_entry){0};
+    if (e)
+        handle_unref_locked(handle);
+    ledger_unlock(l);
+    CUresult rc = REAL(cuMemRelease)(handle);
+    if (rc != CUDA_SUCCESS && saved.key) { /* refused: put the reference back */
+        ledger_lock(l);
+        if (!handle_ref_locked(handle)) {
+            ledger_unlock(l);
+            unsigned dev = pt_entry_dev(&saved);
+            if (ledger_charge(&g_shim.ledger, dev, pt_entry_bytes(&saved), 1) == CGPU_OK)
+                track(saved.key, (int)dev, pt_entry_bytes(&saved), NULL);
+            ledger_lock(l);
+            struct pt_entry *back = pt_find(&g_table, saved.key);
+            if (back)
+                back->aux = 1;
+        }
+        ledger_unlock(l);
+    }
+    return rc;
 }
 
-/* Stream-ordered allocation: charged at allocation, credited at the free call. */
+/* A mapping holds its handle's memory until it is unmapped. */
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                         unsigned long long flags)
+{
+    CUresult rc = REAL(cuMemMap)(ptr, size, offset, handle, flags);
+    if (rc != CUDA_SUCCESS || mode() != SHIM_LIMITED)
+        return rc;
+    struct ledger *l = g_shim.ledger.l;
+    ledger_lock(l);
+    if (handle_ref_locked(handle) && pt_insert(&g_table, PT_KIND_MAP ^ ptr, 0, size, NULL) == 0) {
+        struct pt_entry *m = pt_find(&g_table, PT_KIND_MAP ^ ptr);
+        m->aux = handle;
+    }
+    ledger_unlock(l);
+    return rc;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    CUresult rc = REAL(cuMemUnmap)(ptr, size);
+    if (rc != CUDA_SUCCESS || mode() != SHIM_LIMITED)
+        return rc;
+    struct ledger *l = g_shim.ledger.l;
+    ledger_lock(l);
+    /* The common case is one whole mapping; a range may cover several. */
+    uint64_t key = pt_find(&g_table, PT_KIND_MAP ^ ptr) ? PT_KIND_MAP ^ ptr
+                                                         : pt_find_range(&g_table, PT_KIND_MAP, ptr, ptr + size);
+    while (key) {
+        struct pt_entry *m = pt_find(&g_table, key);
+        CUmemGenericAllocationHandle handle = m->aux;
+        uint64_t bytes;
+        unsigned dev;
+        pt_remove(&g_table, key, &dev, &bytes, NULL);
+        handle_unref_locked(handle);
+        key = pt_find_range(&g_table, PT_KIND_MAP, ptr, ptr + size);
+    }
+    ledger_unlock(l);
+    return rc;
+}
+
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    CUresult rc = REAL(cuMemRetainAllocationHandle)(handle, addr);
+    if (rc == CUDA_SUCCESS && handle && mode() == SHIM_LIMITED) {
+        struct ledger *l = g_shim.ledger.l;
+        ledger_lock(l);
+        handle_ref_locked(*handle);
+        ledger_unlock(l);
+    }
+    return rc;
+}
+
+/* Stream-ordered allocation: charged at allocation, credited at the free call.
+ *
+ * A pool or a stream may belong to another device than the current context's.  A
+ * process that sees one device cannot get that wrong; with several, the device is
+ * read from the new pointer and the charge made afterwards: over the slice, the
+ * memory is handed back to the pool and the call fails. */
+static CUresult charge_async_after(CUresult rc, CUdeviceptr *dptr, size_t bytesize, CUstream stream,
+                                   CUresult (*free_async)(CUdeviceptr, CUstream))
+{
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    CUresult (*attr)(void *, CUpointer_attribute, CUdeviceptr) =
+        (CUresult(*)(void *, CUpointer_attribute, CUdeviceptr))shim_driver_sym("cuPointerGetAttribute");
+    int ordinal = -1;
+    if (!attr || attr(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *dptr) != CUDA_SUCCESS)
+        ordinal = -1;
+    int dev = ordinal >= 0 ? device_of_ordinal(ordinal) : current_device();
+    if (dev < 0)
+        return rc;
+    uint64_t charge = charge_of(bytesize);
+    if (reserve(dev, charge) != CUDA_SUCCESS) {
+        free_async(*dptr, stream);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    track(PT_KIND_PTR ^ *dptr, dev, charge, NULL);
+    return rc;
+}
+
+#define ASYNC_ALLOC(call, free_fn)                                                                  \
+    do {                                                                                           \
+        int m_ = mode();                                                                           \
+        if (m_ == SHIM_LIMITED && g_shim.single_device == SHIM_MULTI_DEVICE)                        \
+            return charge_async_after(call, dptr, bytesize, hStream, free_fn);                     \
+        CHARGED_ALLOC(current_device(), charge_of(bytesize), call, PT_KIND_PTR ^ *dptr, NULL);     \
+    } while (0)
+
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAllocAsync)(dptr, bytesize, hStream),
-                  PT_KIND_PTR ^ *dptr, NULL);
+    ASYNC_ALLOC(REAL(cuMemAllocAsync)(dptr, bytesize, hStream), REAL(cuMemFreeAsync));
 }
 
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream),
-                  PT_KIND_PTR ^ *dptr, NULL);
+    ASYNC_ALLOC(REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream), REAL(cuMemFreeAsync_ptsz));
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
-    CHARGED_ALLOC(current_device(), charge_of(bytesize),
-                  REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), PT_KIND_PTR ^ *dptr, NULL);
+    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync));
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                              CUstream hStream)
 {
-    CHARGED_ALLOC(current_device(), charge_of(bytesize),
-                  REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), PT_KIND_PTR ^ *dptr, NULL);
+    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync_ptsz));
 }
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -536,84 +672,112 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 
 static CUcontext g_primary[SHIM_MAX_ORDINALS]; /* each device's primary context */
 
-/* After a context was created on `ordinal`: charge its overhead (once per device
- * while a charged context lives), or undo the creation when the slice cannot hold it. */
-static CUresult charge_context(CUdevice ordinal, CUresult rc, CUcontext ctx, int primary)
+/* A device's context overhead is charged while it has at least one live context of
+ * this process: on the first context's creation, and given back with the last. */
+static int context_opening(int dev)
 {
-    if (rc != CUDA_SUCCESS || mode() != SHIM_LIMITED)
-        return rc;
-    if (primary && ordinal >= 0 && ordinal < SHIM_MAX_ORDINALS)
-        __atomic_store_n(&g_primary[ordinal], ctx, __ATOMIC_RELAXED);
+    return dev >= 0 && __atomic_load_n(&g_shim.contexts[dev], __ATOMIC_ACQUIRE) == 0;
+}
+
+/* After the driver made a new context `ctx` on `ordinal`: remember its device, and
+ * charge the device's context overhead if it is the first.  Context creation never
+ * fails because of the charge: over the slice, the next allocation will. */
+static void context_created(CUdevice ordinal, CUcontext ctx)
+{
     int dev = device_of_ordinal(ordinal);
-    if (dev < 0 || __atomic_exchange_n(&g_shim.ctx_charged[dev], 1, __ATOMIC_ACQ_REL))
-        return rc;
+    if (dev < 0 || !ctx)
+        return;
+    track(PT_KIND_CTXDEV ^ (uint64_t)(uintptr_t)ctx, dev, 0, NULL);
+    if (__atomic_fetch_add(&g_shim.contexts[dev], 1, __ATOMIC_ACQ_REL) != 0)
+        return;
     uint64_t overhead = shim_context_overhead(dev);
-    if (overhead == 0)
-        return rc;
-    if (reserve(dev, overhead) == CUDA_SUCCESS) {
-        /* Returned when this context is destroyed, or with the process's slot. */
-        track(PT_KIND_CONTEXT ^ (uint64_t)(uintptr_t)ctx, dev, overhead, NULL);
-        return rc;
+    if (overhead && ledger_charge(&g_shim.ledger, (unsigned)dev, overhead, 1) == CGPU_OK)
+        track(PT_KIND_CONTEXT ^ (uint64_t)dev, dev, overhead, NULL);
+}
+
+/* The driver destroyed `ctx`: credit the memory allocated in it, and the device's
+ * context overhead if it was the last. */
+static void context_destroyed(void *ctx)
+{
+    if (!ctx || mode() != SHIM_LIMITED)
+        return;
+    struct ledger *l = g_shim.ledger.l;
+    uint64_t bytes;
+    unsigned dev;
+    ledger_lock(l);
+    if (pt_remove(&g_table, PT_KIND_CTXDEV ^ (uint64_t)(uintptr_t)ctx, &dev, &bytes, NULL) &&
+        __atomic_fetch_sub(&g_shim.contexts[dev], 1, __ATOMIC_ACQ_REL) == 1) {
+        uint64_t key = PT_KIND_CONTEXT ^ (uint64_t)dev;
+        if (pt_remove(&g_table, key, &dev, &bytes, NULL))
+            credit_locked(key, dev, bytes);
     }
-    __atomic_store_n(&g_shim.ctx_charged[dev], 0, __ATOMIC_RELEASE);
-    if (primary) {
-        CUresult (*rel)(CUdevice) = (CUresult(*)(CUdevice))shim_driver_sym("cuDevicePrimaryCtxRelease_v2");
-        if (rel)
-            rel(ordinal);
-    } else {
-        CUresult (*destroy)(CUcontext) = (CUresult(*)(CUcontext))shim_driver_sym("cuCtxDestroy_v2");
-        if (destroy)
-            destroy(ctx);
-    }
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    pt_remove_context(&g_table, ctx, credit_locked);
+    ledger_unlock(l);
+}
+
+/* Whether the primary context of `ordinal` is not yet known to be alive. */
+static int primary_unknown(CUdevice ordinal)
+{
+    return ordinal >= 0 && ordinal < SHIM_MAX_ORDINALS && !__atomic_load_n(&g_primary[ordinal], __ATOMIC_ACQUIRE);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 {
-    if (mode() == SHIM_LIMITED)
+    int limited = mode() == SHIM_LIMITED, fresh = limited && primary_unknown(dev);
+    if (fresh && context_opening(device_of_ordinal(dev)))
         shim_context_overhead_before(device_of_ordinal(dev));
     CUresult rc = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
-    return charge_context(dev, rc, pctx ? *pctx : NULL, 1);
+    /* Retains are counted by the driver: only the first makes a context. */
+    if (rc == CUDA_SUCCESS && fresh && pctx &&
+        __atomic_exchange_n(&g_primary[dev], *pctx, __ATOMIC_ACQ_REL) == NULL)
+        context_created(dev, *pctx);
+    return rc;
+}
+
+/* Around the creation of a new (non-primary) context. */
+static void before_create(CUdevice ordinal)
+{
+    if (mode() == SHIM_LIMITED && context_opening(device_of_ordinal(ordinal)))
+        shim_context_overhead_before(device_of_ordinal(ordinal));
+}
+
+static CUresult after_create(CUresult rc, CUcontext *pctx, CUdevice ordinal)
+{
+    if (rc == CUDA_SUCCESS && pctx && mode() == SHIM_LIMITED)
+        context_created(ordinal, *pctx);
+    return rc;
 }
 
 EXPORT CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-    if (mode() == SHIM_LIMITED)
-        shim_context_overhead_before(device_of_ordinal(dev));
-    CUresult rc = REAL(cuCtxCreate)(pctx, flags, dev);
-    return charge_context(dev, rc, pctx ? *pctx : NULL, 0);
+    before_create(dev);
+    return after_create(REAL(cuCtxCreate)(pctx, flags, dev), pctx, dev);
 }
 
 EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-    if (mode() == SHIM_LIMITED)
-        shim_context_overhead_before(device_of_ordinal(dev));
-    CUresult rc = REAL(cuCtxCreate_v2)(pctx, flags, dev);
-    return charge_context(dev, rc, pctx ? *pctx : NULL, 0);
+    before_create(dev);
+    return after_create(REAL(cuCtxCreate_v2)(pctx, flags, dev), pctx, dev);
 }
 
 EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
                                CUdevice dev)
 {
-    if (mode() == SHIM_LIMITED)
-        shim_context_overhead_before(device_of_ordinal(dev));
-    CUresult rc = REAL(cuCtxCreate_v3)(pctx, paramsArray, numParams, flags, dev);
-    return charge_context(dev, rc, pctx ? *pctx : NULL, 0);
+    before_create(dev);
+    return after_create(REAL(cuCtxCreate_v3)(pctx, paramsArray, numParams, flags, dev), pctx, dev);
 }
 
 EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
 {
-    if (mode() == SHIM_LIMITED)
-        shim_context_overhead_before(device_of_ordinal(dev));
-    CUresult rc = REAL(cuCtxCreate_v4)(pctx, params, flags, dev);
-    return charge_context(dev, rc, pctx ? *pctx : NULL, 0);
+    before_create(dev);
+    return after_create(REAL(cuCtxCreate_v4)(pctx, params, flags, dev), pctx, dev);
 }
 
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     CUresult rc = REAL(cuCtxDestroy_v2)(ctx);
     if (rc == CUDA_SUCCESS)
-        release_context_memory(ctx);
+        context_destroyed(ctx);
     return rc;
 }
 
@@ -621,7 +785,7 @@ EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 {
     CUresult rc = REAL(cuCtxDestroy)(ctx);
     if (rc == CUDA_SUCCESS)
-        release_context_memory(ctx);
+        context_destroyed(ctx);
     return rc;
 }
 
@@ -629,7 +793,7 @@ EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 static void primary_gone(CUdevice ordinal)
 {
     if (ordinal >= 0 && ordinal < SHIM_MAX_ORDINALS)
-        release_context_memory(__atomic_exchange_n(&g_primary[ordinal], NULL, __ATOMIC_RELAXED));
+        context_destroyed(__atomic_exchange_n(&g_primary[ordinal], NULL, __ATOMIC_RELAXED));
 }
 
 static int primary_active(CUdevice ordinal)
@@ -945,6 +1109,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 static void after_fork_child(void)
 {
     pt_reset(&g_table);
+    memset(g_primary, 0, sizeof g_primary);
     shim_forget_process();
 }
 

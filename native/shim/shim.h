@@ -15,7 +15,7 @@ struct shim_state {
     int state;               /* SHIM_*; read with acquire loads */
     int single_device;       /* ledger index when the process sees one device, else SHIM_MULTI_DEVICE */
     int devmap[SHIM_MAX_ORDINALS]; /* CUDA ordinal -> ledger index, -1 = no slice */
-    int ctx_charged[CGPU_MAX_DEVICES];
+    int contexts[CGPU_MAX_DEVICES]; /* live contexts of this process per ledger device */
     struct ledger_handle ledger;
     int (*ctx_get_device)(int *); /* the real cuCtxGetDevice */
     int (*ctx_get_current)(void **); /* the real cuCtxGetCurrent */

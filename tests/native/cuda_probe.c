@@ -53,6 +53,10 @@ static struct {
     CUresult (*primary_reset)(CUdevice);
     CUresult (*ctx_create)(CUcontext *, CUctxCreateParams *, unsigned, CUdevice);
     CUresult (*ctx_destroy)(CUcontext);
+    CUresult (*addr_reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+    CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+    CUresult (*unmap)(CUdeviceptr, size_t);
+    CUresult (*addr_free)(CUdeviceptr, size_t);
 } f;
 
 static CUdevice g_dev;
@@ -67,7 +71,8 @@ static void *sym_direct(const char *name)
     D(cuMemAllocPitch_v2) D(cuMemAllocManaged) D(cuMemGetInfo_v2) D(cuDeviceTotalMem_v2) D(cuMemCreate)
     D(cuMemRelease) D(cuMemAllocAsync) D(cuMemFreeAsync) D(cuMemAllocFromPoolAsync) D(cuDeviceGetDefaultMemPool)
     D(cuArrayCreate_v2) D(cuArray3DCreate_v2) D(cuArrayDestroy) D(cuMipmappedArrayCreate) D(cuMipmappedArrayDestroy)
-    D(cuDevicePrimaryCtxReset_v2) D(cuCtxCreate_v4) D(cuCtxDestroy_v2)
+    D(cuDevicePrimaryCtxReset_v2) D(cuCtxCreate_v4) D(cuCtxDestroy_v2) D(cuMemAddressReserve) D(cuMemMap)
+    D(cuMemUnmap) D(cuMemAddressFree)
 #undef D
     return NULL;
 }
@@ -89,7 +94,8 @@ static void resolve(const char *how)
         "cuMemAllocPitch_v2", "cuMemAllocManaged", "cuMemGetInfo_v2", "cuDeviceTotalMem_v2", "cuMemCreate",
         "cuMemRelease", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocFromPoolAsync", "cuDeviceGetDefaultMemPool",
         "cuArrayCreate_v2", "cuArray3DCreate_v2", "cuArrayDestroy", "cuMipmappedArrayCreate",
-        "cuMipmappedArrayDestroy", "cuDevicePrimaryCtxReset_v2", "cuCtxCreate_v4", "cuCtxDestroy_v2"};
+        "cuMipmappedArrayDestroy", "cuDevicePrimaryCtxReset_v2", "cuCtxCreate_v4", "cuCtxDestroy_v2",
+        "cuMemAddressReserve", "cuMemMap", "cuMemUnmap", "cuMemAddressFree"};
     void **slots = (void **)&f;
     void *h = NULL;
     CUresult (*gpa1)(const char *, void **, int, cuuint64_t) = NULL;
@@ -368,6 +374,29 @@ int main(int argc, char **argv)
             if (rc == CUDA_SUCCESS)
                 printf("%s-release %d\n", c, f.release(hnd));
             i++;
+        } else if (strcmp(c, "vmm-map-release") == 0) {
+            /* NCCL's pattern: create, map, release the handle at once; the memory lives
+             * until the mapping goes. */
+            CUmemAllocationProp prop = vmm_prop(0);
+            CUmemGenericAllocationHandle hnd;
+            CUdeviceptr va = 0;
+            size_t size = ARG(1);
+            CUresult rc = f.create(&hnd, size, &prop, 0);
+            if (rc == CUDA_SUCCESS)
+                rc = f.addr_reserve(&va, size, 0, 0, 0);
+            if (rc == CUDA_SUCCESS)
+                rc = f.map(va, size, 0, hnd, 0);
+            if (rc == CUDA_SUCCESS)
+                rc = f.release(hnd);
+            printf("vmm-mapped %d\n", rc);
+            size_t fr = 0, t = 0;
+            f.info(&fr, &t);
+            printf("info %d %zu %zu\n", 0, fr, t);
+            if (rc == CUDA_SUCCESS) {
+                printf("vmm-unmap %d\n", f.unmap(va, size));
+                f.addr_free(va, size);
+            }
+            i++;
         } else if (strcmp(c, "vmm-hold") == 0) {
             CUmemAllocationProp prop = vmm_prop(0);
             CUmemGenericAllocationHandle hnd;
@@ -390,6 +419,19 @@ int main(int argc, char **argv)
             if (rc == CUDA_SUCCESS)
                 printf("pool-free %d\n", f.free_async(p, NULL));
             i++;
+        } else if (strcmp(c, "pool-fill") == 0) {
+            /* Fill from another device's default pool, with this thread's context current. */
+            CUmemoryPool pool;
+            CUdevice other;
+            CUdeviceptr p;
+            size_t n = 0;
+            CUresult rc = f.device_get(&other, (int)ARG(1));
+            if (rc == CUDA_SUCCESS)
+                rc = f.default_pool(&pool, other);
+            while (rc == CUDA_SUCCESS && (rc = f.pool_alloc(&p, ARG(2), pool, NULL)) == CUDA_SUCCESS)
+                n++;
+            printf("pool-fill %zu %d\n", n, rc);
+            i += 2;
         } else if (strcmp(c, "array") == 0) {
             CUDA_ARRAY_DESCRIPTOR d = {.Width = ARG(1), .Height = ARG(2), .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 4};
             CUarray a;

@@ -114,8 +114,21 @@ def test_free_of_unknown_pointer_reaches_the_driver(shim_env, probe):
 def test_memory_freed_with_its_context_is_credited(shim_env, probe, ledger_dir):
     """cudaDeviceReset and cuCtxDestroy free what the context held; the slice must see it."""
     env = shim_env({"CGPU_MEM_LIMIT": "1GiB"}, ctx_overhead="64MiB")
-    r = probe(env, "gpa2", "init", "alloc", 800 * MiB, "reset", "info", "alloc", 800 * MiB,
-              "ctx-alloc-destroy", 100 * MiB, "info", "free-all")
+    r = probe(
+        env,
+        "gpa2",
+        "init",
+        "alloc",
+        800 * MiB,
+        "reset",
+        "info",
+        "alloc",
+        800 * MiB,
+        "ctx-alloc-destroy",
+        100 * MiB,
+        "info",
+        "free-all",
+    )
     assert r.returncode == 0, r.stderr
     assert r.one("reset") == ["0"] and r.one("reinit") == ["0"]
     # After the reset only the new context's overhead is charged.
@@ -124,3 +137,34 @@ def test_memory_freed_with_its_context_is_credited(shim_env, probe, ledger_dir):
     assert r.one("ctx-alloc") == ["0"] and r.one("ctx-destroy") == ["0"]
     assert r.lines("info")[1] == ["0", str(GiB - 64 * MiB - 800 * MiB), str(GiB)]
     assert read_ledger(ledger_dir / "cgpu.ledger").devices[0].used == 0
+
+
+def test_context_overhead_stays_while_any_context_lives(shim_env, probe):
+    """Overhead charged with the device's first context is returned with its last."""
+    env = shim_env({"CGPU_MEM_LIMIT": "1GiB"}, ctx_overhead="64MiB")
+    # A second context is created and destroyed while the primary lives: still charged.
+    r = probe(env, "dlsym", "init", "ctx-alloc-destroy", MiB, "info", "reset", "info")
+    assert r.returncode == 0, r.stderr
+    infos = r.lines("info")
+    assert infos[0] == ["0", str(GiB - 64 * MiB), str(GiB)]
+    assert infos[1] == ["0", str(GiB - 64 * MiB), str(GiB)]  # the re-made primary's overhead
+
+
+def test_vmm_memory_is_charged_until_released_and_unmapped(shim_env, probe, ledger_dir):
+    """NCCL releases a handle right after mapping it: the memory lives until the unmap."""
+    env = shim_env({"CGPU_MEM_LIMIT": "1GiB"})
+    r = probe(env, "gpa2", "init", "vmm-map-release", 512 * MiB, "info")
+    assert r.returncode == 0, r.stderr
+    assert r.one("vmm-mapped") == ["0"] and r.one("vmm-unmap") == ["0"]
+    infos = r.lines("info")
+    assert infos[0] == ["0", str(GiB - 512 * MiB), str(GiB)]  # released but still mapped
+    assert infos[1] == ["0", str(GiB), str(GiB)]  # unmapped: gone
+
+
+def test_pool_allocations_are_charged_to_the_pools_device(shim_env, probe):
+    """With GPU 0's context current, allocating from GPU 1's pool charges GPU 1."""
+    uuids = "GPU-aaaaaaaa-0000-4000-8000-000000000001,GPU-bbbbbbbb-0000-4000-8000-000000000002"
+    env = shim_env({"CGPU_MEM_LIMIT_0": "4GiB", "CGPU_MEM_LIMIT_1": "1GiB"}, devices=2, uuids=uuids)
+    r = probe(env, "dlsym", "init", "pool-fill", 1, 256 * MiB, "info")
+    assert r.one("pool-fill") == ["4", "2"]
+    assert r.one("info") == ["0", str(4 * GiB), str(4 * GiB)]  # GPU 0 untouched
