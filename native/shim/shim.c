@@ -247,12 +247,11 @@ static inline void *current_context(void)
 static void track(uint64_t key, int dev, uint64_t charge, void *ctx)
 {
     struct ledger *l = g_shim.ledger.l;
+    /* If the table cannot grow, the entry is lost but the charge stays (until the
+     * process ends): an allocation we cannot credit is over-counted, never under. */
     ledger_lock(l);
-    int rc = pt_insert(&g_table, key, (unsigned)dev, charge, ctx);
+    (void)pt_insert(&g_table, key, (unsigned)dev, charge, ctx);
     ledger_unlock(l);
-    /* If the table could not grow, the charge stays (until the process ends): an
-     * allocation we cannot credit is over-counted, never under-counted. */
-    (void)rc;
 }
 
 /* Credit `charge` on `dev` to this process's slot.  Caller holds the ledger lock. */
@@ -260,9 +259,10 @@ static void credit_locked(uint64_t key, unsigned dev, uint64_t charge)
 {
     (void)key;
     struct ledger *l = g_shim.ledger.l;
-    if (g_shim.ledger.slot < 0)
+    int slot = __atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED);
+    if (slot < 0)
         return; /* the slot was given back at exit already */
-    uint64_t *mine = &l->slots[g_shim.ledger.slot].used[dev];
+    uint64_t *mine = &l->slots[slot].used[dev];
     uint64_t c = charge > *mine ? *mine : charge;
     *mine -= c;
     __atomic_store_n(&l->devices[dev].used, l->devices[dev].used - c, __ATOMIC_RELAXED);
@@ -847,7 +847,8 @@ static void sweep_if_shared(void)
 {
     static uint64_t last_ms;
     struct ledger *l = g_shim.ledger.l;
-    if (__atomic_load_n(&l->active, __ATOMIC_RELAXED) <= (g_shim.ledger.slot >= 0 ? 1u : 0u))
+    unsigned mine = __atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) >= 0;
+    if (__atomic_load_n(&l->active, __ATOMIC_RELAXED) <= mine)
         return;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* vDSO: no syscall */
