@@ -8,8 +8,6 @@ import pynvml
 
 from cgpu.gpus import GPU, list_gpus
 
-Gpu = GPU  # the plugin's name for cgpu.gpus.GPU
-
 _init_lock = threading.Lock()
 _initialised = False
 

@@ -6,7 +6,7 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from deviceplugin.gpus import Gpu
+from cgpu.gpus import GPU
 from deviceplugin.units import Unit, device_id
 
 HEALTHY = "Healthy"
@@ -25,7 +25,7 @@ class UnknownDevices(ValueError):
 class GpuUnits:
     """A GPU and how many units it offers."""
 
-    gpu: Gpu
+    gpu: GPU
     units: int
 
     def ids(self) -> list[str]:
@@ -36,7 +36,7 @@ class GpuUnits:
 class Inventory:
     """GPUs, their units and health; watchers wait on `changed` for a new `version`."""
 
-    def __init__(self, gpus: Iterable[Gpu], unit: Unit) -> None:
+    def __init__(self, gpus: Iterable[GPU], unit: Unit) -> None:
         self.unit = unit
         self.gpus = [GpuUnits(gpu, unit.units_of(gpu.total_bytes)) for gpu in gpus]
         self._by_uuid = {g.gpu.uuid: g for g in self.gpus}

@@ -21,6 +21,12 @@ def cgpu(*args, env=None, timeout=60):
     )
 
 
+def cgpu_run(state_dir, *command, env, gpu_mem="1GiB", options=()):
+    """`cgpu run --simulate --gpu-mem SIZE --state-dir DIR [OPTIONS] -- COMMAND`."""
+    return cgpu("run", "--simulate", "--gpu-mem", gpu_mem, "--state-dir", state_dir, *options,
+                "--", *command, env=env)  # fmt: skip
+
+
 def test_shim_path_prints_the_installed_shim():
     out = cgpu("shim-path")
     assert out.returncode == 0
@@ -29,79 +35,29 @@ def test_shim_path_prints_the_installed_shim():
 
 
 def test_run_limits_the_command_and_cleans_up(sim_env, native_build, tmp_path):
-    out = cgpu(
-        "run",
-        "--simulate",
-        "--gpu-mem",
-        "1GiB",
-        "--state-dir",
-        tmp_path,
-        "--",
-        native_build / "cuda_probe",
-        "dlsym",
-        "init",
-        "fill",
-        64 * MiB,
-        env=sim_env(),
-    )
+    probe = native_build / "cuda_probe"
+    out = cgpu_run(tmp_path, probe, "dlsym", "init", "fill", 64 * MiB, env=sim_env())
     assert out.returncode == 0, out.stderr
     assert "fill 16 2" in out.stdout
     assert list((tmp_path / "containers").iterdir()) == []
 
 
 def test_run_passes_the_exit_status_through(sim_env, tmp_path):
-    out = cgpu(
-        "run",
-        "--simulate",
-        "--gpu-mem",
-        "1GiB",
-        "--state-dir",
-        tmp_path,
-        "--",
-        sys.executable,
-        "-c",
-        "raise SystemExit(7)",
-        env=sim_env(),
-    )
+    out = cgpu_run(tmp_path, sys.executable, "-c", "raise SystemExit(7)", env=sim_env())
     assert out.returncode == 7
 
 
 def test_run_refuses_bad_input(sim_env, tmp_path):
     bad_size = cgpu("run", "--simulate", "--gpu-mem", "lots", "--", "true", env=sim_env())
     assert bad_size.returncode == 2 and "--gpu-mem" in bad_size.stderr
-    bad_gpu = cgpu(
-        "run",
-        "--simulate",
-        "--gpu-mem",
-        "1G",
-        "--gpu",
-        "7",
-        "--state-dir",
-        tmp_path,
-        "--",
-        "true",
-        env=sim_env(),
-    )
+    bad_gpu = cgpu_run(tmp_path, "true", env=sim_env(), options=("--gpu", "7"))
     assert bad_gpu.returncode == 2 and "unknown GPU '7'" in bad_gpu.stderr
 
 
 def test_run_keeps_and_ledger_shows_the_container(sim_env, native_build, tmp_path):
-    out = cgpu(
-        "run",
-        "--simulate",
-        "--gpu-mem",
-        "512MiB",
-        "--state-dir",
-        tmp_path,
-        "--keep",
-        "--",
-        native_build / "cuda_probe",
-        "dlsym",
-        "init",
-        "alloc",
-        100 * MiB,
-        env=sim_env(),
-    )
+    probe = native_build / "cuda_probe"
+    out = cgpu_run(tmp_path, probe, "dlsym", "init", "alloc", 100 * MiB, env=sim_env(),
+                   gpu_mem="512MiB", options=("--keep",))  # fmt: skip
     assert out.returncode == 0, out.stderr
     shown = cgpu("ledger", "--state-dir", tmp_path, "--json", env=sim_env())
     assert shown.returncode == 0, shown.stderr
@@ -125,23 +81,9 @@ def test_ledger_reports_corrupt_files_and_fails(tmp_path):
 def test_run_on_one_gpu_of_two_limits_only_that_gpu(sim_env, native_build, tmp_path):
     uuids = "GPU-aaaaaaaa-0000-4000-8000-000000000001,GPU-bbbbbbbb-0000-4000-8000-000000000002"
     env = sim_env(devices=2, uuids=uuids)
-    out = cgpu(
-        "run",
-        "--simulate",
-        "--gpu-mem",
-        "1GiB",
-        "--gpu",
-        "1",
-        "--state-dir",
-        tmp_path,
-        "--keep",
-        "--",
-        native_build / "cuda_probe",
-        "dlsym",
-        "init",
-        "info",
-        env=env,
-    )
+    probe = native_build / "cuda_probe"
+    out = cgpu_run(tmp_path, probe, "dlsym", "init", "info", env=env,
+                   options=("--gpu", "1", "--keep"))  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "info 0 1073741824 1073741824" in out.stdout
     (container,) = (tmp_path / "containers").iterdir()

@@ -773,27 +773,22 @@ EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsig
     return after_create(REAL(cuCtxCreate_v4)(pctx, params, flags, dev), pctx, dev);
 }
 
-EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+/* After a call that may have destroyed a context: credit what died with it. */
+static CUresult destroyed_if(CUresult rc, CUcontext ctx)
 {
-    CUresult rc = REAL(cuCtxDestroy_v2)(ctx);
     if (rc == CUDA_SUCCESS)
         context_destroyed(ctx);
     return rc;
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    return destroyed_if(REAL(cuCtxDestroy_v2)(ctx), ctx);
 }
 
 EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 {
-    CUresult rc = REAL(cuCtxDestroy)(ctx);
-    if (rc == CUDA_SUCCESS)
-        context_destroyed(ctx);
-    return rc;
-}
-
-/* The primary context of `ordinal` is gone (reset, or released for the last time). */
-static void primary_gone(CUdevice ordinal)
-{
-    if (ordinal >= 0 && ordinal < SHIM_MAX_ORDINALS)
-        context_destroyed(__atomic_exchange_n(&g_primary[ordinal], NULL, __ATOMIC_RELAXED));
+    return destroyed_if(REAL(cuCtxDestroy)(ctx), ctx);
 }
 
 static int primary_active(CUdevice ordinal)
@@ -807,36 +802,36 @@ static int primary_active(CUdevice ordinal)
     return active;
 }
 
+/* After a reset or release of `ordinal`'s primary context: if it is gone, credit
+ * what died with it. */
+static CUresult primary_gone_if(CUresult rc, CUdevice ordinal, int released)
+{
+    if (rc != CUDA_SUCCESS || ordinal < 0 || ordinal >= SHIM_MAX_ORDINALS)
+        return rc;
+    if (released && primary_active(ordinal))
+        return rc; /* other retains keep it alive */
+    context_destroyed(__atomic_exchange_n(&g_primary[ordinal], NULL, __ATOMIC_RELAXED));
+    return rc;
+}
+
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    CUresult rc = REAL(cuDevicePrimaryCtxReset_v2)(dev);
-    if (rc == CUDA_SUCCESS)
-        primary_gone(dev);
-    return rc;
+    return primary_gone_if(REAL(cuDevicePrimaryCtxReset_v2)(dev), dev, 0);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
-    CUresult rc = REAL(cuDevicePrimaryCtxReset)(dev);
-    if (rc == CUDA_SUCCESS)
-        primary_gone(dev);
-    return rc;
+    return primary_gone_if(REAL(cuDevicePrimaryCtxReset)(dev), dev, 0);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    CUresult rc = REAL(cuDevicePrimaryCtxRelease_v2)(dev);
-    if (rc == CUDA_SUCCESS && !primary_active(dev))
-        primary_gone(dev);
-    return rc;
+    return primary_gone_if(REAL(cuDevicePrimaryCtxRelease_v2)(dev), dev, 1);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-    CUresult rc = REAL(cuDevicePrimaryCtxRelease)(dev);
-    if (rc == CUDA_SUCCESS && !primary_active(dev))
-        primary_gone(dev);
-    return rc;
+    return primary_gone_if(REAL(cuDevicePrimaryCtxRelease)(dev), dev, 1);
 }
 
 /* ---- what the program sees ------------------------------------------------------ */

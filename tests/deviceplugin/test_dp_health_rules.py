@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deviceplugin.gpus import Gpu
+from cgpu.gpus import GPU
 from deviceplugin.health import HealthWatcher
 from deviceplugin.inventory import Inventory
 from deviceplugin.units import GIB, Unit
@@ -11,7 +11,7 @@ UUID = ["GPU-a", "GPU-b"]
 
 
 def watcher(recovery: float, alive: set[str] | None = None, ignore=()) -> HealthWatcher:
-    inv = Inventory([Gpu(i, u, "sim", 2 * GIB) for i, u in enumerate(UUID)], Unit("GiB"))
+    inv = Inventory([GPU(i, u, "sim", 2 * GIB) for i, u in enumerate(UUID)], Unit("GiB"))
     return HealthWatcher(inv, recovery, ignore, probe=lambda u: alive is None or u in alive)
 
 

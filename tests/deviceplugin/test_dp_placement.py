@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from deviceplugin.gpus import Gpu
+from cgpu.gpus import GPU
 from deviceplugin.inventory import Inventory
 from deviceplugin.placement import AllocationError, check, preferred
 from deviceplugin.units import GIB, Unit
@@ -15,7 +15,7 @@ RES = "aliyun.com/gpu-mem"
 
 
 def inventory(*sizes_gib: int) -> Inventory:
-    gpus = [Gpu(i, UUID[i], "sim", s * GIB) for i, s in enumerate(sizes_gib)]
+    gpus = [GPU(i, UUID[i], "sim", s * GIB) for i, s in enumerate(sizes_gib)]
     return Inventory(gpus, Unit("GiB"))
 
 
