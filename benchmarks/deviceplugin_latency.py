@@ -33,10 +33,10 @@ import grpc
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from cgpu import paths  # noqa: E402
-from deviceplugin.api import deviceplugin_v1beta1_pb2 as api  # noqa: E402
-from deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc  # noqa: E402
-from deviceplugin.units import GIB, Unit, list_size  # noqa: E402
+from cgpu.core import paths  # noqa: E402
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api  # noqa: E402
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc  # noqa: E402
+from cgpu.deviceplugin.units import GIB, Unit, list_size  # noqa: E402
 
 
 class Kubelet(api_grpc.RegistrationServicer):

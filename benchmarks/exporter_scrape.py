@@ -1,7 +1,7 @@
 """How long one `cgpu exporter` scrape takes: N containers with live processes on G GPUs.
 
 Builds a temporary state dir with synthetic containers written through the binding
-(`cgpu.containers.create_container_dir`, which calls `cgpu.ledger.init_ledger`), charges each
+(`cgpu.core.containers.create_container_dir`, which calls `cgpu.core.ledger.init_ledger`), charges each
 ledger from live child processes exactly as the shim does (`cgpu_ledger_test_charge`), points NVML
 at the simulator with G GPUs, and times full scrapes: collect plus rendering the text exposition,
 which is what an HTTP scrape costs minus the socket.
@@ -35,7 +35,7 @@ def uuid_of(index: int) -> str:
 
 def make_containers(state_dir: Path, containers: int, gpus: int) -> list[Path]:
     """Containers spread over the GPUs; every eighth one has slices on two GPUs."""
-    from cgpu.containers import create_container_dir
+    from cgpu.core.containers import create_container_dir
 
     dirs = []
     for i in range(containers):
@@ -55,8 +55,8 @@ def make_containers(state_dir: Path, containers: int, gpus: int) -> list[Path]:
 
 def spawn_holders(dirs: list[Path], procs: int) -> list[tuple[int, int]]:
     """Fork `procs` live processes per container, each charging its ledger; (pid, release fd)."""
-    from cgpu.ledger import LEDGER_NAME
-    from cgpu.native import load
+    from cgpu.core.ledger import LEDGER_NAME
+    from cgpu.core.native import load
 
     _, lib = load()
     holders = []
@@ -84,8 +84,8 @@ def spawn_holders(dirs: list[Path], procs: int) -> list[tuple[int, int]]:
 
 def churn(dirs: list[Path], count: int) -> None:
     """History: `count` processes per container that charge their ledger and exit at once."""
-    from cgpu.ledger import LEDGER_NAME
-    from cgpu.native import load
+    from cgpu.core.ledger import LEDGER_NAME
+    from cgpu.core.native import load
 
     _, lib = load()
     for directory in dirs:
@@ -159,7 +159,7 @@ def main() -> int:
         churn(dirs, args.churn)
         holders = spawn_holders(dirs, args.procs)  # before NVML: fork a single-threaded process
         try:
-            from cgpu.gpus import use_simulator
+            from cgpu.core.gpus import use_simulator
 
             use_simulator()
             full, collect, size = time_scrapes(state_dir, args.scrapes)

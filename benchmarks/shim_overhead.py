@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cgpu.paths import shim_path, sim_lib_dir
+from cgpu.core.paths import shim_path, sim_lib_dir
 
 HERE = Path(__file__).resolve().parent
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 
-from cgpu.paths import shim_path
+from cgpu.core.paths import shim_path
 
 WORKER = """
 import sys, time, torch

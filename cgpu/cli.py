@@ -10,12 +10,12 @@ from collections.abc import Sequence
 # subcommand -> (module, help). Each module defines register(parser) and run(args) -> int.
 COMMANDS: dict[str, tuple[str, str]] = {
     "shim-path": ("cgpu.commands.shim_path", "print the installed shim's absolute path"),
-    "run": ("cgpu.run", "run a command under a GPU memory slice"),
+    "run": ("cgpu.commands.run", "run a command under a GPU memory slice"),
     "ledger": ("cgpu.commands.ledger", "show a container ledger: slices, use, processes"),
     "smi": ("cgpu.commands.smi", "show GPU memory as NVML reports it in this process"),
-    "device-plugin": ("deviceplugin.cli", "serve the kubelet device-plugin API"),
-    "hook": ("hooks.cli", "OCI runtime hook that injects the shim"),
-    "cdi": ("hooks.cdi", "write a CDI spec that injects the shim"),
+    "device-plugin": ("cgpu.deviceplugin.cli", "serve the kubelet device-plugin API"),
+    "hook": ("cgpu.hooks.cli", "OCI runtime hook that injects the shim"),
+    "cdi": ("cgpu.hooks.cdi", "write a CDI spec that injects the shim"),
     "exporter": ("cgpu.exporter.cli", "serve Prometheus metrics"),
 }
 

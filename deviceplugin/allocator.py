@@ -13,15 +13,15 @@ from typing import Any
 
 import grpc
 
-from cgpu.config import slice_bytes
-from cgpu.containers import create_container_dir, list_container_dirs, read_meta
-from cgpu.layout import KEY_ANNOTATION
-from deviceplugin import injection, placement
-from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
-from deviceplugin.inventory import Inventory
-from deviceplugin.kube import KubeClient, KubeError
-from deviceplugin.placement import AllocationError, Placement
-from deviceplugin.pods import (
+from cgpu.core.config import slice_bytes
+from cgpu.core.containers import create_container_dir, list_container_dirs, read_meta
+from cgpu.core.layout import KEY_ANNOTATION
+from cgpu.deviceplugin import injection, placement
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
+from cgpu.deviceplugin.inventory import Inventory
+from cgpu.deviceplugin.kube import KubeClient, KubeError
+from cgpu.deviceplugin.placement import AllocationError, Placement
+from cgpu.deviceplugin.pods import (
     ASSIGNED_ANNOTATION,
     IDX_ANNOTATION,
     ContainerRequest,

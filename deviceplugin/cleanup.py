@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cgpu.containers import list_container_dirs, read_meta, remove_container_dir, write_meta
-from deviceplugin.podresources import Owner
+from cgpu.core.containers import list_container_dirs, read_meta, remove_container_dir, write_meta
+from cgpu.core.podresources import Owner
 
 log = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from cgpu import paths
-from cgpu.containers import DEFAULT_STATE_DIR
+from cgpu.core import paths
+from cgpu.core.containers import DEFAULT_STATE_DIR
 
 log = logging.getLogger("deviceplugin")
 
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from deviceplugin.setup import SetupError, build
+    from cgpu.deviceplugin.setup import SetupError, build
 
     try:
         plugin = build(args, socket_name(args.resource_name))

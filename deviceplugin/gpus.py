@@ -6,7 +6,7 @@ import threading
 
 import pynvml
 
-from cgpu.gpus import GPU, list_gpus
+from cgpu.core.gpus import GPU, list_gpus
 
 _init_lock = threading.Lock()
 _initialised = False

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 
 import pynvml
 
-from deviceplugin import gpus as nvml
-from deviceplugin.inventory import Inventory
+from cgpu.deviceplugin import gpus as nvml
+from cgpu.deviceplugin.inventory import Inventory
 
 log = logging.getLogger(__name__)
 

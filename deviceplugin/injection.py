@@ -6,10 +6,10 @@ import filecmp
 import shutil
 from pathlib import Path
 
-from cgpu.files import atomic_write
-from cgpu.layout import CONTAINER_LEDGER_DIR, CONTAINER_PRELOAD, CONTAINER_SHIM
-from cgpu.ledger import LEDGER_NAME
-from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
+from cgpu.core.files import atomic_write
+from cgpu.core.layout import CONTAINER_LEDGER_DIR, CONTAINER_PRELOAD, CONTAINER_SHIM
+from cgpu.core.ledger import LEDGER_NAME
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 
 LIB_SUBDIR = "lib"
 

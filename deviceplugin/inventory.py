@@ -6,8 +6,8 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cgpu.gpus import GPU
-from deviceplugin.units import Unit, device_id
+from cgpu.core.gpus import GPU
+from cgpu.deviceplugin.units import Unit, device_id
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"

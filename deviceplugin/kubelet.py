@@ -8,8 +8,8 @@ from pathlib import Path
 
 import grpc
 
-from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
-from deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"

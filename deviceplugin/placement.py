@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from deviceplugin.inventory import GpuUnits, Inventory, UnknownDevices
+from cgpu.deviceplugin.inventory import GpuUnits, Inventory, UnknownDevices
 
 
 class AllocationError(Exception):

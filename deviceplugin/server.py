@@ -11,13 +11,13 @@ from pathlib import Path
 
 import grpc
 
-from cgpu.containers import remove_container_dir
-from cgpu.layout import KEY_ANNOTATION
-from deviceplugin.allocator import Allocator
-from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
-from deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
-from deviceplugin.inventory import Inventory
-from deviceplugin.placement import AllocationError
+from cgpu.core.containers import remove_container_dir
+from cgpu.core.layout import KEY_ANNOTATION
+from cgpu.deviceplugin.allocator import Allocator
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
+from cgpu.deviceplugin.inventory import Inventory
+from cgpu.deviceplugin.placement import AllocationError
 
 log = logging.getLogger(__name__)
 

@@ -7,15 +7,15 @@ import logging
 
 import pynvml
 
-from cgpu import paths
-from cgpu.gpus import GPUError
-from deviceplugin import gpus, injection, kube
-from deviceplugin.allocator import Allocator, Settings
-from deviceplugin.health import HealthWatcher
-from deviceplugin.inventory import Inventory
-from deviceplugin.plugin import Options, Plugin
-from deviceplugin.podresources import PodResources
-from deviceplugin.units import choose_unit
+from cgpu.core import paths
+from cgpu.core.gpus import GPUError
+from cgpu.deviceplugin import gpus, injection, kube
+from cgpu.deviceplugin.allocator import Allocator, Settings
+from cgpu.deviceplugin.health import HealthWatcher
+from cgpu.deviceplugin.inventory import Inventory
+from cgpu.deviceplugin.plugin import Options, Plugin
+from cgpu.core.podresources import PodResources
+from cgpu.deviceplugin.units import choose_unit
 
 log = logging.getLogger(__name__)
 

@@ -16,14 +16,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cgpu.containers import DEFAULT_STATE_DIR
-from cgpu.gpus import GPU, list_gpus
-from cgpu.layout import CONTAINER_PRELOAD, CONTAINER_SHIM
-from cgpu.paths import shim_path
-from hooks.emit import cgpu_argv, oci_hook, write_json
-from hooks.errors import one_line
-from hooks.inject import merged_preload
-from hooks.install import HOOK_TIMEOUT_S
+from cgpu.core.containers import DEFAULT_STATE_DIR
+from cgpu.core.gpus import GPU, list_gpus
+from cgpu.core.layout import CONTAINER_PRELOAD, CONTAINER_SHIM
+from cgpu.core.paths import shim_path
+from cgpu.hooks.emit import cgpu_argv, oci_hook, write_json
+from cgpu.hooks.errors import one_line
+from cgpu.hooks.inject import merged_preload
+from cgpu.hooks.install import HOOK_TIMEOUT_S
 
 CDI_VERSION = "0.6.0"
 KIND = "cgpu.io/gpu-mem"

@@ -7,13 +7,13 @@ import os
 import sys
 from pathlib import Path
 
-from cgpu.containers import DEFAULT_STATE_DIR
-from hooks.emit import cgpu_argv
-from hooks.errors import RequestError, one_line
-from hooks.hook import poststop, prestart
-from hooks.install import DEFAULT_HOOKS_DIR, STAGES, install
-from hooks.oci import read_state
-from hooks.sweep import sweep
+from cgpu.core.containers import DEFAULT_STATE_DIR
+from cgpu.hooks.emit import cgpu_argv
+from cgpu.hooks.errors import RequestError, one_line
+from cgpu.hooks.hook import poststop, prestart
+from cgpu.hooks.install import DEFAULT_HOOKS_DIR, STAGES, install
+from cgpu.hooks.oci import read_state
+from cgpu.hooks.sweep import sweep
 
 EXIT_INTERNAL = 1
 EXIT_REQUEST = 2

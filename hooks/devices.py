@@ -1,13 +1,13 @@
-"""The GPUs a container sees (of those `cgpu.gpus.list_gpus` finds) and its slice on each."""
+"""The GPUs a container sees (of those `cgpu.core.gpus.list_gpus` finds) and its slice on each."""
 
 from __future__ import annotations
 
 import re
 
-from cgpu.config import slice_bytes
-from cgpu.gpus import GPU
-from hooks.errors import RequestError
-from hooks.request import Fixed, Request
+from cgpu.core.config import slice_bytes
+from cgpu.core.gpus import GPU
+from cgpu.hooks.errors import RequestError
+from cgpu.hooks.request import Fixed, Request
 
 _INDEX_RE = re.compile(r"^[0-9]{1,4}$")
 _UUID_RE = re.compile(r"^[A-Za-z0-9-]{1,95}$")

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cgpu.files import atomic_write
+from cgpu.core.files import atomic_write
 
 
 def cgpu_argv(explicit: str | None = None) -> list[str]:

@@ -8,22 +8,22 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from cgpu.containers import containers_root, create_container_dir, read_meta, remove_container_dir
-from cgpu.gpus import list_gpus
-from cgpu.layout import KEY_ANNOTATION
-from cgpu.paths import shim_path
-from hooks.devices import container_gpus, slices
-from hooks.errors import RequestError
-from hooks.inject import Plan
-from hooks.oci import State, labels, read_spec
-from hooks.request import disabled, parse_request
-from hooks.sweep import SOURCE, start_time
+from cgpu.core.containers import containers_root, create_container_dir, read_meta, remove_container_dir
+from cgpu.core.gpus import list_gpus
+from cgpu.core.layout import KEY_ANNOTATION
+from cgpu.core.paths import shim_path
+from cgpu.hooks.devices import container_gpus, slices
+from cgpu.hooks.errors import RequestError
+from cgpu.hooks.inject import Plan
+from cgpu.hooks.oci import State, labels, read_spec
+from cgpu.hooks.request import disabled, parse_request
+from cgpu.hooks.sweep import SOURCE, start_time
 
 INJECT_TIMEOUT_S = 60
 # Run the injector isolated (-I: no PYTHON* variables, no user site, no cwd on sys.path),
 # importing `hooks` from where this copy of it lives.
 _BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from hooks.inject import main; sys.exit(main())"
+    "import sys; sys.path.insert(0, sys.argv[1]); from cgpu.hooks.inject import main; sys.exit(main())"
 )
 _PACKAGE_PARENT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ class InjectError(RuntimeError):
 
 
 def run_injector(plan: Plan) -> None:
-    """Run `hooks.inject` in a fresh single-threaded process; raise InjectError on failure."""
+    """Run `cgpu.hooks.inject` in a fresh single-threaded process; raise InjectError on failure."""
     proc = subprocess.run(
         [sys.executable, "-I", "-c", _BOOT, str(_PACKAGE_PARENT)],
         input=json.dumps(asdict(plan)).encode(),

@@ -1,13 +1,13 @@
 """Bind the shim, /etc/ld.so.preload and the ledger directory into a container being created.
 
-This runs as its own short-lived process (`hooks.hook.run_injector`, the plan as JSON on stdin),
+This runs as its own short-lived process (`cgpu.hooks.hook.run_injector`, the plan as JSON on stdin),
 because setns(CLONE_NEWNS) needs a single-threaded process and the hook proper has loaded NVML.
 It enters the mount namespace of the container's init process (which waits, before pivot_root,
 while prestart and createRuntime hooks run) and mounts there, onto paths inside the root
-filesystem resolved by `hooks.inroot`. The host mount namespace is never changed. What it makes
+filesystem resolved by `cgpu.hooks.inroot`. The host mount namespace is never changed. What it makes
 inside the container:
 
-- `/var/run/cgpu`: the container directory, read-only, with `cgpu.ledger` bound over itself
+- `/var/run/cgpu`: the container directory, read-only, with `cgpu.core.ledger` bound over itself
   read-write, so processes can charge the ledger but not rewrite their slice or labels;
 - `/usr/local/cgpu/libcgpu.so`: the shim, read-only;
 - `/etc/ld.so.preload`: a file naming the shim first, then whatever the image's own file named.
@@ -25,13 +25,13 @@ import stat
 import sys
 from dataclasses import dataclass
 
-from cgpu.layout import CONTAINER_LEDGER_DIR, CONTAINER_PRELOAD, CONTAINER_SHIM
-from hooks import syscalls
-from hooks.errors import one_line
-from hooks.inroot import Create, Root, refuse_pseudo_fs
+from cgpu.core.layout import CONTAINER_LEDGER_DIR, CONTAINER_PRELOAD, CONTAINER_SHIM
+from cgpu.hooks import syscalls
+from cgpu.hooks.errors import one_line
+from cgpu.hooks.inroot import Create, Root, refuse_pseudo_fs
 
 PRELOAD_NAME = "ld.so.preload"  # the generated file, kept in the container directory
-LEDGER_NAME = "cgpu.ledger"
+LEDGER_NAME = "cgpu.core.ledger"
 PRELOAD_LIMIT = 64 * 1024
 
 _RO = syscalls.MS_RDONLY | syscalls.MS_NOSUID | syscalls.MS_NODEV

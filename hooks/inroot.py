@@ -15,7 +15,7 @@ import os
 import stat
 from typing import Literal
 
-from hooks.syscalls import fs_magic
+from cgpu.hooks.syscalls import fs_magic
 
 MAX_LINKS = 40
 _FLAGS = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC

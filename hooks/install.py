@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hooks.emit import oci_hook, write_json
+from cgpu.hooks.emit import oci_hook, write_json
 
 DEFAULT_HOOKS_DIR = "/usr/share/containers/oci/hooks.d"
 HOOK_FILE = "cgpu.json"

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from cgpu.containers import validate_key
-from cgpu.layout import CRI_LABEL_ANNOTATIONS
-from hooks.errors import RequestError
+from cgpu.core.containers import validate_key
+from cgpu.core.layout import CRI_LABEL_ANNOTATIONS
+from cgpu.hooks.errors import RequestError
 
 MAX_STATE_BYTES = 1 << 20
 MAX_CONFIG_BYTES = 16 << 20

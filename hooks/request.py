@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cgpu.config import ConfigError, parse_size
-from hooks.errors import RequestError
+from cgpu.core.config import ConfigError, parse_size
+from cgpu.hooks.errors import RequestError
 
 _ORDINAL_RE = re.compile(r"^CGPU_MEM_LIMIT_(0|[1-9][0-9]{0,2})$")
 _UNITS_RE = re.compile(r"^[0-9]{1,12}$")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from cgpu.containers import list_container_dirs, read_meta, remove_container_dir
+from cgpu.core.containers import list_container_dirs, read_meta, remove_container_dir
 
 SOURCE = "hook"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cgpu import paths
+from cgpu.core import paths
 
 NATIVE_SRC = Path(__file__).resolve().parent / "native"
 

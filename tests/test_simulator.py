@@ -714,7 +714,7 @@ def _cuda_include() -> Path:
 def simlib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The simulator's libraries: the installed ones, else a fresh build of native/sim."""
     try:
-        from cgpu import paths
+        from cgpu.core import paths
 
         installed = paths.sim_lib_dir()
         if (installed / "libcuda.so.1").is_file() and (installed / "libnvidia-ml.so.1").is_file():

@@ -8,8 +8,8 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from cgpu.containers import default_state_dir, list_container_dirs, read_meta
-from cgpu.ledger import LEDGER_NAME, LedgerError, Snapshot, read_ledger
+from cgpu.core.containers import default_state_dir, list_container_dirs, read_meta
+from cgpu.core.ledger import LEDGER_NAME, LedgerError, Snapshot, read_ledger
 
 MiB = 1 << 20
 

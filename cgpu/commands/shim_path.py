@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cgpu.paths import shim_path
+from cgpu.core.paths import shim_path
 
 
 def register(parser: argparse.ArgumentParser) -> None:

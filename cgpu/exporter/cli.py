@@ -12,7 +12,7 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
-from cgpu.containers import DEFAULT_STATE_DIR
+from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.exporter.collector import CgpuCollector
 from cgpu.exporter.nvml import NvmlSource
 from cgpu.exporter.podresources import DEFAULT_RESOURCE, DEFAULT_SOCKET, PodResourcesSource

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cgpu.layout import CRI_LABEL_ANNOTATIONS
+from cgpu.core.layout import CRI_LABEL_ANNOTATIONS
 
 
 @dataclass(frozen=True)

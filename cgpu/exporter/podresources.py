@@ -1,6 +1,6 @@
 """Pod and container names from the kubelet's pod-resources API, cached between scrapes.
 
-The gRPC client is the device plugin's (`deviceplugin.podresources`), imported lazily. Without it,
+The gRPC client is the device plugin's (`cgpu.core.podresources`), imported lazily. Without it,
 without the socket, or while the kubelet does not answer, this returns an empty mapping and never
 raises; the exporter then takes labels from meta.json.
 """
@@ -28,7 +28,7 @@ def kubelet_lister(socket_path: str, resource: str, timeout: float) -> Lister:
     def list_devices() -> Mapping[str, Identity]:
         if not os.path.exists(socket_path):
             raise FileNotFoundError(f"no pod-resources socket at {socket_path}")
-        from deviceplugin.podresources import PodResources
+        from cgpu.core.podresources import PodResources
 
         answer = PodResources(socket_path, resource, timeout=timeout).owners()
         if answer is None:

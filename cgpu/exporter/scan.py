@@ -1,6 +1,6 @@
 """One pass over the state dir: every container's slices and use, and the files it had to skip.
 
-Each ledger is read through `cgpu.ledger.read_ledger` (the shim's own C code), which also reclaims
+Each ledger is read through `cgpu.core.ledger.read_ledger` (the shim's own C code), which also reclaims
 the slots of dead processes, so a process that has exited stops counting at this scrape. The cost is
 one fixed-size ledger read per container: nothing grows with the history of the container.
 """
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cgpu.config import CONFIG_NAME, ConfigError, load_config
-from cgpu.containers import META_NAME, list_container_dirs, read_meta
-from cgpu.ledger import LEDGER_NAME, DeviceUsage, LedgerError, read_ledger
+from cgpu.core.config import CONFIG_NAME, ConfigError, load_config
+from cgpu.core.containers import META_NAME, list_container_dirs, read_meta
+from cgpu.core.ledger import LEDGER_NAME, DeviceUsage, LedgerError, read_ledger
 
 log = logging.getLogger(__name__)
 

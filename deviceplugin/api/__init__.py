@@ -1,5 +1,6 @@
-"""Generated gRPC modules for the kubelet's device-plugin (v1beta1) and pod-resources (v1) APIs.
+"""Generated gRPC modules for the kubelet's device-plugin API (v1beta1).
 
-The .proto files here are the source; `python -m deviceplugin.api.generate` regenerates the
-committed `*_pb2.py` and `*_pb2_grpc.py`, and `--check` verifies they are up to date.
+The .proto file here is the source; `python -m cgpu.deviceplugin.api.generate` regenerates the
+committed `*_pb2.py` and `*_pb2_grpc.py` (and pod-resources' in `cgpu.core.api`), and `--check`
+verifies they are up to date.
 """

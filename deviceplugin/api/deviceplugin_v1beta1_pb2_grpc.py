@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from deviceplugin.api import deviceplugin_v1beta1_pb2 as deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in deviceplugin/api/deviceplugin_v1beta1_pb2_grpc.py depends on'
+        + ' but the generated code in cgpu/deviceplugin/api/deviceplugin_v1beta1_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -37,8 +37,8 @@ class RegistrationStub:
         """
         self.Register = channel.unary_unary(
                 '/v1beta1.Registration/Register',
-                request_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.SerializeToString,
-                response_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
+                request_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.SerializeToString,
+                response_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
                 _registered_method=True)
 
 
@@ -57,8 +57,8 @@ def add_RegistrationServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Register': grpc.unary_unary_rpc_method_handler(
                     servicer.Register,
-                    request_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.FromString,
-                    response_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
+                    request_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.FromString,
+                    response_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,8 +87,8 @@ class Registration:
             request,
             target,
             '/v1beta1.Registration/Register',
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.SerializeToString,
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.RegisterRequest.SerializeToString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,
@@ -112,28 +112,28 @@ class DevicePluginStub:
         """
         self.GetDevicePluginOptions = channel.unary_unary(
                 '/v1beta1.DevicePlugin/GetDevicePluginOptions',
-                request_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
-                response_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.FromString,
+                request_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
+                response_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.FromString,
                 _registered_method=True)
         self.ListAndWatch = channel.unary_stream(
                 '/v1beta1.DevicePlugin/ListAndWatch',
-                request_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
-                response_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.FromString,
+                request_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
+                response_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.FromString,
                 _registered_method=True)
         self.GetPreferredAllocation = channel.unary_unary(
                 '/v1beta1.DevicePlugin/GetPreferredAllocation',
-                request_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.SerializeToString,
-                response_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.FromString,
+                request_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.SerializeToString,
+                response_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.FromString,
                 _registered_method=True)
         self.Allocate = channel.unary_unary(
                 '/v1beta1.DevicePlugin/Allocate',
-                request_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.SerializeToString,
-                response_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.FromString,
+                request_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.SerializeToString,
+                response_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.FromString,
                 _registered_method=True)
         self.PreStartContainer = channel.unary_unary(
                 '/v1beta1.DevicePlugin/PreStartContainer',
-                request_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.SerializeToString,
-                response_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.FromString,
+                request_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.SerializeToString,
+                response_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.FromString,
                 _registered_method=True)
 
 
@@ -176,28 +176,28 @@ def add_DevicePluginServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetDevicePluginOptions': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDevicePluginOptions,
-                    request_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
-                    response_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.SerializeToString,
+                    request_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
+                    response_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.SerializeToString,
             ),
             'ListAndWatch': grpc.unary_stream_rpc_method_handler(
                     servicer.ListAndWatch,
-                    request_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
-                    response_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.SerializeToString,
+                    request_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.FromString,
+                    response_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.SerializeToString,
             ),
             'GetPreferredAllocation': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPreferredAllocation,
-                    request_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.FromString,
-                    response_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.SerializeToString,
+                    request_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.FromString,
+                    response_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.SerializeToString,
             ),
             'Allocate': grpc.unary_unary_rpc_method_handler(
                     servicer.Allocate,
-                    request_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.FromString,
-                    response_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.SerializeToString,
+                    request_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.FromString,
+                    response_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.SerializeToString,
             ),
             'PreStartContainer': grpc.unary_unary_rpc_method_handler(
                     servicer.PreStartContainer,
-                    request_deserializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.FromString,
-                    response_serializer=deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.SerializeToString,
+                    request_deserializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.FromString,
+                    response_serializer=cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -226,8 +226,8 @@ class DevicePlugin:
             request,
             target,
             '/v1beta1.DevicePlugin/GetDevicePluginOptions',
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.FromString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.DevicePluginOptions.FromString,
             options,
             channel_credentials,
             insecure,
@@ -253,8 +253,8 @@ class DevicePlugin:
             request,
             target,
             '/v1beta1.DevicePlugin/ListAndWatch',
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.FromString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.Empty.SerializeToString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.ListAndWatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -280,8 +280,8 @@ class DevicePlugin:
             request,
             target,
             '/v1beta1.DevicePlugin/GetPreferredAllocation',
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.SerializeToString,
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.FromString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationRequest.SerializeToString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreferredAllocationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -307,8 +307,8 @@ class DevicePlugin:
             request,
             target,
             '/v1beta1.DevicePlugin/Allocate',
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.SerializeToString,
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.FromString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateRequest.SerializeToString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.AllocateResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -334,8 +334,8 @@ class DevicePlugin:
             request,
             target,
             '/v1beta1.DevicePlugin/PreStartContainer',
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.SerializeToString,
-            deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.FromString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerRequest.SerializeToString,
+            cgpu_dot_deviceplugin_dot_api_dot_deviceplugin__v1beta1__pb2.PreStartContainerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,40 +1,54 @@
 """Regenerate, or check, the committed Python modules for the kubelet APIs.
 
-    python -m deviceplugin.api.generate          # rewrite *_pb2.py and *_pb2_grpc.py
-    python -m deviceplugin.api.generate --check  # exit 1 if they do not match the .proto files
+    python -m cgpu.deviceplugin.api.generate [--repo DIR]  # rewrite *_pb2.py and *_pb2_grpc.py
+    python -m cgpu.deviceplugin.api.generate --check       # exit 1 if they do not match
 
-The check compares the compiled descriptors, not the text, so it does not depend on the
-grpcio-tools version that generated the committed files. It needs grpcio-tools; the runtime
-does not.
+The .proto files are compiled at their import path (`cgpu/deviceplugin/api/...`,
+`cgpu/core/api/...`), so the generated modules import each other as `cgpu.*`. Generating
+stages the repository's .proto files in that layout first, since the repository keeps the device
+plugin in `deviceplugin/`. The check compiles the installed .proto files and compares the
+compiled descriptors, not the text, so it does not depend on the grpcio-tools version that
+generated the committed files. Both need grpcio-tools; the runtime does not.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-API_DIR = Path(__file__).resolve().parent
-REPO_ROOT = API_DIR.parent.parent
-PROTOS = ("deviceplugin_v1beta1.proto", "podresources_v1.proto")
+INSTALL_ROOT = Path(__file__).resolve().parents[3]  # the directory holding the `cgpu` package
+# The import path of each .proto, and the repository folder that holds it.
+PROTOS = {
+    "cgpu/deviceplugin/api/deviceplugin_v1beta1.proto": "deviceplugin/api",
+    "cgpu/core/api/podresources_v1.proto": "cgpu/core/api",
+}
 
 
-def _protoc(args: list[str]) -> None:
+def _protoc(root: Path, args: list[str]) -> None:
     from grpc_tools import protoc
 
     include = str(Path(protoc.__file__).resolve().parent / "_proto")
-    code = protoc.main(["grpc_tools.protoc", f"-I{REPO_ROOT}", f"-I{include}", *args])
+    code = protoc.main(["grpc_tools.protoc", f"-I{root}", f"-I{include}", *args])
     if code != 0:
         raise SystemExit(f"protoc failed ({code}) on {args}")
 
 
-def generate() -> None:
-    """Write the generated modules next to the .proto files."""
-    for name in PROTOS:
-        proto = f"deviceplugin/api/{name}"
-        _protoc([f"--python_out={REPO_ROOT}", f"--grpc_python_out={REPO_ROOT}", proto])
+def generate(repo: Path) -> None:
+    """Write the generated modules next to the repository's .proto files."""
+    with tempfile.TemporaryDirectory() as tmp:
+        stage = Path(tmp)
+        for proto, folder in PROTOS.items():
+            staged = stage / proto
+            staged.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(repo / folder / Path(proto).name, staged)
+            _protoc(stage, [f"--python_out={stage}", f"--grpc_python_out={stage}", proto])
+            stem = staged.name.removesuffix(".proto")
+            for suffix in ("_pb2.py", "_pb2_grpc.py"):
+                shutil.copy(staged.with_name(stem + suffix), repo / folder / (stem + suffix))
 
 
 def _strip_json_names(proto: object) -> None:
@@ -47,45 +61,50 @@ def _strip_json_names(proto: object) -> None:
 
 
 def stale() -> list[str]:
-    """Names of .proto files whose committed module does not match a fresh compile."""
+    """Names of installed .proto files whose module does not match a fresh compile."""
     from google.protobuf import descriptor_pb2
 
     problems = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in PROTOS:
+        for proto in PROTOS:
+            name = Path(proto).name
             out = Path(tmp) / f"{name}.pb"
-            _protoc([f"--descriptor_set_out={out}", f"deviceplugin/api/{name}"])
+            _protoc(INSTALL_ROOT, [f"--descriptor_set_out={out}", proto])
             fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]
             _strip_json_names(fresh)
-            stem = name.removesuffix(".proto")
-            module = importlib.import_module(f"deviceplugin.api.{stem}_pb2")
+            module_name = proto.removesuffix(".proto").replace("/", ".")
+            module = importlib.import_module(f"{module_name}_pb2")
             committed = descriptor_pb2.FileDescriptorProto()
             module.DESCRIPTOR.CopyToProto(committed)
-            grpc_module = importlib.import_module(f"deviceplugin.api.{stem}_pb2_grpc")
+            grpc_module = importlib.import_module(f"{module_name}_pb2_grpc")
             missing = [
                 f"{service.name}{suffix}"
                 for service in fresh.service
                 for suffix in ("Stub", "Servicer")
                 if not hasattr(grpc_module, f"{service.name}{suffix}")
             ]
-            if committed.SerializeToString(deterministic=True) != fresh.SerializeToString(
+            same = committed.SerializeToString(deterministic=True) == fresh.SerializeToString(
                 deterministic=True
-            ) or missing:
+            )
+            if not same or missing:
                 problems.append(name)
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only check; exit 1 when stale")
+    parser.add_argument(
+        "--repo", type=Path, default=Path.cwd(), help="repository root (default: the cwd)"
+    )
     args = parser.parse_args(argv)
     if not args.check:
-        generate()
+        generate(args.repo)
         return 0
     problems = stale()
     for name in problems:
-        print(f"{name}: generated module is out of date; run python -m deviceplugin.api.generate")
+        print(f"{name}: generated module is out of date; run python -m cgpu.deviceplugin.api.generate")
     return 1 if problems else 0
 
 

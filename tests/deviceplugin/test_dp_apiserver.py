@@ -11,7 +11,7 @@ import pytest
 from dp_apiserver import FakeApiServer, load
 from dp_helpers import UUIDS
 
-from cgpu.config import load_config, slice_bytes
+from cgpu.core.config import load_config, slice_bytes
 
 GIB = 1 << 30
 

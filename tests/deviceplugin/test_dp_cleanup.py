@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cgpu.containers import containers_root, read_meta
-from deviceplugin.cleanup import sweep
+from cgpu.core.containers import containers_root, read_meta
+from cgpu.deviceplugin.cleanup import sweep
 
 NOW = 10_000.0
 

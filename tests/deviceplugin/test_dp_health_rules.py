@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from cgpu.gpus import GPU
-from deviceplugin.health import HealthWatcher
-from deviceplugin.inventory import Inventory
-from deviceplugin.units import GIB, Unit
+from cgpu.core.gpus import GPU
+from cgpu.deviceplugin.health import HealthWatcher
+from cgpu.deviceplugin.inventory import Inventory
+from cgpu.deviceplugin.units import GIB, Unit
 
 UUID = ["GPU-a", "GPU-b"]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from cgpu.gpus import GPU
-from deviceplugin.inventory import Inventory
-from deviceplugin.placement import AllocationError, check, preferred
-from deviceplugin.units import GIB, Unit
+from cgpu.core.gpus import GPU
+from cgpu.deviceplugin.inventory import Inventory
+from cgpu.deviceplugin.placement import AllocationError, check, preferred
+from cgpu.deviceplugin.units import GIB, Unit
 
 UUID = [f"GPU-5eed0000-0000-4000-8000-00000000000{i}" for i in range(4)]
 RES = "aliyun.com/gpu-mem"

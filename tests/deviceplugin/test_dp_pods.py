@@ -5,7 +5,7 @@ from __future__ import annotations
 import dp_apiserver
 import pytest
 
-from deviceplugin.pods import PodError, match_container, parse_pod, pod_complete
+from cgpu.deviceplugin.pods import PodError, match_container, parse_pod, pod_complete
 
 RES = "aliyun.com/gpu-mem"
 

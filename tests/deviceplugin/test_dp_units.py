@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from deviceplugin.api import deviceplugin_v1beta1_pb2 as api
-from deviceplugin.units import (
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
+from cgpu.deviceplugin.units import (
     GIB,
     KUBELET_MESSAGE_LIMIT,
     MIB,

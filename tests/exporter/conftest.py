@@ -33,7 +33,7 @@ def hold() -> Iterator[Callable[[Path, dict[int, int]], Holder]]:
 @pytest.fixture
 def make_container(state_dir: Path) -> Callable[..., Path]:
     """make_container(key, {uuid: bytes}, **meta) -> the container dir, made as the plugin does."""
-    from cgpu.containers import create_container_dir
+    from cgpu.core.containers import create_container_dir
 
     def make(key: str, limits: dict[str, int], **meta: Any) -> Path:
         meta.setdefault("source", "device-plugin")

@@ -27,7 +27,7 @@ class Holder:
     """
 
     def __init__(self, ledger: Path, charges: dict[int, int]) -> None:
-        from cgpu.native import load
+        from cgpu.core.native import load
 
         _, lib = load()
         ready_r, ready_w = os.pipe()

@@ -13,7 +13,7 @@ from cgpu.exporter.collector import CgpuCollector
 from cgpu.exporter.labels import Identity
 from cgpu.exporter.nvml import NvmlSource
 from cgpu.exporter.podresources import PodResourcesSource
-from cgpu.ledger import LEDGER_NAME
+from cgpu.core.ledger import LEDGER_NAME
 
 CONTRACT = {
     "cgpu_container_gpu_memory_limit_bytes": {
@@ -319,7 +319,7 @@ def test_unlistable_state_dir_is_counted(state_dir: Path, fake_nvml: FakeNvml) -
 def test_ledger_without_devices_falls_back_to_config(
     collector: CgpuCollector, make_container: Callable
 ) -> None:
-    from cgpu.ledger import init_ledger
+    from cgpu.core.ledger import init_ledger
 
     d = make_container("c1", {UUID0: 3 * GIB}, namespace="ns", pod="p", container="c")
     (d / LEDGER_NAME).unlink()

@@ -155,8 +155,8 @@ def test_pod_resources_without_socket(tmp_path: Path) -> None:
 
 def test_pod_resources_over_grpc(tmp_path: Path) -> None:
     """A fake kubelet serving v1 List on a unix socket; only our resource's devices count."""
-    pr = pytest.importorskip("deviceplugin.api.podresources_v1_pb2")
-    pytest.importorskip("deviceplugin.podresources")
+    pr = pytest.importorskip("cgpu.core.api.podresources_v1_pb2")
+    pytest.importorskip("cgpu.core.podresources")
     from concurrent import futures
 
     import grpc

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cgpu import gpus
+from cgpu.core import gpus
 
 
 def _real_gpu() -> bool:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hooks.inject import merged_preload
-from hooks.inroot import Root
+from cgpu.hooks.inject import merged_preload
+from cgpu.hooks.inroot import Root
 
 
 @pytest.fixture

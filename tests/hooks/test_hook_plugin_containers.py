@@ -6,10 +6,10 @@ import json
 import os
 from pathlib import Path
 
-from cgpu.containers import containers_root
-from cgpu.layout import KEY_ANNOTATION
-from hooks.hook import prestart
-from hooks.oci import State
+from cgpu.core.containers import containers_root
+from cgpu.core.layout import KEY_ANNOTATION
+from cgpu.hooks.hook import prestart
+from cgpu.hooks.oci import State
 
 
 def test_device_plugin_containers_are_not_injected_twice(tmp_path: Path) -> None:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.gpus import GPU
-from hooks.devices import container_gpus, cuda_order, slices
-from hooks.errors import RequestError
-from hooks.oci import labels, read_spec, read_state
-from hooks.request import Fixed, Share, disabled, parse_request
+from cgpu.core.gpus import GPU
+from cgpu.hooks.devices import container_gpus, cuda_order, slices
+from cgpu.hooks.errors import RequestError
+from cgpu.hooks.oci import labels, read_spec, read_state
+from cgpu.hooks.request import Fixed, Share, disabled, parse_request
 
 GIB = 1 << 30
 GPUS = [GPU(i, f"GPU-5eed0000-0000-4000-8000-00000000000{i}", "sim", 16 * GIB) for i in range(3)]

@@ -14,7 +14,7 @@ import pytest
 from hook_runc import CHUNK, SIM_ENV, Bundle, hook_env, parse_probe, probe_script
 
 from cgpu.cli import main as cgpu_main
-from cgpu.containers import containers_root
+from cgpu.core.containers import containers_root
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "hooks"
 RUNNABLE = [sys.executable, "-I", "-m", "cgpu.cli"]  # this checkout's cgpu, in place of its path

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cgpu.cli import main as cgpu_main
-from cgpu.containers import containers_root, create_container_dir
-from hooks.sweep import start_time, sweep
+from cgpu.core.containers import containers_root, create_container_dir
+from cgpu.hooks.sweep import start_time, sweep
 
 LIMITS = {"GPU-5eed0000-0000-4000-8000-000000000000": 1 << 30}
 

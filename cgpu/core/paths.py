@@ -6,7 +6,7 @@ import os
 import sys
 from pathlib import Path
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the `cgpu` package
 NATIVE_DIR = _PACKAGE_DIR / "_native"
 
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from cgpu.config import write_config
-from cgpu.files import atomic_write
-from cgpu.ledger import LEDGER_NAME, init_ledger
+from cgpu.core.config import write_config
+from cgpu.core.files import atomic_write
+from cgpu.core.ledger import LEDGER_NAME, init_ledger
 
 CONTAINERS_SUBDIR = "containers"
 META_NAME = "meta.json"

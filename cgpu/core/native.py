@@ -7,7 +7,7 @@ from typing import Any
 
 import cffi
 
-from cgpu import paths
+from cgpu.core import paths
 
 
 @functools.cache

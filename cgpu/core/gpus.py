@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pynvml
 
-from cgpu.paths import sim_lib_dir
+from cgpu.core.paths import sim_lib_dir
 
 
 class GPUError(RuntimeError):

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from cgpu.native import load
+from cgpu.core.native import load
 
-LEDGER_NAME = "cgpu.ledger"
+LEDGER_NAME = "cgpu.core.ledger"
 
 
 class LedgerError(Exception):

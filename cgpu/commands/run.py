@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cgpu import gpus
-from cgpu.config import ConfigError, parse_size
-from cgpu.containers import create_container_dir, default_state_dir
-from cgpu.paths import shim_path, sim_lib_dir
+from cgpu.core import gpus
+from cgpu.core.config import ConfigError, parse_size
+from cgpu.core.containers import create_container_dir, default_state_dir
+from cgpu.core.paths import shim_path, sim_lib_dir
 
 
 def register(parser: argparse.ArgumentParser) -> None:

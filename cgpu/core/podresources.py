@@ -6,8 +6,8 @@ import logging
 
 import grpc
 
-from deviceplugin.api import podresources_v1_pb2 as pr
-from deviceplugin.api import podresources_v1_pb2_grpc as pr_grpc
+from cgpu.core.api import podresources_v1_pb2 as pr
+from cgpu.core.api import podresources_v1_pb2_grpc as pr_grpc
 
 log = logging.getLogger(__name__)
 

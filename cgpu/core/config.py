@@ -6,8 +6,8 @@ import os
 import re
 from pathlib import Path
 
-from cgpu.files import atomic_write
-from cgpu.native import load
+from cgpu.core.files import atomic_write
+from cgpu.core.native import load
 
 CONFIG_NAME = "cgpu.conf"
 MAX_DEVICES = 16
