@@ -30,13 +30,10 @@ from typing import Any
 
 import grpc
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from cgpu.core import paths  # noqa: E402
-from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api  # noqa: E402
-from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc  # noqa: E402
-from cgpu.deviceplugin.units import GIB, Unit, list_size  # noqa: E402
+from cgpu.core import paths
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
+from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
+from cgpu.deviceplugin.units import GIB, Unit, list_size
 
 
 class Kubelet(api_grpc.RegistrationServicer):
@@ -77,10 +74,9 @@ def _start(root: Path, unit: str, devices: int, memory: str) -> tuple[Any, grpc.
         CGPU_SIM_DEVICES=str(devices),
         CGPU_SIM_MEMORY=memory,
         CGPU_SIM_STATE=str(root / "sim.state"),
-        PYTHONPATH=str(REPO),
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "cgpu.cli", "device-plugin", "--memory-unit", unit,
+        [sys.executable, "-I", "-m", "cgpu.cli", "device-plugin", "--memory-unit", unit,
          "--kubelet-dir", str(kubelet_dir), "--state-dir", str(root / f"state-{unit}"),
          "--pod-resources-socket", str(root / "none.sock"), "--log-level", "WARNING"],
         env=env,

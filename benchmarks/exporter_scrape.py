@@ -1,10 +1,10 @@
 """How long one `cgpu exporter` scrape takes: N containers with live processes on G GPUs.
 
 Builds a temporary state dir with synthetic containers written through the binding
-(`cgpu.core.containers.create_container_dir`, which calls `cgpu.core.ledger.init_ledger`), charges each
-ledger from live child processes exactly as the shim does (`cgpu_ledger_test_charge`), points NVML
-at the simulator with G GPUs, and times full scrapes: collect plus rendering the text exposition,
-which is what an HTTP scrape costs minus the socket.
+(`cgpu.core.containers.create_container_dir`, which calls `cgpu.core.ledger.init_ledger`),
+charges each ledger from live child processes exactly as the shim does
+(`cgpu_ledger_test_charge`), points NVML at the simulator with G GPUs, and times full scrapes:
+collect plus rendering the text exposition, which is what an HTTP scrape costs minus the socket.
 
     python benchmarks/exporter_scrape.py [--containers 200] [--gpus 8] [--procs 1] [--scrapes 50]
                                          [--churn 0]
@@ -55,7 +55,7 @@ def make_containers(state_dir: Path, containers: int, gpus: int) -> list[Path]:
 
 def spawn_holders(dirs: list[Path], procs: int) -> list[tuple[int, int]]:
     """Fork `procs` live processes per container, each charging its ledger; (pid, release fd)."""
-    from cgpu.core.ledger import LEDGER_NAME
+    from cgpu.core.layout import LEDGER_NAME
     from cgpu.core.native import load
 
     _, lib = load()
@@ -84,7 +84,7 @@ def spawn_holders(dirs: list[Path], procs: int) -> list[tuple[int, int]]:
 
 def churn(dirs: list[Path], count: int) -> None:
     """History: `count` processes per container that charge their ledger and exit at once."""
-    from cgpu.core.ledger import LEDGER_NAME
+    from cgpu.core.layout import LEDGER_NAME
     from cgpu.core.native import load
 
     _, lib = load()

@@ -13,10 +13,11 @@ from typing import Any
 
 import grpc
 
+from cgpu.core import injection
 from cgpu.core.config import slice_bytes
 from cgpu.core.containers import create_container_dir, list_container_dirs, read_meta
-from cgpu.core.layout import KEY_ANNOTATION
-from cgpu.deviceplugin import injection, placement
+from cgpu.core.layout import KEY_ANNOTATION, SOURCE_DEVICE_PLUGIN
+from cgpu.deviceplugin import placement
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.inventory import Inventory
 from cgpu.deviceplugin.kube import KubeClient, KubeError
@@ -33,8 +34,6 @@ from cgpu.deviceplugin.pods import (
 )
 
 log = logging.getLogger(__name__)
-
-SOURCE = "device-plugin"
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,8 @@ class Allocator:
         served = set()
         for directory in list_container_dirs(self.settings.state_dir):
             meta = read_meta(directory)
-            if meta.get("source") == SOURCE and meta.get("pod_uid") and meta.get("container"):
+            ours = meta.get("source") == SOURCE_DEVICE_PLUGIN
+            if ours and meta.get("pod_uid") and meta.get("container"):
                 served.add((str(meta["pod_uid"]), str(meta["container"])))
         return served
 
@@ -159,7 +159,7 @@ class Allocator:
 
     def _meta(self, ids: Sequence[str], placed: Placement, match: Match | None) -> dict[str, Any]:
         meta: dict[str, Any] = {
-            "source": SOURCE,
+            "source": SOURCE_DEVICE_PLUGIN,
             "device_ids": list(ids),
             "resource": self.settings.resource,
             "unit_bytes": self.inventory.unit.bytes,
@@ -195,12 +195,19 @@ class Allocator:
             "ALIYUN_COM_GPU_MEM_IDX": ",".join(str(g.gpu.index) for g in placed.gpus),
             "ALIYUN_COM_GPU_MEM_CONTAINER": str(placed.units_per_gpu),
             "ALIYUN_COM_GPU_MEM_DEV": str(placed.gpus[0].units),
-            "CGPU_LEDGER_DIR": injection.CONTAINER_LEDGER_DIR,
+            **injection.environment(),
         }
         if pod is not None:
             envs["ALIYUN_COM_GPU_MEM_POD"] = str(pod.total_units)
         return api.ContainerAllocateResponse(
             envs=envs,
-            mounts=injection.mounts(self.settings.shim, self.settings.preload, directory),
+            mounts=[
+                api.Mount(
+                    container_path=m.container_path, host_path=m.host_path, read_only=m.read_only
+                )
+                for m in injection.container_mounts(
+                    self.settings.shim, self.settings.preload, directory
+                )
+            ],
             annotations={KEY_ANNOTATION: key},
         )

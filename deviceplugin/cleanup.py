@@ -16,48 +16,46 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cgpu.core.containers import list_container_dirs, read_meta, remove_container_dir, write_meta
+from cgpu.core import cleanup
+from cgpu.core.cleanup import Entry
+from cgpu.core.containers import write_meta
+from cgpu.core.layout import SOURCE_DEVICE_PLUGIN
 from cgpu.core.podresources import Owner
 
 log = logging.getLogger(__name__)
 
-SOURCE = "device-plugin"
+
+def _ids(entry: Entry) -> set[str]:
+    return set(entry.meta.get("device_ids") or [])
 
 
-@dataclass
-class _Entry:
-    path: Path
-    meta: dict[str, Any]
-    ids: set[str]
-
-    @property
-    def pod(self) -> tuple[str, str] | None:
-        ns, name = self.meta.get("namespace"), self.meta.get("pod")
-        return (str(ns), str(name)) if ns and name else None
-
-    @property
-    def created(self) -> float:
-        return float(self.meta.get("created") or 0.0)
+def _pod(meta: dict[str, Any]) -> tuple[str, str] | None:
+    ns, name = meta.get("namespace"), meta.get("pod")
+    return (str(ns), str(name)) if ns and name else None
 
 
-def _adopt(entry: _Entry, devices: dict[Owner, set[str]]) -> None:
+def _created(entry: Entry) -> float:
+    return float(entry.meta.get("created") or 0.0)
+
+
+def _adopt(entry: Entry, devices: dict[Owner, set[str]]) -> None:
     """Record the pod (and container) holding the entry's IDs when that is unambiguous."""
-    owners = [owner for owner, ids in devices.items() if ids & entry.ids]
+    ids = _ids(entry)
+    owners = [owner for owner, held in devices.items() if held & ids]
     pods = {(ns, pod) for ns, pod, _ in owners}
-    if entry.pod is not None or len(pods) != 1:
+    if _pod(entry.meta) is not None or len(pods) != 1:
         return
     namespace, pod = next(iter(pods))
     update = {"namespace": namespace, "pod": pod}
-    exact = [c for ns, p, c in owners if devices[(ns, p, c)] == entry.ids]
+    exact = [c for ns, p, c in owners if devices[(ns, p, c)] == ids]
     if len(owners) == 1 and exact and "container" not in entry.meta:
         update["container"] = exact[0]
     entry.meta.update(update)
     write_meta(entry.path, entry.meta)
-    log.info("container directory %s belongs to %s/%s", entry.path.name, namespace, pod)
+    log.info("container directory %s belongs to %s/%s", entry.key, namespace, pod)
 
 
 def sweep(
@@ -69,36 +67,29 @@ def sweep(
 ) -> list[str]:
     """One cleanup pass over the plugin's directories; returns the keys removed."""
     now = time.time() if now is None else now
-    entries = []
-    for path in list_container_dirs(state_dir):
-        meta = read_meta(path)
-        if meta.get("source") != SOURCE:
-            continue
-        entries.append(_Entry(path, meta, set(meta.get("device_ids") or [])))
+    found = cleanup.entries(state_dir, SOURCE_DEVICE_PLUGIN)
     held = set().union(*devices.values()) if devices else set()
-    removed = []
-    for entry in entries:
+    for entry in found:
         try:
             _adopt(entry, devices)
         except OSError as err:
             log.warning("cannot update %s: %s", entry.path, err)
-    for entry in entries:
-        reason = None
-        if not entry.ids & held and entry.pod not in pods and now - entry.created > grace:
-            reason = "its devices are no longer held by any container"
-        elif entry.pod is not None:
-            newer = [
-                other
-                for other in entries
-                if other is not entry
-                and other.created > entry.created
-                and other.pod is not None
-                and other.pod != entry.pod
-                and other.ids & entry.ids
-            ]
-            if newer:
-                reason = f"its devices now belong to {'/'.join(newer[0].pod or ())}"
-        if reason and remove_container_dir(state_dir, entry.path.name):
-            log.info("removed container directory %s: %s", entry.path.name, reason)
-            removed.append(entry.path.name)
-    return removed
+
+    def stale(entry: Entry) -> str | None:
+        ids, pod = _ids(entry), _pod(entry.meta)
+        if not ids & held and pod not in pods and now - _created(entry) > grace:
+            return "its devices are no longer held by any container"
+        if pod is None:
+            return None
+        newer = [
+            other_pod
+            for other in found
+            if other is not entry
+            and _created(other) > _created(entry)
+            and (other_pod := _pod(other.meta)) is not None
+            and other_pod != pod
+            and _ids(other) & ids
+        ]
+        return f"its devices now belong to {'/'.join(newer[0])}" if newer else None
+
+    return cleanup.sweep(state_dir, {SOURCE_DEVICE_PLUGIN: stale}, found)

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import grpc
 
+from cgpu.core.podresources import PodResources
 from cgpu.deviceplugin import cleanup, kubelet
 from cgpu.deviceplugin.allocator import Allocator
 from cgpu.deviceplugin.health import HealthWatcher
 from cgpu.deviceplugin.inventory import Inventory
 from cgpu.deviceplugin.kube import GPU_COUNT_CAPACITY, KubeClient, KubeError
-from cgpu.core.podresources import PodResources
 from cgpu.deviceplugin.server import DevicePluginService, start_server
 
 log = logging.getLogger(__name__)

@@ -9,12 +9,12 @@ import pynvml
 
 from cgpu.core import paths
 from cgpu.core.gpus import GPUError
-from cgpu.deviceplugin import gpus, injection, kube
+from cgpu.core.podresources import PodResources
+from cgpu.deviceplugin import gpus, hostfiles, kube
 from cgpu.deviceplugin.allocator import Allocator, Settings
 from cgpu.deviceplugin.health import HealthWatcher
 from cgpu.deviceplugin.inventory import Inventory
 from cgpu.deviceplugin.plugin import Options, Plugin
-from cgpu.core.podresources import PodResources
 from cgpu.deviceplugin.units import choose_unit
 
 log = logging.getLogger(__name__)
@@ -56,8 +56,8 @@ def build(args: argparse.Namespace, socket_name: str) -> Plugin:
             if not shim.is_file():
                 raise FileNotFoundError(f"--host-shim-path {shim} does not exist")
         else:
-            shim = injection.install_shim(paths.shim_path(), state_dir)
-        preload = injection.write_preload(state_dir)
+            shim = hostfiles.install_shim(paths.shim_path(), state_dir)
+        preload = hostfiles.write_preload(state_dir)
     except OSError as err:
         raise SetupError(str(err)) from err
 

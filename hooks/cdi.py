@@ -18,11 +18,10 @@ from typing import Any
 
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.core.gpus import GPU, list_gpus
-from cgpu.core.layout import CONTAINER_PRELOAD, CONTAINER_SHIM
+from cgpu.core.injection import shim_mounts, write_preload
 from cgpu.core.paths import shim_path
 from cgpu.hooks.emit import cgpu_argv, oci_hook, write_json
 from cgpu.hooks.errors import one_line
-from cgpu.hooks.inject import merged_preload
 from cgpu.hooks.install import HOOK_TIMEOUT_S
 
 CDI_VERSION = "0.6.0"
@@ -48,20 +47,16 @@ def build_spec(
         entry = oci_hook(argv, "hook", *action, "--state-dir", state_dir, timeout=HOOK_TIMEOUT_S)
         return {"hookName": stage, **entry}
 
-    ro = ["ro", "nosuid", "nodev", "bind"]
+    mounts = [
+        {"hostPath": m.host_path, "containerPath": m.container_path, "options": m.options()}
+        for m in shim_mounts(shim, preload)
+    ]
     return {
         "cdiVersion": CDI_VERSION,
         "kind": KIND,
         "devices": devices,
         "containerEdits": {
-            "mounts": [
-                {"hostPath": shim, "containerPath": CONTAINER_SHIM, "options": ro},
-                {
-                    "hostPath": preload,
-                    "containerPath": CONTAINER_PRELOAD,
-                    "options": [*ro, "noexec"],
-                },
-            ],
+            "mounts": mounts,
             "hooks": [hook("createRuntime"), hook("poststop", "poststop")],
         },
     }
@@ -83,9 +78,7 @@ def run(args: argparse.Namespace) -> int:
         shim = shim_path()
         if not shim.is_file():
             raise RuntimeError(f"the shim is not installed at {shim}")
-        preload = Path(state_dir) / PRELOAD_FILE
-        preload.parent.mkdir(parents=True, exist_ok=True)
-        preload.write_bytes(merged_preload(None, CONTAINER_SHIM))
+        preload = write_preload(Path(state_dir) / PRELOAD_FILE)
         spec = build_spec(list_gpus(), cgpu_argv(args.cgpu), state_dir, str(shim), str(preload))
         path = write_json(args.output, spec)
     except Exception as exc:

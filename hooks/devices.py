@@ -1,4 +1,4 @@
-"""The GPUs a container sees (of those `cgpu.core.gpus.list_gpus` finds) and its slice on each."""
+"""The GPUs a container sees (of those `cgpu.core.gpus.list_gpus` finds), its slice on each."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import re
 
 from cgpu.core.config import slice_bytes
 from cgpu.core.gpus import GPU
+from cgpu.core.layout import UUID_RE as _UUID_RE
 from cgpu.hooks.errors import RequestError
 from cgpu.hooks.request import Fixed, Request
 
 _INDEX_RE = re.compile(r"^[0-9]{1,4}$")
-_UUID_RE = re.compile(r"^[A-Za-z0-9-]{1,95}$")
 CDI_DEVICE_RE = re.compile(r"^CGPU_CDI_DEVICE_[0-9]{1,4}$")
 # NVIDIA_VISIBLE_DEVICES values that name no GPU in particular. "void" is what NVIDIA's CDI spec
 # sets while it injects GPUs itself, so the container may see any of them: slice them all.

@@ -8,24 +8,30 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from cgpu.core.containers import containers_root, create_container_dir, read_meta, remove_container_dir
+from cgpu.core.containers import (
+    containers_root,
+    create_container_dir,
+    read_meta,
+    remove_container_dir,
+)
 from cgpu.core.gpus import list_gpus
-from cgpu.core.layout import KEY_ANNOTATION
+from cgpu.core.layout import KEY_ANNOTATION, SOURCE_HOOK
 from cgpu.core.paths import shim_path
+from cgpu.core.procfs import start_time
 from cgpu.hooks.devices import container_gpus, slices
 from cgpu.hooks.errors import RequestError
 from cgpu.hooks.inject import Plan
 from cgpu.hooks.oci import State, labels, read_spec
 from cgpu.hooks.request import disabled, parse_request
-from cgpu.hooks.sweep import SOURCE, start_time
 
 INJECT_TIMEOUT_S = 60
 # Run the injector isolated (-I: no PYTHON* variables, no user site, no cwd on sys.path),
-# importing `hooks` from where this copy of it lives.
+# importing `cgpu` from where this copy of it lives.
 _BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); from cgpu.hooks.inject import main; sys.exit(main())"
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from cgpu.hooks.inject import main; sys.exit(main())"
 )
-_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+_PACKAGE_PARENT = Path(__file__).resolve().parents[2]  # the directory holding `cgpu`
 
 
 class InjectError(RuntimeError):
@@ -63,7 +69,7 @@ def prestart(state: State, state_dir: Path) -> str | None:
             f"the OCI state has pid {state.pid}: run cgpu hook as a prestart or createRuntime hook"
         )
     meta = {
-        "source": SOURCE,
+        "source": SOURCE_HOOK,
         "container_id": state.id,
         "init_pid": state.pid,
         "init_start_time": start_time(state.pid),
@@ -87,6 +93,6 @@ def prestart(state: State, state_dir: Path) -> str | None:
 def poststop(state: State, state_dir: Path) -> bool:
     """Remove the directory the hook made for this container; returns whether there was one."""
     meta = read_meta(containers_root(state_dir) / state.id)
-    if meta.get("source") != SOURCE or meta.get("container_id") != state.id:
+    if meta.get("source") != SOURCE_HOOK or meta.get("container_id") != state.id:
         return False
     return remove_container_dir(state_dir, state.id)

@@ -1,16 +1,14 @@
 """Bind the shim, /etc/ld.so.preload and the ledger directory into a container being created.
 
-This runs as its own short-lived process (`cgpu.hooks.hook.run_injector`, the plan as JSON on stdin),
-because setns(CLONE_NEWNS) needs a single-threaded process and the hook proper has loaded NVML.
-It enters the mount namespace of the container's init process (which waits, before pivot_root,
-while prestart and createRuntime hooks run) and mounts there, onto paths inside the root
-filesystem resolved by `cgpu.hooks.inroot`. The host mount namespace is never changed. What it makes
-inside the container:
-
-- `/var/run/cgpu`: the container directory, read-only, with `cgpu.core.ledger` bound over itself
-  read-write, so processes can charge the ledger but not rewrite their slice or labels;
-- `/usr/local/cgpu/libcgpu.so`: the shim, read-only;
-- `/etc/ld.so.preload`: a file naming the shim first, then whatever the image's own file named.
+This runs as its own short-lived process (`cgpu.hooks.hook.run_injector`, the plan as JSON on
+stdin), because setns(CLONE_NEWNS) needs a single-threaded process and the hook proper has
+loaded NVML. It enters the mount namespace of the container's init process (which waits, before
+pivot_root, while prestart and createRuntime hooks run) and mounts there, onto paths inside the
+root filesystem resolved by `cgpu.hooks.inroot`. The host mount namespace is never changed. It
+makes inside the container what `cgpu.core.injection` describes (the shim, `/etc/ld.so.preload`,
+the container directory at `/var/run/cgpu` with its ledger writable); the ld.so.preload names the
+shim first, then whatever the image's own file named, and is written into the container
+directory and bound from there.
 
 On any failure it undoes its mounts and removes the mount points it created, then exits 1 with
 one line on stderr.
@@ -20,22 +18,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import sys
 from dataclasses import dataclass
 
-from cgpu.core.layout import CONTAINER_LEDGER_DIR, CONTAINER_PRELOAD, CONTAINER_SHIM
+from cgpu.core.files import atomic_write_at
+from cgpu.core.injection import Mount, container_mounts, preload_text
+from cgpu.core.layout import CONTAINER_PRELOAD, CONTAINER_SHIM, LEDGER_NAME, PRELOAD_NAME
 from cgpu.hooks import syscalls
 from cgpu.hooks.errors import one_line
 from cgpu.hooks.inroot import Create, Root, refuse_pseudo_fs
 
-PRELOAD_NAME = "ld.so.preload"  # the generated file, kept in the container directory
-LEDGER_NAME = "cgpu.core.ledger"
 PRELOAD_LIMIT = 64 * 1024
-
-_RO = syscalls.MS_RDONLY | syscalls.MS_NOSUID | syscalls.MS_NODEV
-_NOEXEC = syscalls.MS_NOSUID | syscalls.MS_NODEV | syscalls.MS_NOEXEC
 
 
 @dataclass(frozen=True)
@@ -48,26 +42,14 @@ class Plan:
     shim: str
 
 
-def merged_preload(existing: bytes | None, shim: str) -> bytes:
-    """An ld.so.preload naming `shim` first, then the other entries of the image's file."""
-    entries = [shim.encode()]
-    for token in re.split(rb"[\s:]+", existing or b""):
-        if token and b"\0" not in token and token not in entries:
-            entries.append(token)
-    return b"\n".join(entries) + b"\n"
-
-
-def _write_file(dir_fd: int, name: str, data: bytes) -> None:
-    """Atomically write `name` in the directory `dir_fd`."""
-    tmp = f".{name}.{os.getpid()}"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(tmp, flags, 0o644, dir_fd=dir_fd)
-    try:
-        os.write(fd, data)
-        os.fchmod(fd, 0o644)
-    finally:
-        os.close(fd)
-    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+def mount_flags(mount: Mount) -> int:
+    """The mount(2) flags of a remount that applies `mount`'s options."""
+    flags = syscalls.MS_NOSUID | syscalls.MS_NODEV
+    if mount.read_only:
+        flags |= syscalls.MS_RDONLY
+    if not mount.executable:
+        flags |= syscalls.MS_NOEXEC
+    return flags
 
 
 def enter_mount_namespace(pid: int) -> None:
@@ -165,20 +147,24 @@ def inject(plan: Plan) -> None:
         with Root(plan.rootfs) as root:
             mounts = Mounts(root)
             try:
-                preload = merged_preload(
-                    root.read_small(CONTAINER_PRELOAD, PRELOAD_LIMIT), CONTAINER_SHIM
-                )
-                _write_file(dir_fd, PRELOAD_NAME, preload)
+                preload = preload_text(root.read_small(CONTAINER_PRELOAD, PRELOAD_LIMIT))
+                atomic_write_at(dir_fd, PRELOAD_NAME, preload)
                 preload_st = os.stat(PRELOAD_NAME, dir_fd=dir_fd, follow_symlinks=False)
-                mounts.bind(
-                    plan.container_dir, dir_st, CONTAINER_LEDGER_DIR, _RO | syscalls.MS_NOEXEC
-                )
-                ledger = os.path.join(plan.container_dir, LEDGER_NAME)
-                mounts.bind(ledger, ledger_st, f"{CONTAINER_LEDGER_DIR}/{LEDGER_NAME}", _NOEXEC)
-                if not _already_there(root, CONTAINER_SHIM, shim_st):
-                    mounts.bind(plan.shim, shim_st, CONTAINER_SHIM, _RO)
                 preload_src = os.path.join(plan.container_dir, PRELOAD_NAME)
-                mounts.bind(preload_src, preload_st, CONTAINER_PRELOAD, _RO | syscalls.MS_NOEXEC)
+                expected = {
+                    plan.shim: shim_st,
+                    preload_src: preload_st,
+                    plan.container_dir: dir_st,
+                    os.path.join(plan.container_dir, LEDGER_NAME): ledger_st,
+                }
+                for mount in container_mounts(plan.shim, preload_src, plan.container_dir):
+                    source_st = expected[mount.host_path]
+                    if mount.container_path == CONTAINER_SHIM and _already_there(
+                        root, CONTAINER_SHIM, source_st
+                    ):
+                        continue  # a CDI spec has mounted it
+                    flags = mount_flags(mount)
+                    mounts.bind(mount.host_path, source_st, mount.container_path, flags)
             except BaseException:
                 mounts.undo()
                 root.remove_created()

@@ -10,20 +10,10 @@ from __future__ import annotations
 
 import os
 
-from cgpu.core.containers import list_container_dirs, read_meta, remove_container_dir
-
-SOURCE = "hook"
-
-
-def start_time(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat (clock ticks after boot), or None when there is no such pid."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    fields = stat[stat.rindex(b")") + 2 :].split()  # the command name may hold spaces
-    return int(fields[19])
+from cgpu.core import cleanup
+from cgpu.core.cleanup import Entry
+from cgpu.core.layout import SOURCE_HOOK
+from cgpu.core.procfs import start_time
 
 
 def alive(meta: dict[str, object]) -> bool:
@@ -34,12 +24,10 @@ def alive(meta: dict[str, object]) -> bool:
     return start_time(pid) == started
 
 
+def _stale(entry: Entry) -> str | None:
+    return None if alive(entry.meta) else "its init process is gone"
+
+
 def sweep(state_dir: str | os.PathLike[str]) -> list[str]:
     """Remove every stale hook directory under `state_dir`; returns their keys."""
-    removed = []
-    for path in list_container_dirs(state_dir):
-        meta = read_meta(path)
-        stale = meta.get("source") == SOURCE and not alive(meta)
-        if stale and remove_container_dir(state_dir, path.name):
-            removed.append(path.name)
-    return removed
+    return cleanup.sweep(state_dir, {SOURCE_HOOK: _stale})

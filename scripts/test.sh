@@ -8,15 +8,17 @@ PY=.venv/bin/python
 export PATH="$(pwd)/.venv/bin:$PATH"
 
 echo "== ruff"
-$PY -m ruff check cgpu deviceplugin hooks tests benchmarks
+$PY -m ruff check cgpu deviceplugin hooks tests benchmarks examples
 
 echo "== pytest"
-$PY -m pytest -q -p no:cacheprovider tests
+# -P: the tests import the installed cgpu, not this checkout (where cgpu.deviceplugin does not
+# exist: the repository keeps it in deviceplugin/).
+$PY -P -m pytest -q -p no:cacheprovider tests
 
 for san in address thread; do
   echo "== shim tests under -fsanitize=$san"
   cmake -S . -B "build/$san" -DCGPU_SANITIZE="$san" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "build/$san" --target cgpu -j2 >/dev/null
   CGPU_TEST_SHIM="$(pwd)/build/$san/native-out/libcgpu.so" CGPU_TEST_SANITIZER="$san" \
-    $PY -m pytest -q -p no:cacheprovider tests/shim
+    $PY -P -m pytest -q -p no:cacheprovider tests/shim
 done

@@ -6,14 +6,38 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from cgpu.core import paths
+REPO = Path(__file__).resolve().parents[1]
+NATIVE_SRC = REPO / "tests" / "native"
 
-NATIVE_SRC = Path(__file__).resolve().parent / "native"
+
+def _use_installed_cgpu() -> None:
+    """Import the installed cgpu, never this checkout's folders.
+
+    The checkout keeps cgpu.deviceplugin and cgpu.hooks in deviceplugin/ and hooks/, so its
+    cgpu/ is not importable as is. `python -m pytest` puts the checkout first on sys.path;
+    take it off, for this process and (PYTHONSAFEPATH) for the Pythons the tests start.
+    """
+    os.environ["PYTHONSAFEPATH"] = "1"
+    sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != REPO]
+    import cgpu
+
+    if Path(cgpu.__file__).resolve().parent == REPO / "cgpu":
+        pytest.exit(
+            f"cgpu was imported from the checkout ({cgpu.__file__}), not installed: run "
+            "`pip install .` and `python -P -m pytest` (scripts/test.sh does both)",
+            returncode=4,
+        )
+
+
+_use_installed_cgpu()
+
+from cgpu.core import paths  # noqa: E402
 
 
 @pytest.fixture(scope="session")

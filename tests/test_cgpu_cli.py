@@ -73,7 +73,7 @@ def test_run_keeps_and_ledger_shows_the_container(sim_env, native_build, tmp_pat
 def test_ledger_reports_corrupt_files_and_fails(tmp_path):
     bad = tmp_path / "containers" / "broken"
     bad.mkdir(parents=True)
-    (bad / "cgpu.core.ledger").write_bytes(b"garbage" * 10)
+    (bad / "cgpu.ledger").write_bytes(b"garbage" * 10)
     out = cgpu("ledger", "--state-dir", tmp_path, env=dict(os.environ))
     assert out.returncode == 1 and "skipped" in out.stderr
 

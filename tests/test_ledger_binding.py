@@ -15,7 +15,7 @@ UUID = "GPU-11111111-2222-4333-8444-555555555555"
 
 
 def test_new_ledger_is_visible_at_zero(tmp_path):
-    path = tmp_path / "cgpu.core.ledger"
+    path = tmp_path / "cgpu.ledger"
     init_ledger(path, {UUID: 4 * MiB * 1024})
     snap = read_ledger(path)
     assert [(d.uuid, d.limit, d.used, d.processes) for d in snap.devices] == [(UUID, 4 << 30, 0, 0)]
@@ -23,7 +23,7 @@ def test_new_ledger_is_visible_at_zero(tmp_path):
 
 
 def test_charges_show_per_process_and_credit_exactly(tmp_path):
-    path = tmp_path / "cgpu.core.ledger"
+    path = tmp_path / "cgpu.ledger"
     init_ledger(path, {UUID: 100 * MiB})
     _, lib = load()
     assert lib.cgpu_ledger_test_charge(str(path).encode(), 0, 60 * MiB, 1) == 0
@@ -45,7 +45,7 @@ def test_charges_show_per_process_and_credit_exactly(tmp_path):
     ],
 )
 def test_foreign_truncated_and_other_versions_are_rejected(tmp_path, content, code):
-    path = tmp_path / "cgpu.core.ledger"
+    path = tmp_path / "cgpu.ledger"
     path.write_bytes(content)
     with pytest.raises(LedgerError) as info:
         read_ledger(path)
@@ -53,7 +53,7 @@ def test_foreign_truncated_and_other_versions_are_rejected(tmp_path, content, co
 
 
 def test_truncated_copy_of_a_real_ledger_is_rejected(tmp_path):
-    path = tmp_path / "cgpu.core.ledger"
+    path = tmp_path / "cgpu.ledger"
     init_ledger(path, {UUID: MiB})
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
@@ -112,7 +112,7 @@ def test_readers_never_hang_on_a_stopped_lock_holder(tmp_path):
     import sys
     import time
 
-    path = tmp_path / "cgpu.core.ledger"
+    path = tmp_path / "cgpu.ledger"
     init_ledger(path, {UUID: 100 * MiB})
     holder = subprocess.Popen(
         [

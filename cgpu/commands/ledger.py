@@ -9,7 +9,8 @@ from dataclasses import asdict
 from pathlib import Path
 
 from cgpu.core.containers import default_state_dir, list_container_dirs, read_meta
-from cgpu.core.ledger import LEDGER_NAME, LedgerError, Snapshot, read_ledger
+from cgpu.core.layout import LEDGER_NAME
+from cgpu.core.ledger import LedgerError, Snapshot, read_ledger
 
 MiB = 1 << 20
 

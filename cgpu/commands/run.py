@@ -14,6 +14,7 @@ from pathlib import Path
 from cgpu.core import gpus
 from cgpu.core.config import ConfigError, parse_size
 from cgpu.core.containers import create_container_dir, default_state_dir
+from cgpu.core.layout import SOURCE_RUN
 from cgpu.core.paths import shim_path, sim_lib_dir
 
 
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     state_dir = args.state_dir or default_state_dir()
     key = f"run-{os.getpid()}-{secrets.token_hex(4)}"
     limits = {g.uuid: size for g in chosen}
-    meta = {"source": "run", "container": key, "command": command, "pid": os.getpid()}
+    meta = {"source": SOURCE_RUN, "container": key, "command": command, "pid": os.getpid()}
     run_dir = create_container_dir(state_dir, key, limits, meta)
     env = _child_env(run_dir, simulate, chosen, len(all_gpus))
     try:

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 
 from cgpu.core.files import atomic_write
+from cgpu.core.layout import CONFIG_NAME, UUID_RE
 from cgpu.core.native import load
 
-CONFIG_NAME = "cgpu.conf"
 MAX_DEVICES = 16
-_UUID_RE = re.compile(r"^[A-Za-z0-9-]{1,95}$")
 
 
 class ConfigError(ValueError):
@@ -36,7 +34,7 @@ def slice_bytes(total_bytes: int, container_units: int, device_units: int) -> in
 
 def validate_uuid(uuid: str) -> str:
     """Return `uuid` if it is safe to write into a config file, else raise ConfigError."""
-    if not _UUID_RE.match(uuid):
+    if not UUID_RE.match(uuid):
         raise ConfigError(f"invalid device UUID {uuid!r}")
     return uuid
 

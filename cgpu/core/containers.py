@@ -13,10 +13,10 @@ from typing import Any
 
 from cgpu.core.config import write_config
 from cgpu.core.files import atomic_write
-from cgpu.core.ledger import LEDGER_NAME, init_ledger
+from cgpu.core.layout import LEDGER_NAME, META_NAME
+from cgpu.core.ledger import init_ledger
 
 CONTAINERS_SUBDIR = "containers"
-META_NAME = "meta.json"
 DEFAULT_STATE_DIR = "/var/lib/cgpu"
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")

@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
+import re
+
 # Where the injected pieces appear inside a container (device plugin, hook and CDI alike).
 CONTAINER_SHIM = "/usr/local/cgpu/libcgpu.so"
 CONTAINER_PRELOAD = "/etc/ld.so.preload"
 CONTAINER_LEDGER_DIR = "/var/run/cgpu"
+
+# The files of a container directory (`<state>/containers/<key>/`).
+CONFIG_NAME = "cgpu.conf"
+LEDGER_NAME = "cgpu.ledger"
+META_NAME = "meta.json"
+PRELOAD_NAME = "ld.so.preload"  # the hook's merged copy of the image's file
+
+# Who made a container directory: meta.json's "source".
+SOURCE_DEVICE_PLUGIN = "device-plugin"
+SOURCE_HOOK = "hook"
+SOURCE_RUN = "run"
+
+# A GPU UUID as config files, the shim and the hook accept it.
+UUID_RE = re.compile(r"^[A-Za-z0-9-]{1,95}$")
 
 # The annotation the device plugin puts on a container it has already given a slice.
 KEY_ANNOTATION = "cgpu.io/container-key"

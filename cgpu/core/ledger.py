@@ -7,8 +7,6 @@ from dataclasses import dataclass, field
 
 from cgpu.core.native import load
 
-LEDGER_NAME = "cgpu.core.ledger"
-
 
 class LedgerError(Exception):
     """A ledger that cannot be read: missing, foreign, truncated, corrupt or of another version."""

@@ -1,8 +1,8 @@
 """One pass over the state dir: every container's slices and use, and the files it had to skip.
 
-Each ledger is read through `cgpu.core.ledger.read_ledger` (the shim's own C code), which also reclaims
-the slots of dead processes, so a process that has exited stops counting at this scrape. The cost is
-one fixed-size ledger read per container: nothing grows with the history of the container.
+Each ledger is read through `cgpu.core.ledger.read_ledger` (the shim's own C code), which leaves
+out the slots of dead processes, so a process that has exited stops counting at this scrape. The
+cost is one fixed-size ledger read per container: nothing grows with the history of the container.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cgpu.core.config import CONFIG_NAME, ConfigError, load_config
-from cgpu.core.containers import META_NAME, list_container_dirs, read_meta
-from cgpu.core.ledger import LEDGER_NAME, DeviceUsage, LedgerError, read_ledger
+from cgpu.core.config import ConfigError, load_config
+from cgpu.core.containers import list_container_dirs, read_meta
+from cgpu.core.layout import CONFIG_NAME, LEDGER_NAME, META_NAME
+from cgpu.core.ledger import DeviceUsage, LedgerError, read_ledger
 
 log = logging.getLogger(__name__)
 

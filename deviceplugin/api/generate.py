@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     problems = stale()
     for name in problems:
-        print(f"{name}: generated module is out of date; run python -m cgpu.deviceplugin.api.generate")
+        print(f"{name}: out of date; run python -m cgpu.deviceplugin.api.generate")
     return 1 if problems else 0
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from dp_helpers import REPO, UUIDS, RunningPlugin
+from dp_helpers import UUIDS, RunningPlugin
 from dp_kubelet import FakeKubelet
 
 
@@ -39,7 +39,7 @@ def start_plugin(
         state_dir = dp_root / "state"
         kubelet = FakeKubelet(kubelet_dir)
         kubelet.start()
-        extra = {"PYTHONPATH": str(REPO), **(extra_env or {})}
+        extra = dict(extra_env or {})
         if os.environ.get("CGPU_NATIVE_DIR"):  # a development build, not a simulator setting
             extra.setdefault("CGPU_NATIVE_DIR", os.environ["CGPU_NATIVE_DIR"])
         env = sim_env(extra=extra, **sim)

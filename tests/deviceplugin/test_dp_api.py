@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dp_wire as wire
 
+from cgpu.core.api import podresources_v1_pb2 as pr
+from cgpu.core.api import podresources_v1_pb2_grpc as pr_grpc
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as dp
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as dp_grpc
 from cgpu.deviceplugin.api import generate
-from cgpu.core.api import podresources_v1_pb2 as pr
-from cgpu.core.api import podresources_v1_pb2_grpc as pr_grpc
 
 
 def test_generated_modules_are_up_to_date() -> None:

@@ -70,7 +70,7 @@ def test_allocate_env_and_mounts_on_disk(start_plugin) -> None:
         "/usr/local/cgpu/libcgpu.so",
         "/etc/ld.so.preload",
         "/var/run/cgpu",
-        "/var/run/cgpu/cgpu.core.ledger",
+        "/var/run/cgpu/cgpu.ledger",
     }
 
     shim = Path(mounts["/usr/local/cgpu/libcgpu.so"]["host_path"])
@@ -84,14 +84,14 @@ def test_allocate_env_and_mounts_on_disk(start_plugin) -> None:
     # The container may charge its ledger but not rewrite its slice or its labels.
     ledger_dir = Path(mounts["/var/run/cgpu"]["host_path"])
     assert mounts["/var/run/cgpu"]["read_only"]
-    ledger_mount = mounts["/var/run/cgpu/cgpu.core.ledger"]
+    ledger_mount = mounts["/var/run/cgpu/cgpu.ledger"]
     assert not ledger_mount["read_only"]
-    assert Path(ledger_mount["host_path"]) == ledger_dir / "cgpu.core.ledger"
+    assert Path(ledger_mount["host_path"]) == ledger_dir / "cgpu.ledger"
     assert ledger_dir.parent == containers_root(plugin.state_dir.resolve())
     expected = slice_bytes(16130 << 20, 4, 15)
     assert expected >> 20 == 4301  # the seed's figure for 4 of 15 units on a V100
     assert load_config(ledger_dir / "cgpu.conf") == {UUIDS[1]: expected}
-    snap = read_ledger(ledger_dir / "cgpu.core.ledger")
+    snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert [(d.uuid, d.limit, d.used) for d in snap.devices] == [(UUIDS[1], expected, 0)]
     assert snap.processes == []
     meta = json.loads((ledger_dir / "meta.json").read_text())

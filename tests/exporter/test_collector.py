@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from exporter_helpers import GIB, MIB, UUID0, UUID1, FakeNvml, ctr, labels, scrape
 
+from cgpu.core.layout import LEDGER_NAME
 from cgpu.exporter.collector import CgpuCollector
 from cgpu.exporter.labels import Identity
 from cgpu.exporter.nvml import NvmlSource
 from cgpu.exporter.podresources import PodResourcesSource
-from cgpu.core.ledger import LEDGER_NAME
 
 CONTRACT = {
     "cgpu_container_gpu_memory_limit_bytes": {

@@ -370,7 +370,7 @@ def test_corrupt_ledger_is_counted_in_prometheus(
 ) -> None:
     good = make_container("good", {UUIDS[0]: 1 << 30}, namespace="ns", pod="good", container="c")
     bad = make_container("bad", {UUIDS[0]: 1 << 30}, namespace="ns", pod="bad", container="c")
-    (bad / "cgpu.core.ledger").write_bytes(b"\x00garbage" * 100)
+    (bad / "cgpu.ledger").write_bytes(b"\x00garbage" * 100)
     assert good.is_dir()
 
     def counted() -> bool:

@@ -27,7 +27,7 @@ def _containers(state_dir: Path) -> list[str]:
 def _assert_limited(stdout: str, slice_bytes: int) -> None:
     out = parse_probe(stdout)
     assert out["preload"] == ["/usr/local/cgpu/libcgpu.so"], stdout
-    assert out["ledger-dir"] == ["cgpu.conf", "cgpu.core.ledger", "ld.so.preload", "meta.json"]
+    assert out["ledger-dir"] == ["cgpu.conf", "cgpu.ledger", "ld.so.preload", "meta.json"]
     assert out["init"] == ["0"], stdout
     chunks, rc = (int(v) for v in out["fill"])
     assert rc == 2, stdout  # CUDA_ERROR_OUT_OF_MEMORY
@@ -175,7 +175,7 @@ def test_two_containers_have_separate_ledgers_and_slices(
             assert int(fill[0]) * CHUNK == slices[name]
         assert _containers(state_dir) == sorted(b.id for b in bundles.values())
         for name, bundle in bundles.items():
-            snap = read_ledger(containers_root(state_dir) / bundle.id / "cgpu.core.ledger")
+            snap = read_ledger(containers_root(state_dir) / bundle.id / "cgpu.ledger")
             device = snap.devices[0]
             assert (device.limit, device.used, device.processes) == (slices[name],) * 2 + (1,)
             assert len(snap.devices) == (2 if name == "a" else 1)  # a sees both GPUs, b one

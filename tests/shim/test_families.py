@@ -73,7 +73,7 @@ def test_each_family_stops_at_the_slice_and_returns_to_zero(shim_env, probe, led
         "mipmap-destroy",
     ):
         assert r.one(release) == ["0"], release
-    snap = read_ledger(ledger_dir / "cgpu.core.ledger")
+    snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert snap.devices[0].used == 0
     assert snap.devices[0].peak > 200 * MiB
 
@@ -100,7 +100,7 @@ def test_granularity_is_charged(shim_env, probe, ledger_dir):
     r = probe(env, "dlsym", "init", "alloc", 1, "alloc", 3 * MiB, "wait", "free-all")
     assert r.returncode == 0
     # After the process ended its slot is reclaimed; peak shows what was charged.
-    snap = read_ledger(ledger_dir / "cgpu.core.ledger")
+    snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert snap.devices[0].peak == 512 + 4 * MiB
     assert snap.devices[0].used == 0
 
@@ -136,7 +136,7 @@ def test_memory_freed_with_its_context_is_credited(shim_env, probe, ledger_dir):
     assert [line[0] for line in r.lines("alloc")] == ["0", "0"]
     assert r.one("ctx-alloc") == ["0"] and r.one("ctx-destroy") == ["0"]
     assert r.lines("info")[1] == ["0", str(GiB - 64 * MiB - 800 * MiB), str(GiB)]
-    assert read_ledger(ledger_dir / "cgpu.core.ledger").devices[0].used == 0
+    assert read_ledger(ledger_dir / "cgpu.ledger").devices[0].used == 0
 
 
 def test_context_overhead_stays_while_any_context_lives(shim_env, probe):

@@ -76,7 +76,7 @@ def test_per_device_slices_keyed_by_uuid(shim_env, probe, ledger_dir):
     assert total_of(probe, env) == GiB
     from cgpu.core.ledger import read_ledger
 
-    snap = read_ledger(ledger_dir / "cgpu.core.ledger")
+    snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert {d.uuid: d.limit for d in snap.devices} == {
         "GPU-aaaaaaaa-0000-4000-8000-000000000001": GiB,
         "GPU-bbbbbbbb-0000-4000-8000-000000000002": 2 * GiB,
@@ -89,7 +89,7 @@ def test_no_limit_is_a_pure_pass_through(shim_env, probe, ledger_dir):
     assert r.one("info") == ["0", str(16 * GiB), str(16 * GiB)]
     assert r.one("fill") == ["16", "2"]
     assert "cgpu" not in r.stderr
-    assert not (ledger_dir / "cgpu.core.ledger").exists()
+    assert not (ledger_dir / "cgpu.ledger").exists()
 
 
 def test_disable_is_the_escape_hatch(shim_env, probe):

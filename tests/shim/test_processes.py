@@ -33,7 +33,7 @@ def test_processes_share_one_slice(shim_env, probe, native_build, ledger_dir):
     second = probe(env, "dlsym", "init", "info", "alloc", 600 * MiB, "alloc", 300 * MiB)
     assert second.one("info") == ["0", str(GiB - 600 * MiB), str(GiB)]
     assert [line[0] for line in second.lines("alloc")] == ["2", "0"]
-    snap = read_ledger(ledger_dir / "cgpu.core.ledger")
+    snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert snap.devices[0].used == 600 * MiB and len(snap.processes) == 1
     holder.communicate("", timeout=30)
     assert probe(env, "dlsym", "init", "alloc", 900 * MiB).one("alloc") == ["0"]
@@ -49,7 +49,7 @@ def test_sigkill_returns_memory_at_once(shim_env, probe, native_build, ledger_di
     victim.wait()
     # The next allocation that needs the memory gets it, with no waiting.
     assert probe(env, "dlsym", "init", "alloc", 900 * MiB).one("alloc") == ["0"]
-    assert read_ledger(ledger_dir / "cgpu.core.ledger").devices[0].used == 0
+    assert read_ledger(ledger_dir / "cgpu.ledger").devices[0].used == 0
 
 
 def test_random_sigkill_during_alloc_free_loops_leaks_nothing(shim_env, native_build, ledger_dir):
@@ -74,11 +74,11 @@ def test_random_sigkill_during_alloc_free_loops_leaks_nothing(shim_env, native_b
     assert survivor.stdout.readline().split() == ["init", "0"]
     survivor.stdout.readline()
     assert survivor.stdout.readline().strip() == "ready"
-    snap = read_ledger(ledger_dir / "cgpu.core.ledger")
+    snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert snap.devices[0].used == 256 * MiB, snap
     assert len(snap.processes) == 1
     survivor.communicate("", timeout=30)
-    assert read_ledger(ledger_dir / "cgpu.core.ledger").devices[0].used == 0
+    assert read_ledger(ledger_dir / "cgpu.ledger").devices[0].used == 0
     assert kills >= 40
 
 
@@ -90,7 +90,7 @@ def test_dead_process_slot_is_swept_by_readers(shim_env, native_build, ledger_di
         first.stdout.readline()
     first.send_signal(signal.SIGKILL)
     first.wait()
-    snap = read_ledger(ledger_dir / "cgpu.core.ledger")
+    snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert snap.devices[0].used == 0 and snap.processes == []
 
 

@@ -25,7 +25,7 @@ def test_every_resolution_path_is_limited(shim_env, probe, ledger_dir, resolutio
     assert infos[1] == ["0", "0", str(GiB)]
     assert infos[2] == ["0", str(GiB), str(GiB)]
     assert "out of GPU memory slice" in r.stderr
-    assert [d.used for d in read_ledger(ledger_dir / "cgpu.core.ledger").devices] == [0]
+    assert [d.used for d in read_ledger(ledger_dir / "cgpu.ledger").devices] == [0]
 
 
 @pytest.mark.parametrize("resolution", RESOLUTIONS)

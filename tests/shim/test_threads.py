@@ -13,7 +13,7 @@ def test_64_threads_churn_and_end_at_zero(shim_env, probe, ledger_dir):
     r = probe(env, "dlsym", "init", "threads", 64, 500, MiB, "info", timeout=120)
     assert r.one("threads") == ["0"]
     assert r.one("info") == ["0", str(GiB), str(GiB)]
-    assert read_ledger(ledger_dir / "cgpu.core.ledger").devices[0].used == 0
+    assert read_ledger(ledger_dir / "cgpu.ledger").devices[0].used == 0
 
 
 def test_threads_racing_for_the_last_bytes_get_exactly_the_slice(shim_env, probe, ledger_dir):
@@ -22,6 +22,6 @@ def test_threads_racing_for_the_last_bytes_get_exactly_the_slice(shim_env, probe
     r = probe(env, "gpa2", "init", "grab", 64, 2 * MiB + 4096, "info", timeout=120)
     assert r.one("grab") == ["256"]
     assert r.one("info") == ["0", str(GiB), str(GiB)]
-    snap = read_ledger(ledger_dir / "cgpu.core.ledger")
+    snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert snap.devices[0].used == 0
     assert snap.devices[0].peak == GiB
