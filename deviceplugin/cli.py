@@ -11,11 +11,15 @@ from types import FrameType
 
 from cgpu.core import paths
 from cgpu.core.containers import DEFAULT_STATE_DIR
+from cgpu.deviceplugin.config import (
+    DEFAULT_KUBELET_DIR,
+    DEFAULT_POD_RESOURCES_SOCKET,
+    DEFAULT_RESOURCE,
+    Config,
+)
 
 log = logging.getLogger("deviceplugin")
 
-DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
-DEFAULT_RESOURCE = "aliyun.com/gpu-mem"
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +51,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--pod-resources-socket",
-        default="/var/lib/kubelet/pod-resources/kubelet.sock",
+        default=DEFAULT_POD_RESOURCES_SOCKET,
         help="the kubelet's pod-resources socket, used for cleanup (default: %(default)s)",
     )
     add(
@@ -110,15 +114,20 @@ def socket_name(resource: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Start the plugin and serve until SIGTERM or SIGINT."""
+    return serve(Config.from_args(args))
+
+
+def serve(config: Config) -> int:
+    """Start the plugin and serve until SIGTERM or SIGINT."""
     logging.basicConfig(
-        level=args.log_level,
+        level=config.log_level,
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     from cgpu.deviceplugin.setup import SetupError, build
 
     try:
-        plugin = build(args, socket_name(args.resource_name))
+        plugin = build(config, socket_name(config.resource_name))
     except SetupError as err:
         print(f"cgpu device-plugin: {err}", file=sys.stderr)
         return 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 
 import pynvml
@@ -12,6 +11,7 @@ from cgpu.core.gpus import GPUError
 from cgpu.core.podresources import PodResources
 from cgpu.deviceplugin import gpus, hostfiles, kube
 from cgpu.deviceplugin.allocator import Allocator, Settings
+from cgpu.deviceplugin.config import Config
 from cgpu.deviceplugin.health import HealthWatcher
 from cgpu.deviceplugin.inventory import Inventory
 from cgpu.deviceplugin.plugin import Options, Plugin
@@ -24,7 +24,7 @@ class SetupError(Exception):
     """The plugin cannot start; the message says why."""
 
 
-def build(args: argparse.Namespace, socket_name: str) -> Plugin:
+def build(config: Config, socket_name: str) -> Plugin:
     """Discover GPUs, choose the unit, install the shim and connect to the API server."""
     try:
         found = gpus.discover()
@@ -33,7 +33,7 @@ def build(args: argparse.Namespace, socket_name: str) -> Plugin:
     if not found:
         log.warning("NVML reports no GPUs: advertising no devices")
     try:
-        choice = choose_unit([(g.uuid, g.total_bytes) for g in found], args.memory_unit)
+        choice = choose_unit([(g.uuid, g.total_bytes) for g in found], config.memory_unit)
     except ValueError as err:
         raise SetupError(str(err)) from err
     (log.warning if choice.coarsened else log.info)("%s", choice.explain())
@@ -49,10 +49,10 @@ def build(args: argparse.Namespace, socket_name: str) -> Plugin:
             choice.unit,
         )
 
-    state_dir = args.state_dir.resolve()
+    state_dir = config.state_dir.resolve()
     try:
-        if args.host_shim_path is not None:
-            shim = args.host_shim_path
+        if config.host_shim_path is not None:
+            shim = config.host_shim_path
             if not shim.is_file():
                 raise FileNotFoundError(f"--host-shim-path {shim} does not exist")
         else:
@@ -61,18 +61,18 @@ def build(args: argparse.Namespace, socket_name: str) -> Plugin:
     except OSError as err:
         raise SetupError(str(err)) from err
 
-    node = kube.node_name(args.node_name)
-    client = kube.connect(args.kubeconfig, node)
+    node = kube.node_name(config.node_name)
+    client = kube.connect(config.kubeconfig, node)
     log.info("API server: %s", f"node {node}" if client else "none, running standalone")
-    settings = Settings(state_dir, args.resource_name, shim, preload)
+    settings = Settings(state_dir, config.resource_name, shim, preload)
     allocator = Allocator(inventory, settings, client)
-    health = HealthWatcher(inventory, args.health_recovery, args.ignore_xid)
+    health = HealthWatcher(inventory, config.health_recovery, config.ignore_xid)
     options = Options(
-        kubelet_dir=args.kubelet_dir,
+        kubelet_dir=config.kubelet_dir,
         socket_name=socket_name,
-        resource=args.resource_name,
-        cleanup_interval=args.cleanup_interval,
-        cleanup_grace=args.cleanup_grace,
+        resource=config.resource_name,
+        cleanup_interval=config.cleanup_interval,
+        cleanup_grace=config.cleanup_grace,
     )
-    pod_resources = PodResources(args.pod_resources_socket, args.resource_name)
+    pod_resources = PodResources(config.pod_resources_socket, config.resource_name)
     return Plugin(options, inventory, allocator, health, pod_resources, client)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,20 @@ def build_spec(
     }
 
 
+@dataclass(frozen=True)
+class Config:
+    """The options of `cgpu cdi`, read once from the command line."""
+
+    output: str = DEFAULT_OUTPUT
+    state_dir: str = DEFAULT_STATE_DIR  # made absolute
+    cgpu: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Config:
+        """The config the parsed options describe."""
+        return cls(args.output, os.path.abspath(args.state_dir), args.cgpu)
+
+
 def register(parser: argparse.ArgumentParser) -> None:
     """Options of `cgpu cdi`."""
     parser.add_argument(
@@ -73,17 +88,22 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Write the spec, and the ld.so.preload file it mounts, from this host's GPUs."""
-    state_dir = os.path.abspath(args.state_dir)
+    return write(Config.from_args(args))
+
+
+def write(config: Config) -> int:
+    """Write the spec, and the ld.so.preload file it mounts, from this host's GPUs."""
+    state_dir = config.state_dir
     try:
         shim = shim_path()
         if not shim.is_file():
             raise RuntimeError(f"the shim is not installed at {shim}")
         preload = write_preload(Path(state_dir) / PRELOAD_FILE)
-        spec = build_spec(list_gpus(), cgpu_argv(args.cgpu), state_dir, str(shim), str(preload))
-        path = write_json(args.output, spec)
+        spec = build_spec(list_gpus(), cgpu_argv(config.cgpu), state_dir, str(shim), str(preload))
+        path = write_json(config.output, spec)
     except Exception as exc:
         print(f"cgpu cdi: {one_line(exc)}", file=sys.stderr)
         return 1
-    if args.output != "-":
+    if config.output != "-":
         print(path)
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from cgpu.core.containers import DEFAULT_STATE_DIR
@@ -17,6 +18,28 @@ from cgpu.hooks.sweep import sweep
 
 EXIT_INTERNAL = 1
 EXIT_REQUEST = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    """The options of `cgpu hook`, read once from the command line."""
+
+    action: str | None = None  # None: the hook itself; else poststop, sweep or install
+    state_dir: Path = Path(DEFAULT_STATE_DIR)
+    hooks_dir: str = DEFAULT_HOOKS_DIR  # install only
+    stage: str = STAGES[0]  # install only
+    cgpu: str | None = None  # install only
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Config:
+        """The config the parsed options describe (the state dir made absolute)."""
+        return cls(
+            action=args.action,
+            state_dir=Path(os.path.abspath(args.state_dir)),
+            hooks_dir=getattr(args, "dir", DEFAULT_HOOKS_DIR),
+            stage=getattr(args, "stage", STAGES[0]),
+            cgpu=getattr(args, "cgpu", None),
+        )
 
 
 def _state_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
@@ -48,18 +71,23 @@ def register(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the hook; a malformed request exits 2 and an internal error 1, each with one line."""
-    state_dir = Path(os.path.abspath(args.state_dir))
+    return hook(Config.from_args(args))
+
+
+def hook(config: Config) -> int:
+    """Run the hook; a malformed request exits 2 and an internal error 1, each with one line."""
+    state_dir = config.state_dir
     try:
-        if args.action == "install":
-            path = install(args.dir, cgpu_argv(args.cgpu), str(state_dir), args.stage)
+        if config.action == "install":
+            path = install(config.hooks_dir, cgpu_argv(config.cgpu), str(state_dir), config.stage)
             print(path)
             return 0
-        if args.action == "sweep":
+        if config.action == "sweep":
             for key in sweep(state_dir):
                 print(f"removed {key}")
             return 0
         state = read_state(sys.stdin.buffer)
-        if args.action == "poststop" or state.status == "stopped":
+        if config.action == "poststop" or state.status == "stopped":
             poststop(state, state_dir)
         else:
             prestart(state, state_dir)

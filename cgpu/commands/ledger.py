@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cgpu.core.containers import default_state_dir, list_container_dirs, read_meta
@@ -13,6 +13,20 @@ from cgpu.core.layout import LEDGER_NAME
 from cgpu.core.ledger import LedgerError, Snapshot, read_ledger
 
 MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Config:
+    """The options of `cgpu ledger`, read once from the command line."""
+
+    paths: tuple[Path, ...] = ()
+    state_dir: Path | None = None
+    json: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Config:
+        """The config the parsed options describe."""
+        return cls(tuple(args.paths), args.state_dir, args.json)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -32,13 +46,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _targets(args: argparse.Namespace) -> list[tuple[str, Path]]:
-    if args.paths:
+def _targets(config: Config) -> list[tuple[str, Path]]:
+    if config.paths:
         return [
             (p.name if p.is_dir() else p.parent.name, p / LEDGER_NAME if p.is_dir() else p)
-            for p in args.paths
+            for p in config.paths
         ]
-    state_dir = args.state_dir or default_state_dir()
+    state_dir = config.state_dir or default_state_dir()
     return [(d.name, d / LEDGER_NAME) for d in list_container_dirs(state_dir)]
 
 
@@ -58,8 +72,13 @@ def _print(key: str, meta: dict[str, object], snap: Snapshot) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print every ledger; unreadable ones are reported and make the exit status 1."""
+    return show(Config.from_args(args))
+
+
+def show(config: Config) -> int:
+    """Print every ledger; unreadable ones are reported and make the exit status 1."""
     status, records = 0, []
-    for key, path in _targets(args):
+    for key, path in _targets(config):
         try:
             snap = read_ledger(path)
         except LedgerError as exc:
@@ -67,11 +86,11 @@ def run(args: argparse.Namespace) -> int:
             status = 1
             continue
         meta = read_meta(path.parent)
-        if args.json:
+        if config.json:
             records.append({"key": key, "meta": meta, **asdict(snap)})
         else:
             _print(key, meta, snap)
-    if args.json:
+    if config.json:
         json.dump(records, sys.stdout, indent=2)
         print()
     return status

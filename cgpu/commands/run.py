@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from cgpu.core import gpus
@@ -16,6 +17,31 @@ from cgpu.core.config import ConfigError, parse_size
 from cgpu.core.containers import create_container_dir, default_state_dir
 from cgpu.core.layout import SOURCE_RUN
 from cgpu.core.paths import shim_path, sim_lib_dir
+
+
+@dataclass(frozen=True)
+class Config:
+    """The options of `cgpu run`, read once from the command line."""
+
+    gpu_mem: str
+    command: tuple[str, ...]  # without a leading "--"
+    gpu: str | None = None
+    simulate: bool = False
+    state_dir: Path | None = None
+    keep: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Config:
+        """The config the parsed options describe."""
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        return cls(
+            gpu_mem=args.gpu_mem,
+            command=tuple(command),
+            gpu=args.gpu,
+            simulate=args.simulate,
+            state_dir=args.state_dir,
+            keep=args.keep,
+        )
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -75,30 +101,35 @@ def _child_env(
 
 def run(args: argparse.Namespace) -> int:
     """Create a container directory with the slice, run the command in it, clean up."""
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    return run_sliced(Config.from_args(args))
+
+
+def run_sliced(config: Config) -> int:
+    """Create a container directory with the slice, run the command in it, clean up."""
+    command = list(config.command)
     if not command:
         print("cgpu run: no command given (cgpu run --gpu-mem SIZE -- CMD...)", file=sys.stderr)
         return 2
     try:
-        size = parse_size(args.gpu_mem)
+        size = parse_size(config.gpu_mem)
     except ConfigError as exc:
         print(f"cgpu run: --gpu-mem: {exc}", file=sys.stderr)
         return 2
-    simulate = args.simulate or not gpus.real_driver_present()
-    if simulate and not args.simulate:
+    simulate = config.simulate or not gpus.real_driver_present()
+    if simulate and not config.simulate:
         print("cgpu run: no NVIDIA driver found; using the simulated GPU", file=sys.stderr)
     if simulate:
         gpus.use_simulator()
     try:
         all_gpus = gpus.list_gpus()
-        chosen = _select(all_gpus, args.gpu)
+        chosen = _select(all_gpus, config.gpu)
     except (gpus.GPUError, ValueError) as exc:
         print(f"cgpu run: {exc}", file=sys.stderr)
         return 2
     if not chosen:
         print("cgpu run: no GPU found", file=sys.stderr)
         return 2
-    state_dir = args.state_dir or default_state_dir()
+    state_dir = config.state_dir or default_state_dir()
     key = f"run-{os.getpid()}-{secrets.token_hex(4)}"
     limits = {g.uuid: size for g in chosen}
     meta = {"source": SOURCE_RUN, "container": key, "command": command, "pid": os.getpid()}
@@ -107,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run_child(command, env)
     finally:
-        if not args.keep:
+        if not config.keep:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 

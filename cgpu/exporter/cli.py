@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+from dataclasses import dataclass
 from types import FrameType
 
 from prometheus_client import CollectorRegistry
@@ -19,6 +20,32 @@ from cgpu.exporter.podresources import DEFAULT_RESOURCE, DEFAULT_SOCKET, PodReso
 from cgpu.exporter.server import MetricsServer
 
 log = logging.getLogger("cgpu.exporter")
+
+
+@dataclass(frozen=True)
+class Config:
+    """The options of `cgpu exporter`, read once from the command line."""
+
+    port: int = 9445
+    address: str = "0.0.0.0"
+    state_dir: str = DEFAULT_STATE_DIR
+    pod_resources_socket: str = DEFAULT_SOCKET
+    resource_name: str = DEFAULT_RESOURCE
+    nvml_retry: float = 30.0
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Config:
+        """The config the parsed options describe."""
+        return cls(
+            port=args.port,
+            address=args.address,
+            state_dir=args.state_dir,
+            pod_resources_socket=args.pod_resources_socket,
+            resource_name=args.resource_name,
+            nvml_retry=args.nvml_retry,
+            log_level=args.log_level,
+        )
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -55,14 +82,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_registry(args: argparse.Namespace) -> tuple[CollectorRegistry, CgpuCollector]:
+def build_registry(config: Config) -> tuple[CollectorRegistry, CgpuCollector]:
     """A registry with the cgpu collector and the exporter's own process metrics."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     collector = CgpuCollector(
-        args.state_dir,
-        gpus=NvmlSource(retry_interval=args.nvml_retry),
-        pods=PodResourcesSource(args.pod_resources_socket, args.resource_name),
+        config.state_dir,
+        gpus=NvmlSource(retry_interval=config.nvml_retry),
+        pods=PodResourcesSource(config.pod_resources_socket, config.resource_name),
     )
     registry.register(collector)
     return registry, collector
@@ -70,14 +97,20 @@ def build_registry(args: argparse.Namespace) -> tuple[CollectorRegistry, CgpuCol
 
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT."""
+    return serve(Config.from_args(args))
+
+
+def serve(config: Config) -> int:
+    """Serve until SIGTERM or SIGINT."""
     logging.basicConfig(
-        level=getattr(logging, args.log_level), format="%(asctime)s cgpu exporter: %(message)s"
+        level=getattr(logging, config.log_level), format="%(asctime)s cgpu exporter: %(message)s"
     )
-    registry, _ = build_registry(args)
+    registry, _ = build_registry(config)
+    where = f"{config.address}:{config.port}"
     try:
-        server = MetricsServer(registry, args.address, args.port)
+        server = MetricsServer(registry, config.address, config.port)
     except OSError as exc:
-        print(f"cgpu exporter: cannot listen on {args.address}:{args.port}: {exc}", file=sys.stderr)
+        print(f"cgpu exporter: cannot listen on {where}: {exc}", file=sys.stderr)
         return 1
     stop = threading.Event()
 
@@ -87,10 +120,12 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     server.start()
-    host = f"[{args.address}]" if ":" in args.address else args.address
+    host = f"[{config.address}]" if ":" in config.address else config.address
     # One line on stdout so that scripts (and the tests) can learn the port when --port 0.
     print(f"cgpu exporter: serving http://{host}:{server.port}/metrics", flush=True)
-    log.info("state dir %s, pod-resources socket %s", args.state_dir, args.pod_resources_socket)
+    log.info(
+        "state dir %s, pod-resources socket %s", config.state_dir, config.pod_resources_socket
+    )
     while not stop.wait(3600):
         pass
     server.stop()

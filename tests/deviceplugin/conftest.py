@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from dp_helpers import UUIDS, RunningPlugin
-from dp_kubelet import FakeKubelet
+from fake_kubelet import FakeKubelet
+from plugin_harness import UUIDS, RunningPlugin
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from dp_helpers import UUIDS
+from plugin_harness import UUIDS
 
 
 def test_plugin_reregisters_within_seconds(start_plugin) -> None:

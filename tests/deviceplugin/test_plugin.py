@@ -7,7 +7,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from dp_helpers import UUIDS, assert_exits_cleanly, gib
+from plugin_harness import UUIDS, assert_exits_cleanly, gib
 
 from cgpu.core import paths
 from cgpu.core.config import load_config, slice_bytes

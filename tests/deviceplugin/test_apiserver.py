@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from dp_apiserver import FakeApiServer, load
-from dp_helpers import UUIDS
+from fake_apiserver import FakeApiServer, load
+from plugin_harness import UUIDS
 
 from cgpu.core.config import load_config, slice_bytes
 

@@ -6,8 +6,8 @@ import json
 import time
 from pathlib import Path
 
-from dp_helpers import UUIDS
-from dp_kubelet import FakePodResources
+from fake_kubelet import FakePodResources
+from plugin_harness import UUIDS
 
 RES = "aliyun.com/gpu-mem"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dp_helpers import UUIDS
+from plugin_harness import UUIDS
 
 H200 = "141GiB"
 

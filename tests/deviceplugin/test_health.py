@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import grpc
-from dp_helpers import UUIDS
+from plugin_harness import UUIDS
 
 
 def _append(path: Path, line: str) -> None:

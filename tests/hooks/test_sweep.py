@@ -10,7 +10,8 @@ import pytest
 
 from cgpu.cli import main as cgpu_main
 from cgpu.core.containers import containers_root, create_container_dir
-from cgpu.hooks.sweep import start_time, sweep
+from cgpu.core.procfs import start_time
+from cgpu.hooks.sweep import sweep
 
 LIMITS = {"GPU-5eed0000-0000-4000-8000-000000000000": 1 << 30}
 

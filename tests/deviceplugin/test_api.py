@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dp_wire as wire
+import kubelet_wire as wire
 
 from cgpu.core.api import podresources_v1_pb2 as pr
 from cgpu.core.api import podresources_v1_pb2_grpc as pr_grpc

@@ -1,4 +1,4 @@
-"""XID rules and recovery, without NVML (the live path is in test_dp_health.py)."""
+"""XID rules and recovery, without NVML (the live path is in test_health.py)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dp_kubelet import FakeKubelet, PluginClient
+from fake_kubelet import FakeKubelet, PluginClient
 
 REPO = Path(__file__).resolve().parents[2]
 UUIDS = [f"GPU-c0ffee00-0000-4000-8000-00000000000{i}" for i in range(8)]

@@ -1,6 +1,6 @@
 """A kubelet-side peer for the tests: the Registration service, a plugin client, pod-resources.
 
-It speaks raw gRPC with the hand-written codec in `dp_wire.py`, the way a kubelet the project
+It speaks raw gRPC with the hand-written codec in `kubelet_wire.py`, the way a kubelet the project
 has never seen would.
 """
 
@@ -14,8 +14,8 @@ from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import dp_wire as wire
 import grpc
+import kubelet_wire as wire
 
 
 def _raw(data: bytes) -> bytes:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from cgpu.hooks.inject import merged_preload
 from cgpu.hooks.inroot import Root
 
 
@@ -97,9 +96,3 @@ def test_refuses_pseudo_filesystems() -> None:
     with Root("/proc") as r, pytest.raises(PermissionError, match="on proc"):
         r.lookup("/cgpu-test-should-not-exist", create="file")
 
-
-def test_merged_preload_puts_shim_first_once() -> None:
-    shim = "/usr/local/cgpu/libcgpu.so"
-    assert merged_preload(None, shim) == f"{shim}\n".encode()
-    existing = f"/lib/x.so:{shim}\n /lib/y.so\n\n".encode()
-    assert merged_preload(existing, shim) == f"{shim}\n/lib/x.so\n/lib/y.so\n".encode()

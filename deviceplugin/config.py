@@ -1,0 +1,51 @@
+"""The device plugin's options as one typed, frozen object, built once from the command line."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from cgpu.core.containers import DEFAULT_STATE_DIR
+
+DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
+DEFAULT_RESOURCE = "aliyun.com/gpu-mem"
+DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+@dataclass(frozen=True)
+class Config:
+    """The options of `cgpu device-plugin`, read once from the command line."""
+
+    kubelet_dir: Path = Path(DEFAULT_KUBELET_DIR)
+    memory_unit: str = "GiB"
+    resource_name: str = DEFAULT_RESOURCE
+    state_dir: Path = Path(DEFAULT_STATE_DIR)
+    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+    host_shim_path: Path | None = None
+    kubeconfig: str | None = None
+    node_name: str | None = None
+    health_recovery: float = 300.0
+    ignore_xid: tuple[int, ...] = ()
+    cleanup_interval: float = 30.0
+    cleanup_grace: float = 600.0
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Config:
+        """The config the parsed options describe."""
+        return cls(
+            kubelet_dir=args.kubelet_dir,
+            memory_unit=args.memory_unit,
+            resource_name=args.resource_name,
+            state_dir=args.state_dir,
+            pod_resources_socket=args.pod_resources_socket,
+            host_shim_path=args.host_shim_path,
+            kubeconfig=args.kubeconfig,
+            node_name=args.node_name,
+            health_recovery=args.health_recovery,
+            ignore_xid=tuple(args.ignore_xid),
+            cleanup_interval=args.cleanup_interval,
+            cleanup_grace=args.cleanup_grace,
+            log_level=args.log_level,
+        )
