@@ -7,7 +7,10 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-# subcommand -> (module, help). Each module defines register(parser) and run(args) -> int.
+# subcommand -> (module, help): one line per subcommand. Each module defines register(parser) and
+# run(args) -> int, which turns the parsed options into the command's frozen Config once. The
+# modules are imported only when their subcommand runs (`cgpu hook` runs for every container),
+# and all lie below this one (tests/core/test_layers.py).
 COMMANDS: dict[str, tuple[str, str]] = {
     "shim-path": ("cgpu.commands.shim_path", "print the installed shim's absolute path"),
     "run": ("cgpu.commands.run", "run a command under a GPU memory slice"),

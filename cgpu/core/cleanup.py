@@ -39,7 +39,7 @@ class Entry:
 
 
 # A judge returns why a directory is stale, or None to keep it.
-Judge = Callable[[Entry], "str | None"]
+Judge = Callable[[Entry], str | None]
 
 
 def entries(state_dir: str | os.PathLike[str], source: str | None = None) -> list[Entry]:
