@@ -1,8 +1,8 @@
 """Pod and container names from the kubelet's pod-resources API, cached between scrapes.
 
-The gRPC client is the device plugin's (`cgpu.core.podresources`), imported lazily. Without it,
-without the socket, or while the kubelet does not answer, this returns an empty mapping and never
-raises; the exporter then takes labels from meta.json.
+The gRPC client is `cgpu.core.podresources` (the device plugin's clean-up uses it too), imported
+when first needed. Without the socket, or while the kubelet does not answer, this returns an
+empty mapping and never raises; the exporter then takes labels from meta.json.
 """
 
 from __future__ import annotations

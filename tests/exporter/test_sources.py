@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-import pytest
 from exporter_helpers import GIB, UUID0, UUID1, FakeNvml
 
 from cgpu.exporter.labels import Identity, identity_from_meta, resolve
@@ -155,11 +154,11 @@ def test_pod_resources_without_socket(tmp_path: Path) -> None:
 
 def test_pod_resources_over_grpc(tmp_path: Path) -> None:
     """A fake kubelet serving v1 List on a unix socket; only our resource's devices count."""
-    pr = pytest.importorskip("cgpu.core.api.podresources_v1_pb2")
-    pytest.importorskip("cgpu.core.podresources")
     from concurrent import futures
 
     import grpc
+
+    from cgpu.core.api import podresources_v1_pb2 as pr
 
     def list_pods(request: object, context: object) -> object:
         def devices(resource: str, *ids: str) -> object:
