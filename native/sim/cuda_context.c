@@ -245,6 +245,7 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
         UNLOCK();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    c->refcount = 1;
     CUresult rc = ctx_activate(c);
     UNLOCK();
     if (rc)
@@ -305,6 +306,44 @@ SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 SIM_API CUresult cuCtxDestroy(CUcontext ctx)
 {
     return cuCtxDestroy_v2(ctx);
+}
+
+/* Legacy usage counts: cuCtxCreate starts a context at 1, cuCtxAttach adds
+ * one to the current context, cuCtxDetach (of the current context) takes one
+ * and destroys the context at 0.  Primary contexts are counted by
+ * cuDevicePrimaryCtxRetain/Release instead. */
+SIM_API CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
+{
+    NEED_INIT();
+    if (!pctx || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if (c->primary)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    LOCK();
+    c->refcount++;
+    UNLOCK();
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxDetach(CUcontext ctx)
+{
+    NEED_INIT();
+    struct sim_ctx *c = tls_top();
+    if (!ctx || (CUcontext)c != ctx || c->primary || !atomic_load(&c->alive))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    LOCK();
+    int gone = --c->refcount == 0;
+    if (gone)
+        ctx_teardown(c);
+    UNLOCK();
+    if (gone)
+        tls_depth--;
+    return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuCtxGetCurrent(CUcontext *pctx)

@@ -94,7 +94,7 @@ static CUresult mem_free(CUdeviceptr dptr)
         return CUDA_SUCCESS;
     LOCK();
     struct region *r = live_exact(dptr);
-    if (!r || r->kind != R_ALLOC) {
+    if (!r || r->kind != R_ALLOC || r->ipc) {
         UNLOCK();
         return CUDA_ERROR_INVALID_VALUE;
     }

@@ -235,7 +235,7 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream)
     CUresult rc = stream_ctx(hStream, &c);
     if (!rc) {
         struct region *r = live_exact(dptr);
-        if (!r || r->kind != R_ALLOC)
+        if (!r || r->kind != R_ALLOC || r->ipc)
             rc = CUDA_ERROR_INVALID_VALUE;
         else
             region_free(r);

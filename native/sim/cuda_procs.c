@@ -43,8 +43,6 @@ SIM_API CUresult cuGetErrorName(CUresult error, const char **pStr)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
-int trace_on(void);
-
 SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
 {
     if (!ppExportTable || !pExportTableId)
@@ -63,6 +61,20 @@ SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExp
 /* ------------------------------------------------------------------------ */
 /* cuGetProcAddress                                                          */
 
+/* Declarations of the stubs the headers do not declare (the interop ones). */
+#define SIM_STUB(name, params)
+#define SIM_STUB_UNTYPED(name) CUresult name(void);
+#include "sim_stubs.inc"
+#undef SIM_STUB
+#undef SIM_STUB_UNTYPED
+
+CUresult sim_unmodelled(const char *name)
+{
+    if (trace_on())
+        fprintf(stderr, "cgpu-sim: %s: not modelled\n", name);
+    return INITED() ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_NOT_INITIALIZED;
+}
+
 static const struct proc {
     const char *name;
     void *fn;
@@ -74,7 +86,6 @@ static const struct proc {
 #undef SIM_PROC
 };
 
-/* CGPU_SIM_TRACE=1: log cuGetProcAddress and cuGetExportTable to stderr. */
 int trace_on(void)
 {
     static int on = -1;

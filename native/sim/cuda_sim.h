@@ -12,6 +12,7 @@
 
 #pragma GCC visibility push(default)
 #include <cuda.h>
+#include <cudaProfiler.h>
 #pragma GCC visibility pop
 
 #include "sim_common.h"
@@ -53,7 +54,7 @@ struct sim_ctx {
     int phys;            /* physical (configured) device index */
     int primary;
     unsigned flags;
-    int refcount;        /* primary only */
+    int refcount;        /* primary: retains; created: cuCtxAttach usage count */
     unsigned long long id;
     size_t limits[CU_LIMIT_MAX > 16 ? CU_LIMIT_MAX : 16];
 };
@@ -110,6 +111,7 @@ struct region {
     int kind;
     int phys;
     int managed;
+    int ipc;                         /* opened from another process's handle */
     struct sim_ctx *ctx;
     struct sim_pool *pool;
     struct mapping *maps;            /* R_RESERVE */
@@ -235,7 +237,10 @@ CUresult stream_check(CUstream s);
 
 /* ---- Entry points (cuda_procs.c) -------------------------------------------- */
 
-/* CGPU_SIM_TRACE=1: log cuGetProcAddress and cuGetExportTable to stderr. */
+/* CGPU_SIM_TRACE=1: log cuGetProcAddress, cuGetExportTable and unmodelled
+ * calls to stderr. */
 int trace_on(void);
+/* What an unmodelled entry point returns (cuda_stubs.c). */
+CUresult sim_unmodelled(const char *name);
 
 #endif
