@@ -183,6 +183,52 @@ SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute at
     return rc;
 }
 
+/* Access from other devices, as cuMemPoolSetAccess left it; a pool's own
+ * device always has read-write access. */
+SIM_API CUresult cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    NEED_INIT();
+    if (!map && count)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct sim_pool *p = obj_get(pool, O_POOL);
+    CUresult rc = p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; !rc && i < count; i++) {
+        int phys = map[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE
+                       ? dev_phys(map[i].location.id) : -1;
+        CUmemAccess_flags f = map[i].flags;
+        if (phys < 0 || (f != CU_MEM_ACCESS_FLAGS_PROT_NONE && f != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+                         f != CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+            rc = CUDA_ERROR_INVALID_VALUE;
+        else if (phys == p->phys && f != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            rc = CUDA_ERROR_INVALID_DEVICE;
+    }
+    for (size_t i = 0; !rc && i < count; i++) {
+        int phys = dev_phys(map[i].location.id);
+        if (phys != p->phys)
+            p->access[phys] = map[i].flags;
+    }
+    UNLOCK();
+    return rc;
+}
+
+SIM_API CUresult cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool memPool,
+                                    CUmemLocation *location)
+{
+    NEED_INIT();
+    if (!flags || !location || location->type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    int phys = dev_phys(location->id);
+    if (phys < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    LOCK();
+    struct sim_pool *p = obj_get(memPool, O_POOL);
+    if (p)
+        *flags = phys == p->phys ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : p->access[phys];
+    UNLOCK();
+    return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* Stream-ordered allocations take effect at once.  pool == NULL: the
  * current pool of the stream's device. */
 static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, int from_pool,

@@ -63,6 +63,7 @@ struct sim_stream {
     struct obj hdr;
     unsigned flags;
     int priority;
+    unsigned long long id;
 };
 
 struct sim_event {
@@ -77,6 +78,7 @@ struct sim_pool {
     int destroyed;
     unsigned long long used, peak, threshold;
     int reuse[4];
+    CUmemAccess_flags access[SIM_MAX_DEVICES]; /* peers' access (its own device: read-write) */
 };
 
 struct sim_array {

@@ -1,4 +1,4 @@
-"""Fixtures for the simulator's tests: the libraries, the C probe and a runner for it."""
+"""Fixtures for the simulator's tests: the libraries, the C probes and runners for them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from simkit import REPO, cuda_include, sim_environ
 
-PROBE_SRC = Path(__file__).resolve().parent / "sim_probe.c"
+HERE = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
@@ -39,13 +39,12 @@ def simlib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build / "sim"
 
 
-@pytest.fixture(scope="session")
-def probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Path:
+def _compile(src: Path, out: Path, simlib: Path) -> Path:
+    """Build a probe from tests/sim with -Wall -Wextra -Werror against the simulator."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         pytest.skip("a C compiler is needed")
-    out = tmp_path_factory.mktemp("probe")
-    exe = out / "probe"
+    exe = out / src.stem
     subprocess.run(
         [
             cc,
@@ -59,7 +58,7 @@ def probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Path:
             str(cuda_include()),
             "-I",
             str(REPO / "native" / "include"),
-            str(PROBE_SRC),
+            str(src),
             "-o",
             str(exe),
             "-L",
@@ -75,13 +74,12 @@ def probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Path:
     return exe
 
 
-@pytest.fixture
-def run(probe: Path, simlib: Path):
-    """run("cmd", env vars...) -> CompletedProcess; fails the test on a probe failure."""
+def _runner(exe: Path, simlib: Path):
+    """runner("cmd", env vars...) -> CompletedProcess; fails the test on a probe failure."""
 
     def _run(*args: str, check: bool = True, stdin: str | None = None, **sim: object):
         proc = subprocess.run(
-            [str(probe), *args],
+            [str(exe), *args],
             env=sim_environ(simlib, **sim),
             text=True,
             capture_output=True,
@@ -89,10 +87,35 @@ def run(probe: Path, simlib: Path):
             timeout=60,
         )
         if check and proc.returncode != 0:
-            pytest.fail(f"probe {args} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+            output = f"{proc.stdout}\n{proc.stderr}"
+            pytest.fail(f"{exe.name} {args} failed ({proc.returncode}):\n{output}")
         return proc
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Path:
+    """sim_probe.c, built: the simulator's own behaviour."""
+    return _compile(HERE / "sim_probe.c", tmp_path_factory.mktemp("probe"), simlib)
+
+
+@pytest.fixture(scope="session")
+def surface_probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Path:
+    """sim_surface.c, built: the calls other clients make."""
+    return _compile(HERE / "sim_surface.c", tmp_path_factory.mktemp("surface"), simlib)
+
+
+@pytest.fixture
+def run(probe: Path, simlib: Path):
+    """run("cmd", env vars...) runs sim_probe."""
+    return _runner(probe, simlib)
+
+
+@pytest.fixture
+def run_surface(surface_probe: Path, simlib: Path):
+    """run_surface("cmd", env vars...) runs sim_surface."""
+    return _runner(surface_probe, simlib)
 
 
 @pytest.fixture(scope="session")

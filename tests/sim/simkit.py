@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -14,6 +15,14 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CUDA_VERSION = 13000
+# Every header with PFN_ typedefs of driver entry points a real libcuda exports.
+TYPEDEF_HEADERS = (
+    "cudaTypedefs.h",
+    "cudaProfilerTypedefs.h",
+    "cudaGLTypedefs.h",
+    "cudaEGLTypedefs.h",
+    "cudaVDPAUTypedefs.h",
+)
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
@@ -67,3 +76,25 @@ def exported(lib: Path) -> list[str]:
         ["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True
     ).stdout
     return [line.split()[-1] for line in out.splitlines() if line.split()]
+
+
+def typedef_variants() -> dict[str, list[tuple[int, str]]]:
+    """base -> sorted [(version, "" or "_ptsz"/"_ptds")] from the CUDA typedef headers."""
+    out: dict[str, set[tuple[int, str]]] = {}
+    pfn = re.compile(r"\bPFN_(cu[A-Za-z0-9]+(?:_v[0-9]+)*?)_v([0-9]+)(_ptsz|_ptds)?\b")
+    for header in TYPEDEF_HEADERS:
+        for m in pfn.finditer((cuda_include() / header).read_text()):
+            out.setdefault(m.group(1), set()).add((int(m.group(2)), m.group(3) or ""))
+    return {b: sorted(v) for b, v in out.items()}
+
+
+def driver_symbols() -> set[str]:
+    """Every name a real libcuda exports: the k-th variant of a base is <base>_v<k>, and a
+    per-thread variant takes the name of the newest plain variant at its version."""
+    names = set()
+    for base, variants in typedef_variants().items():
+        plain = [v for v, s in variants if not s]
+        named = {v: base if k == 0 else f"{base}_v{k + 1}" for k, v in enumerate(plain)}
+        for v, suffix in variants:
+            names.add(named[max(p for p in plain if p <= v)] + suffix)
+    return names

@@ -1,21 +1,11 @@
-"""cuGetProcAddress against cudaTypedefs.h, and cudart-style loading."""
+"""cuGetProcAddress against the CUDA typedef headers, and cudart-style loading."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
-from simkit import cuda_include, exported, run_py
-
-
-def _typedef_variants() -> dict[str, list[tuple[int, str]]]:
-    """base -> [(version, suffix)] from cudaTypedefs.h."""
-    text = (cuda_include() / "cudaTypedefs.h").read_text()
-    out: dict[str, set[tuple[int, str]]] = {}
-    for m in re.finditer(r"\bPFN_(cu[A-Za-z0-9]+(?:_v[0-9]+)*?)_v([0-9]+)(_ptsz|_ptds)?\b", text):
-        out.setdefault(m.group(1), set()).add((int(m.group(2)), m.group(3) or ""))
-    return {b: sorted(v) for b, v in out.items()}
+from simkit import cuda_include, exported, run_py, typedef_variants
 
 
 def _expected(variants: list[tuple[int, str]], base: str, version: int, per_thread: bool):
@@ -33,7 +23,7 @@ def _expected(variants: list[tuple[int, str]], base: str, version: int, per_thre
 
 def test_get_proc_address_matches_cuda_typedefs(run, simlib: Path) -> None:
     symbols = set(exported(simlib / "libcuda.so.1"))
-    typedefs = _typedef_variants()
+    typedefs = typedef_variants()
     bases = sorted(
         b
         for b in typedefs
