@@ -63,6 +63,15 @@ static int dev_index(nvmlDevice_t d)
     if (i < 0)                                    \
         return NVML_ERROR_INVALID_ARGUMENT
 
+/* What an unmodelled NVML function returns (nvml_stubs.c). */
+int nvml_sim_unmodelled(const char *name)
+{
+    (void)name;
+    if (!__atomic_load_n(&N.refcount, __ATOMIC_ACQUIRE))
+        return NVML_ERROR_UNINITIALIZED;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
 SIM_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
     if (flags & ~(unsigned)(NVML_INIT_FLAG_NO_GPUS | NVML_INIT_FLAG_NO_ATTACH))
@@ -391,16 +400,17 @@ SIM_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t 
     return NVML_SUCCESS;
 }
 
-/* version 1: nvmlProcessInfo_v1_t, else nvmlProcessInfo_v2_t. */
+/* version 1: nvmlProcessInfo_v1_t, else nvmlProcessInfo_v2_t.  Only the compute
+ * list has entries: the simulator runs no graphics clients and no MPS server. */
 static nvmlReturn_t running(nvmlDevice_t device, unsigned int *infoCount, void *infos, int version,
-                            int graphics)
+                            int compute)
 {
     NEED_DEV(device, i);
     if (!infoCount)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct sim_proc_usage procs[256];
     int n = 0;
-    if (!graphics && N.st && N.sdev[i] >= 0)
+    if (compute && N.st && N.sdev[i] >= 0)
         n = sim_state_procs(N.st, N.sdev[i], procs, 256);
     if (n > 256)
         n = 256;
@@ -429,22 +439,32 @@ static nvmlReturn_t running(nvmlDevice_t device, unsigned int *infoCount, void *
 
 SIM_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                           nvmlProcessInfo_v1_t *infos)
-{ return running(device, infoCount, infos, 1, 0); }
+{ return running(device, infoCount, infos, 1, 1); }
 SIM_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                              nvmlProcessInfo_v2_t *infos)
-{ return running(device, infoCount, infos, 2, 0); }
+{ return running(device, infoCount, infos, 2, 1); }
 SIM_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                              nvmlProcessInfo_t *infos)
-{ return running(device, infoCount, infos, 3, 0); }
+{ return running(device, infoCount, infos, 3, 1); }
 SIM_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                            nvmlProcessInfo_v1_t *infos)
-{ return running(device, infoCount, infos, 1, 1); }
+{ return running(device, infoCount, infos, 1, 0); }
 SIM_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                               nvmlProcessInfo_v2_t *infos)
-{ return running(device, infoCount, infos, 2, 1); }
+{ return running(device, infoCount, infos, 2, 0); }
 SIM_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                               nvmlProcessInfo_t *infos)
-{ return running(device, infoCount, infos, 3, 1); }
+{ return running(device, infoCount, infos, 3, 0); }
+
+SIM_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                             nvmlProcessInfo_v1_t *infos)
+{ return running(device, infoCount, infos, 1, 0); }
+SIM_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                                nvmlProcessInfo_v2_t *infos)
+{ return running(device, infoCount, infos, 2, 0); }
+SIM_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                                nvmlProcessInfo_t *infos)
+{ return running(device, infoCount, infos, 3, 0); }
 
 SIM_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
