@@ -156,7 +156,7 @@ def parse_cgpu(args: list[str]) -> None:
     try:
         with contextlib.redirect_stderr(err):
             build_parser(args).parse_args(args)
-    except SystemExit as exc:
+    except SystemExit:
         raise AssertionError(f"cgpu rejects {args}: {err.getvalue().strip()}") from None
 
 
@@ -167,7 +167,9 @@ def cgpu_has(command: str) -> bool:
     return command in COMMANDS
 
 
-def rules(role: Obj) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
+def rules(
+    role: Obj,
+) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]]:
     """A Role's rules as sorted (apiGroups, resources, resourceNames, verbs) tuples."""
     return sorted(
         (

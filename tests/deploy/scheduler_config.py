@@ -34,7 +34,9 @@ BOOLS = {"enableHTTPS", "nodeCacheCapable", "ignorable", "ignoredByScheduler", "
 STRINGS = {"urlPrefix", "filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb", "name"}
 DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
 # An extended resource name: a DNS subdomain prefix, "/", a name (not kubernetes.io/).
-EXTENDED_RESOURCE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+EXTENDED_RESOURCE = re.compile(
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 def _fields(where: str, obj: Any, allowed: set[str]) -> dict[str, Any]:

@@ -162,7 +162,9 @@ def test_extender_kustomization_builds_the_extender_and_its_service() -> None:
     assert int(flags(extender)["port"]) == port["containerPort"]
 
     svc = one(objs, "Service", "cgpu-scheduler-extender")
-    assert svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        svc["spec"]["selector"].items() <= deploy["spec"]["template"]["metadata"]["labels"].items()
+    )
     (svc_port,) = svc["spec"]["ports"]
     assert svc_port["targetPort"] == port["name"]
     assert (svc["spec"]["type"], svc_port["nodePort"]) == ("NodePort", 32766)
