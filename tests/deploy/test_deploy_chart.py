@@ -63,9 +63,7 @@ def _scheduler_config(objs: list[dict]) -> dict:
     return cfg
 
 
-@pytest.mark.parametrize(
-    "sets", [(), (*ALL_ON, "scheduler.mode=extender")], ids=["default", "all"]
-)
+@pytest.mark.parametrize("sets", [(), (*ALL_ON, "scheduler.mode=extender")], ids=["default", "all"])
 def test_helm_lint_is_clean(sets: tuple[str, ...]) -> None:
     args = ["lint", "--strict", str(CHART)]
     for item in sets:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,14 @@ def test_extender_command_line_is_valid_for_cgpu(directory: Path) -> None:
         pytest.skip("this cgpu build has no scheduler-extender subcommand yet")
     deploy = find(kustomize(directory), "Deployment")[0]
     parse_cgpu(argv(container(deploy, "extender"))[1:])
+
+
+def test_operations_doc_examples_are_valid() -> None:
+    """The objects shown in docs/operations-scheduler.md are valid, and the demo pod opts in."""
+    doc = (SCHEDULER.parents[1] / "docs" / "operations-scheduler.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", doc, flags=re.S)]
+    objects = [b for b in blocks if isinstance(b, dict) and "kind" in b]
+    validate(objects)
+    (pod,) = find(objects, "Pod")
+    assert pod["spec"]["schedulerName"] == "cgpu-scheduler"
+    assert "aliyun.com/gpu-mem" in pod["spec"]["containers"][0]["resources"]["limits"]
