@@ -84,9 +84,23 @@ def kustomize(directory: Path) -> list[Obj]:
     return load_all(done.stdout)
 
 
+WORKLOADS = {"Deployment", "DaemonSet", "StatefulSet"}
+
+
 def validate(objs: Iterable[Obj]) -> None:
-    """Each object is valid, strictly (no unknown field), for every version in K8S_VERSIONS."""
+    """Each object is valid, strictly (no unknown field), for every version in K8S_VERSIONS.
+
+    Workloads also mount only volumes they declare (the API server rejects the others).
+    """
     for obj in objs:
+        if obj["kind"] in WORKLOADS:
+            declared = {v["name"] for v in pod_spec(obj).get("volumes", [])}
+            for cont in containers(obj):
+                for mount in cont.get("volumeMounts", []):
+                    assert mount["name"] in declared, (
+                        f"{obj['metadata']['name']}/{cont['name']} mounts undeclared "
+                        f"volume {mount['name']}"
+                    )
         if obj["kind"] in CRD_KINDS:
             continue
         for version in K8S_VERSIONS:

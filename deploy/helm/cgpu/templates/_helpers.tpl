@@ -97,6 +97,9 @@ securityContext:
   readOnlyRootFilesystem: true
   capabilities:
     drop: ["ALL"]
+volumeMounts:
+  - name: tmp
+    mountPath: /tmp
 {{- end -}}
 
 {{/* The extender's URL as kube-scheduler calls it. */}}
