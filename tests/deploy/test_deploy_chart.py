@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -298,3 +303,34 @@ def test_scheduler_extender_command_line_is_accepted_by_cgpu() -> None:
         for workload in find(objs, "Deployment"):
             cont = container(workload, "extender")
             parse_cgpu(argv(cont)[1:])
+
+
+def test_hook_sweep_loop_sweeps_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """The rendered sweep container's script, run by sh as in the pod, with the real cgpu."""
+    from cgpu.containers import containers_root, create_container_dir
+    from hooks.sweep import start_time
+
+    objs = helm_template("hooks.enabled=true", "hooks.sweepIntervalSeconds=10")
+    sweep = container(one(objs, "DaemonSet", "cgpu-hook-installer"), "sweep")
+    limits = {"GPU-5eed0000-0000-4000-8000-000000000000": 1 << 30}
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid is free now
+    me = os.getpid()
+    for key, pid, started in (("dead", dead.pid, 1), ("live", me, start_time(me))):
+        meta = {"source": "hook", "init_pid": pid, "init_start_time": started}
+        create_container_dir(tmp_path, key, limits, meta)
+    env = {e["name"]: e["value"] for e in sweep["env"]}
+    env.update(STATE_DIR=str(tmp_path), PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    proc = subprocess.Popen(argv(sweep), env={**os.environ, **env})
+    try:
+        deadline = time.monotonic() + 30
+        while (containers_root(tmp_path) / "dead").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not (containers_root(tmp_path) / "dead").exists(), "the loop did not sweep"
+        assert (containers_root(tmp_path) / "live").exists()
+        time.sleep(0.5)  # now in `sleep 10 & wait`
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=3) == 0, "sh must stop on SIGTERM, not wait for the grace period"
+    finally:
+        proc.kill()
+        proc.wait()
