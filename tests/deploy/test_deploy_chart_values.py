@@ -178,3 +178,19 @@ def test_two_scheduler_replicas_in_profile_mode_use_leader_election() -> None:
     objs = helm_template("scheduler.replicas=2")
     assert one(objs, "Deployment", "cgpu-scheduler")["spec"]["replicas"] == 2
     assert _config(objs)["leaderElection"]["leaderElect"] is True
+
+
+def test_priority_classes_default_to_system_and_can_be_replaced() -> None:
+    """system-* classes are admitted only in kube-system: other namespaces need their own."""
+    objs = helm_template()
+    for name in ("cgpu-device-plugin", "cgpu-exporter"):
+        assert pod_spec(one(objs, "DaemonSet", name))["priorityClassName"] == "system-node-critical"
+    sched = pod_spec(one(objs, "Deployment", "cgpu-scheduler"))
+    assert sched["priorityClassName"] == "system-cluster-critical"
+
+    objs = helm_template(
+        "priorityClassName=gpu-infra", "scheduler.priorityClassName=", namespace="gpu-system"
+    )
+    validate(objs)
+    assert pod_spec(one(objs, "DaemonSet", "cgpu-exporter"))["priorityClassName"] == "gpu-infra"
+    assert "priorityClassName" not in pod_spec(one(objs, "Deployment", "cgpu-scheduler"))

@@ -38,7 +38,9 @@ helm.sh/chart: {{ printf "%s-%s" $root.Chart.Name $root.Chart.Version | replace 
 
 {{/* Pod spec fields shared by the node DaemonSets. */}}
 {{- define "cgpu.nodePodSpec" -}}
-priorityClassName: system-node-critical
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
 {{- with .Values.runtimeClassName }}
 runtimeClassName: {{ . }}
 {{- end }}
@@ -58,7 +60,9 @@ tolerations:
 
 {{/* The scheduler pods' placement and pull secrets. */}}
 {{- define "cgpu.schedulerPodSpec" -}}
-priorityClassName: {{ .Values.scheduler.priorityClassName }}
+{{- with .Values.scheduler.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
 securityContext:
   runAsNonRoot: true
   runAsUser: 65532
