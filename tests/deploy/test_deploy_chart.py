@@ -308,7 +308,7 @@ def test_scheduler_extender_command_line_is_accepted_by_cgpu() -> None:
 def test_hook_sweep_loop_sweeps_and_stops_on_sigterm(tmp_path: Path) -> None:
     """The rendered sweep container's script, run by sh as in the pod, with the real cgpu."""
     from cgpu.core.containers import containers_root, create_container_dir
-    from hooks.sweep import start_time
+    from cgpu.core.procfs import start_time
 
     objs = helm_template("hooks.enabled=true", "hooks.sweepIntervalSeconds=10")
     sweep = container(one(objs, "DaemonSet", "cgpu-hook-installer"), "sweep")
