@@ -1,5 +1,6 @@
 /* The container ledger and the public C API (cgpu_api.h). */
 #include "ledger.h"
+#include "cgpu_procstat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,24 +19,9 @@
 /* Field 22 of /proc/self/stat: start time in clock ticks since boot. */
 static uint64_t self_start_time(void)
 {
-    char buf[1024];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    /* after ")" come fields 3.. ; start time is field 22 */
-    int field = 2;
-    for (; *p && field < 22; p++)
-        if (*p == ' ')
-            field++;
-    return strtoull(p, NULL, 10);
+    char state;
+    unsigned long long start;
+    return cgpu_proc_stat("/proc/self/stat", &state, &start) ? start : 0;
 }
 
 /* ---- open / create ------------------------------------------------------- */
@@ -383,194 +369,24 @@ int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int for
     return CGPU_OK;
 }
 
-void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
+void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
     struct ledger *l = h->l;
-    struct ledger_device *d = &l->devices[dev];
-    ledger_lock(l);
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
-    if (slot < 0) {
-        ledger_unlock(l);
-        return;
-    }
+    if (slot < 0)
+        return; /* the slot was given back at exit already */
     uint64_t *mine = &l->slots[slot].used[dev];
     if (bytes > *mine)
         bytes = *mine; /* never credit what this process did not charge */
     *mine -= bytes;
-    __atomic_store_n(&d->used, d->used - bytes, __ATOMIC_RELAXED);
-    ledger_unlock(l);
+    __atomic_store_n(&l->devices[dev].used, l->devices[dev].used - bytes, __ATOMIC_RELAXED);
 }
 
-/* ---- sizes and the config file -------------------------------------------- */
-
-API int cgpu_parse_size(const char *text, unsigned long long *out)
+void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
-    if (!text)
-        return -1;
-    const char *p = text;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (*p < '0' || *p > '9')
-        return -1;
-    unsigned long long v = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (v > (~0ULL - 9) / 10)
-            return -1;
-        v = v * 10 + (unsigned)(*p - '0');
-    }
-    static const struct { const char *suffix; unsigned shift; } units[] = {
-        {"", 0}, {"B", 0}, {"K", 10}, {"KiB", 10}, {"M", 20}, {"MiB", 20},
-        {"G", 30}, {"GiB", 30}, {"T", 40}, {"TiB", 40},
-    };
-    const char *end = p;
-    while (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')
-        end++;
-    const char *rest = end;
-    while (*rest == ' ' || *rest == '\t' || *rest == '\n' || *rest == '\r')
-        rest++;
-    if (*rest)
-        return -1;
-    size_t len = (size_t)(end - p);
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strlen(units[i].suffix) == len && strncmp(units[i].suffix, p, len) == 0) {
-            if (units[i].shift && v > (~0ULL >> units[i].shift))
-                return -1;
-            v <<= units[i].shift;
-            if (v == 0)
-                return -1;
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static int uuid_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= CGPU_UUID_LEN)
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '-'))
-            return 0;
-    return 1;
-}
-
-int config_parse_text(const char *text, const char *origin, struct cgpu_config *cfg)
-{
-    memset(cfg, 0, sizeof *cfg);
-    int line_no = 0, have_version = 0;
-    const char *p = text;
-    while (*p) {
-        line_no++;
-        const char *eol = strchr(p, '\n');
-        size_t len = eol ? (size_t)(eol - p) : strlen(p);
-        char line[256];
-        if (len >= sizeof line) {
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: line too long", origin, line_no);
-            return CGPU_ERR_PARSE;
-        }
-        memcpy(line, p, len);
-        line[len] = 0;
-        p = eol ? eol + 1 : p + len;
-        char *s = line;
-        while (*s == ' ' || *s == '\t')
-            s++;
-        if (*s == 0 || *s == '#' || *s == '\r')
-            continue;
-        char kw[16], a[CGPU_UUID_LEN + 8], b[64], extra[8];
-        int n = sscanf(s, "%15s %103s %63s %7s", kw, a, b, extra);
-        if (!have_version) {
-            if (n == 2 && strcmp(kw, "version") == 0 && strcmp(a, "1") == 0) {
-                have_version = 1;
-                continue;
-            }
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: expected 'version 1' first", origin, line_no);
-            return CGPU_ERR_PARSE;
-        }
-        unsigned long long limit;
-        if (n != 3 || strcmp(kw, "device") != 0) {
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: expected 'device <uuid> <size>'", origin, line_no);
-            return CGPU_ERR_PARSE;
-        }
-        if (!uuid_ok(a)) {
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: invalid device UUID", origin, line_no);
-            return CGPU_ERR_PARSE;
-        }
-        if (cgpu_parse_size(b, &limit) != 0) {
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: malformed size '%s'", origin, line_no, b);
-            return CGPU_ERR_PARSE;
-        }
-        for (unsigned i = 0; i < cfg->nentries; i++)
-            if (strcmp(cfg->entries[i].uuid, a) == 0) {
-                snprintf(cfg->error, sizeof cfg->error, "%s:%d: device listed twice", origin, line_no);
-                return CGPU_ERR_PARSE;
-            }
-        if (cfg->nentries >= CGPU_MAX_DEVICES) {
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: more than %d devices", origin, line_no, CGPU_MAX_DEVICES);
-            return CGPU_ERR_PARSE;
-        }
-        snprintf(cfg->entries[cfg->nentries].uuid, CGPU_UUID_LEN, "%s", a);
-        cfg->entries[cfg->nentries].limit = limit;
-        cfg->nentries++;
-    }
-    if (!have_version || cfg->nentries == 0) {
-        snprintf(cfg->error, sizeof cfg->error, "%s: no devices", origin);
-        return CGPU_ERR_PARSE;
-    }
-    return CGPU_OK;
-}
-
-API int cgpu_config_load(const char *path, struct cgpu_config *cfg)
-{
-    char text[8192];
-    memset(cfg, 0, sizeof *cfg);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-        snprintf(cfg->error, sizeof cfg->error, "%s: %s", path, strerror(errno));
-        return CGPU_ERR_IO;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        snprintf(cfg->error, sizeof cfg->error, "%s: not a regular file", path);
-        return CGPU_ERR_PARSE;
-    }
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n < 0 || n == (ssize_t)sizeof text - 1) {
-        snprintf(cfg->error, sizeof cfg->error, "%s: unreadable or too large", path);
-        return n < 0 ? CGPU_ERR_IO : CGPU_ERR_PARSE;
-    }
-    text[n] = 0;
-    if (memchr(text, 0, (size_t)n)) {
-        snprintf(cfg->error, sizeof cfg->error, "%s: binary content", path);
-        return CGPU_ERR_PARSE;
-    }
-    return config_parse_text(text, path, cfg);
-}
-
-int config_write_atomic(const char *dir, const struct cgpu_config *cfg)
-{
-    char tmp[4096], final[4096];
-    if (snprintf(tmp, sizeof tmp, "%s/.%s.%d", dir, CGPU_CONFIG_NAME, (int)getpid()) >= (int)sizeof tmp ||
-        snprintf(final, sizeof final, "%s/%s", dir, CGPU_CONFIG_NAME) >= (int)sizeof final)
-        return CGPU_ERR_IO;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return CGPU_ERR_IO;
-    char text[4096];
-    int len = snprintf(text, sizeof text, "# cgpu container config (written by the shim)\nversion 1\n");
-    for (unsigned i = 0; i < cfg->nentries && len < (int)sizeof text; i++)
-        len += snprintf(text + len, sizeof text - (size_t)len, "device %s %llu\n", cfg->entries[i].uuid,
-                        cfg->entries[i].limit);
-    int ok = len < (int)sizeof text && write(fd, text, (size_t)len) == len;
-    ok = close(fd) == 0 && ok;
-    /* link() fails if another process wrote the file first: theirs wins. */
-    if (ok && link(tmp, final) != 0)
-        ok = errno == EEXIST;
-    unlink(tmp);
-    return ok ? CGPU_OK : CGPU_ERR_IO;
+    ledger_lock(h->l);
+    ledger_credit_locked(h, dev, bytes);
+    ledger_unlock(h->l);
 }
 
 /* ---- public API for readers (cffi) ----------------------------------------- */
@@ -643,42 +459,5 @@ API int cgpu_ledger_init_file(const char *path, const struct cgpu_config *device
         return rc;
     rc = ledger_ensure_devices(&h, devices);
     ledger_close(&h);
-    return rc;
-}
-
-/* A process-wide handle for the test entry point, so charges persist. */
-static struct ledger_handle test_handle = {.fd = -1, .slot = -1};
-static char test_path[4096];
-static pthread_mutex_t test_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-API int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned long long bytes, int sign)
-{
-    int rc = CGPU_OK;
-    pthread_mutex_lock(&test_mutex);
-    if (test_handle.l == NULL || strcmp(test_path, path) != 0) {
-        ledger_close(&test_handle);
-        rc = ledger_open(path, LEDGER_WRITE, &test_handle);
-        if (rc == CGPU_OK)
-            rc = ledger_claim_slot(&test_handle);
-        snprintf(test_path, sizeof test_path, "%s", path);
-    }
-    if (rc == CGPU_OK && dev >= test_handle.l->ndevices)
-        rc = CGPU_ERR_CORRUPT;
-    if (rc == CGPU_OK) {
-        if (sign >= 0)
-            rc = ledger_charge(&test_handle, dev, bytes, 0);
-        else
-            ledger_credit(&test_handle, dev, bytes);
-    }
-    pthread_mutex_unlock(&test_mutex);
-    return rc;
-}
-
-API int cgpu_ledger_test_hold_lock(const char *path)
-{
-    static struct ledger_handle held = {.fd = -1, .slot = -1};
-    int rc = ledger_open(path, LEDGER_WRITE, &held);
-    if (rc == CGPU_OK)
-        ledger_lock(held.l);
     return rc;
 }

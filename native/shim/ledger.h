@@ -12,12 +12,11 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "cgpu_api.h"
+#include "api.h"
 
 #define CGPU_LEDGER_MAGIC_STR "CGPULDG1"
 #define CGPU_LEDGER_VERSION 1u
 #define CGPU_LEDGER_NAME "cgpu.ledger"
-#define CGPU_CONFIG_NAME "cgpu.conf"
 /* Liveness locks live past the end of the data, one byte per slot. */
 #define CGPU_LIVENESS_BASE (1ull << 30)
 
@@ -88,15 +87,13 @@ unsigned ledger_sweep(struct ledger_handle *h);
  * CGPU_ERR_LIMIT when it would exceed the slice.  `force` skips the check. */
 int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int force);
 void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes);
+/* The same, with the lock already held. */
+void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes);
 
 /* Used bytes of a device, read without the lock. */
 static inline uint64_t ledger_used(const struct ledger *l, unsigned dev)
 {
     return __atomic_load_n(&l->devices[dev].used, __ATOMIC_RELAXED);
 }
-
-/* Config and sizes. */
-int config_parse_text(const char *text, const char *origin, struct cgpu_config *cfg);
-int config_write_atomic(const char *dir, const struct cgpu_config *cfg);
 
 #endif
