@@ -81,7 +81,9 @@ int cgpu_ledger_init_file(const char *path, const struct cgpu_config *devices);
  * CGPU_ERR_IO and sets cfg->error to one line naming the file and line. */
 int cgpu_config_load(const char *path, struct cgpu_config *cfg);
 
-/* Parse a size: bytes, or with KiB/MiB/GiB/TiB or K/M/G/T (powers of 1024).
+/* Parse a size: bytes, or with KiB/MiB/GiB/TiB or K/M/G/T (powers of 1024); the
+ * suffix is case-sensitive and follows the digits directly, and surrounding
+ * whitespace (space, tab, CR, LF) is ignored.
  * Returns 0 and sets *out, or -1 when malformed, zero, or overflowing. */
 int cgpu_parse_size(const char *text, unsigned long long *out);
 
@@ -91,7 +93,7 @@ const char *cgpu_strerror(int code);
 /* ---- the limit variables (contract: "The limit: which variables the shim reads") ----
  *
  * One parser for the shim, the OCI hook and the device plugin.  Rules:
- * - CGPU_DISABLE: "true", "1" or "yes" (any case, surrounding blanks ignored) keeps
+ * - CGPU_DISABLE: "true", "1" or "yes" (any case, surrounding whitespace ignored) keeps
  *   the shim out of the way and wins over everything; any other value means "not
  *   disabled".
  * - Every limit variable that is present must be well-formed, even one that a
@@ -101,7 +103,7 @@ const char *cgpu_strerror(int code);
  *   CGPU_MEM_LIMIT_* name is malformed.
  * - ALIYUN_COM_GPU_MEM_CONTAINER over ALIYUN_COM_GPU_MEM_DEV, then
  *   VOLCANO_GPU_ALLOCATED over VOLCANO_GPU_MEMORY_TOTAL: both of a pair or neither,
- *   each a whole number > 0 (digits only, surrounding blanks ignored), units <= total.
+ *   each a whole number > 0 (digits only, surrounding whitespace ignored), units <= of.
  * - Per device ordinal: CGPU_MEM_LIMIT_<i>, else CGPU_MEM_LIMIT, else the first
  *   share pair present (slice = floor(total * units / of)), else no slice.
  */

@@ -15,7 +15,7 @@ API int cgpu_parse_size(const char *text, unsigned long long *out)
     if (!text)
         return -1;
     const char *p = text;
-    while (*p == ' ' || *p == '\t')
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
         p++;
     if (*p < '0' || *p > '9')
         return -1;

@@ -50,9 +50,10 @@ __attribute__((format(printf, 3, 4))) static int fail(struct cgpu_request *out, 
     return CGPU_ERR_PARSE;
 }
 
+/* What surrounds a value harmlessly (cgpu_parse_size skips the same). */
 static int blank(char c)
 {
-    return c == ' ' || c == '\t';
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
 static int is_disable(const char *v)
@@ -69,7 +70,7 @@ static int is_disable(const char *v)
     return 0;
 }
 
-/* A whole number > 0: digits only, surrounding blanks ignored. */
+/* A whole number > 0: digits only, surrounding whitespace ignored. */
 static int parse_units(const char *v, unsigned long long *out)
 {
     while (blank(*v))
@@ -78,9 +79,10 @@ static int parse_units(const char *v, unsigned long long *out)
         return -1;
     unsigned long long x = 0;
     for (; *v >= '0' && *v <= '9'; v++) {
-        if (x > (~0ULL - 9) / 10)
+        unsigned digit = (unsigned)(*v - '0');
+        if (x > (~0ULL - digit) / 10)
             return -1;
-        x = x * 10 + (unsigned)(*v - '0');
+        x = x * 10 + digit;
     }
     while (blank(*v))
         v++;
