@@ -117,7 +117,7 @@ int config_parse_text(const char *text, const char *origin, struct cgpu_config *
             snprintf(cfg->error, sizeof cfg->error, "%s:%d: more than %d devices", origin, line_no, CGPU_MAX_DEVICES);
             return CGPU_ERR_PARSE;
         }
-        snprintf(cfg->entries[cfg->nentries].uuid, CGPU_UUID_LEN, "%s", a);
+        snprintf(cfg->entries[cfg->nentries].uuid, CGPU_UUID_LEN, "%.95s", a);
         cfg->entries[cfg->nentries].limit = limit;
         cfg->nentries++;
     }
