@@ -8,3 +8,9 @@ int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned long lo
 /* Take the ledger's lock and keep it (until this process dies), to show that
  * readers never hang and that a dead holder's lock is repaired. */
 int cgpu_ledger_test_hold_lock(const char *path);
+
+/* Write `value` into one field of a ledger file, as a hostile container could:
+ * "limit", "used" or "uuid" (first 8 bytes) of device `dev`, "slot_used" (device
+ * `dev` of slot `index`), "in_use" of slot `index`, or "ndevices". */
+int cgpu_ledger_test_poke(const char *path, const char *field, unsigned int index, unsigned int dev,
+                          unsigned long long value);

@@ -11,7 +11,7 @@ static void report_oom(int dev, uint64_t bytes)
     fprintf(stderr,
             "cgpu: out of GPU memory slice on %s: requested %llu bytes, %llu of %llu in use (CUDA_ERROR_OUT_OF_MEMORY)\n",
             l->devices[dev].uuid, (unsigned long long)bytes, (unsigned long long)ledger_used(l, (unsigned)dev),
-            (unsigned long long)l->devices[dev].limit);
+            (unsigned long long)g_shim.ledger.limit[dev]);
 }
 
 CUresult charge_reserve_slow(int dev, uint64_t charge)

@@ -54,10 +54,9 @@ static inline void *current_context(void)
  * the charge stays (until the process ends): over-counted, never under. */
 static inline void track(uint64_t key, int dev, uint64_t charge, void *ctx)
 {
-    struct ledger *l = g_shim.ledger.l;
-    ledger_lock(l);
+    ledger_lock(&g_shim.ledger);
     (void)pt_insert(&g_table, key, (unsigned)dev, charge, ctx);
-    ledger_unlock(l);
+    ledger_unlock(&g_shim.ledger);
 }
 
 /* Credit `charge` on `dev` to this process's slot.  Caller holds the ledger lock;
@@ -74,13 +73,12 @@ struct untracked {
 /* Forget `key` and credit its charge; returns whether it was known. */
 static inline int untrack(uint64_t key, struct untracked *out)
 {
-    struct ledger *l = g_shim.ledger.l;
     unsigned dev = 0;
-    ledger_lock(l);
+    ledger_lock(&g_shim.ledger);
     int found = pt_remove(&g_table, key, &dev, &out->charge, &out->ctx);
     if (found)
         ledger_credit_locked(&g_shim.ledger, dev, out->charge);
-    ledger_unlock(l);
+    ledger_unlock(&g_shim.ledger);
     out->dev = (int)dev;
     return found;
 }

@@ -34,10 +34,9 @@ static void context_destroyed(void *ctx)
 {
     if (!ctx || mode() != SHIM_LIMITED)
         return;
-    struct ledger *l = g_shim.ledger.l;
     uint64_t bytes;
     unsigned dev;
-    ledger_lock(l);
+    ledger_lock(&g_shim.ledger);
     if (pt_remove(&g_table, PT_KIND_CTXDEV ^ (uint64_t)(uintptr_t)ctx, &dev, &bytes, NULL) &&
         __atomic_fetch_sub(&g_shim.contexts[dev], 1, __ATOMIC_ACQ_REL) == 1) {
         uint64_t key = PT_KIND_CONTEXT ^ (uint64_t)dev;
@@ -45,7 +44,7 @@ static void context_destroyed(void *ctx)
             credit_locked(key, dev, bytes);
     }
     pt_remove_context(&g_table, ctx, credit_locked);
-    ledger_unlock(l);
+    ledger_unlock(&g_shim.ledger);
 }
 
 /* Whether the primary context of `ordinal` is not yet known to be alive. */
@@ -132,11 +131,11 @@ EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
     CUresult rc = REAL(cuCtxAttach)(pctx, flags);
     if (rc != CUDA_SUCCESS || !pctx || !*pctx || mode() != SHIM_LIMITED)
         return rc;
-    ledger_lock(g_shim.ledger.l);
+    ledger_lock(&g_shim.ledger);
     struct pt_entry *e = pt_find(&g_table, PT_KIND_CTXDEV ^ (uint64_t)(uintptr_t)*pctx);
     if (e)
         e->aux++;
-    ledger_unlock(g_shim.ledger.l);
+    ledger_unlock(&g_shim.ledger);
     return rc;
 }
 
@@ -144,23 +143,23 @@ EXPORT CUresult cuCtxDetach(CUcontext ctx)
 {
     int last = 1;
     if (ctx && mode() == SHIM_LIMITED) {
-        ledger_lock(g_shim.ledger.l);
+        ledger_lock(&g_shim.ledger);
         struct pt_entry *e = pt_find(&g_table, PT_KIND_CTXDEV ^ (uint64_t)(uintptr_t)ctx);
         if (e && e->aux) {
             e->aux--;
             last = 0;
         }
-        ledger_unlock(g_shim.ledger.l);
+        ledger_unlock(&g_shim.ledger);
     }
     CUresult rc = REAL(cuCtxDetach)(ctx);
     if (rc == CUDA_SUCCESS && last)
         context_destroyed(ctx);
     else if (rc != CUDA_SUCCESS && !last) { /* refused: the count stands */
-        ledger_lock(g_shim.ledger.l);
+        ledger_lock(&g_shim.ledger);
         struct pt_entry *e = pt_find(&g_table, PT_KIND_CTXDEV ^ (uint64_t)(uintptr_t)ctx);
         if (e)
             e->aux++;
-        ledger_unlock(g_shim.ledger.l);
+        ledger_unlock(&g_shim.ledger);
     }
     return rc;
 }

@@ -1,5 +1,6 @@
 /* What the program sees (cuMemGetInfo, cuDeviceTotalMem, NVML's memory info),
  * cuInit where a malformed limit fails closed, and the process's life (fork, exit). */
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
 
@@ -21,7 +22,7 @@ static void sweep_if_shared(void)
     uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     if (__atomic_exchange_n(&last_ms, now, __ATOMIC_RELAXED) == now)
         return;
-    ledger_sweep(&g_shim.ledger);
+    ledger_try_sweep(&g_shim.ledger); /* never waits on another process */
 }
 
 /* free = min(slice - use, device free); total = slice. */
@@ -29,7 +30,7 @@ static void truncate_info(int dev, uint64_t *freep, uint64_t *totalp)
 {
     struct ledger *l = g_shim.ledger.l;
     sweep_if_shared();
-    uint64_t limit = l->devices[dev].limit, used = ledger_used(l, (unsigned)dev);
+    uint64_t limit = g_shim.ledger.limit[dev], used = ledger_used(l, (unsigned)dev);
     uint64_t left = used >= limit ? 0 : limit - used;
     *totalp = limit;
     if (*freep > left)
@@ -67,7 +68,7 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
     CUresult rc = REAL(cuDeviceTotalMem_v2)(bytes, dev);
     int d;
     if (rc == CUDA_SUCCESS && bytes && mode() == SHIM_LIMITED && (d = device_of_ordinal(dev)) >= 0)
-        *bytes = (size_t)g_shim.ledger.l->devices[d].limit;
+        *bytes = (size_t)g_shim.ledger.limit[d];
     return rc;
 }
 
@@ -76,7 +77,7 @@ EXPORT CUresult cuDeviceTotalMem(unsigned int *bytes, CUdevice dev)
     CUresult rc = REAL(cuDeviceTotalMem)(bytes, dev);
     int d;
     if (rc == CUDA_SUCCESS && bytes && mode() == SHIM_LIMITED && (d = device_of_ordinal(dev)) >= 0) {
-        uint64_t limit = g_shim.ledger.l->devices[d].limit;
+        uint64_t limit = g_shim.ledger.limit[d];
         *bytes = limit > 0xFFFFFFFFu ? 0xFFFFFFFFu : (unsigned)limit;
     }
     return rc;

@@ -31,12 +31,11 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, c
         return rc;
     }
     track(PT_KIND_HANDLE ^ *handle, dev, size, NULL);
-    struct ledger *l = g_shim.ledger.l;
-    ledger_lock(l);
+    ledger_lock(&g_shim.ledger);
     struct pt_entry *e = pt_find(&g_table, PT_KIND_HANDLE ^ *handle);
     if (e)
         e->aux = 1; /* the handle's own reference */
-    ledger_unlock(l);
+    ledger_unlock(&g_shim.ledger);
     return rc;
 }
 
@@ -68,29 +67,28 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     if (mode() != SHIM_LIMITED)
         return REAL(cuMemRelease)(handle);
-    struct ledger *l = g_shim.ledger.l;
     /* Drop our reference first: once the driver frees the handle it may hand the same
      * value to another thread's cuMemCreate. */
-    ledger_lock(l);
+    ledger_lock(&g_shim.ledger);
     struct pt_entry *e = pt_find(&g_table, PT_KIND_HANDLE ^ handle);
     struct pt_entry saved = e ? *e : (struct pt_entry){0};
     if (e)
         handle_unref_locked(handle);
-    ledger_unlock(l);
+    ledger_unlock(&g_shim.ledger);
     CUresult rc = REAL(cuMemRelease)(handle);
     if (rc != CUDA_SUCCESS && saved.key) { /* refused: put the reference back */
-        ledger_lock(l);
+        ledger_lock(&g_shim.ledger);
         if (!handle_ref_locked(handle)) {
-            ledger_unlock(l);
+            ledger_unlock(&g_shim.ledger);
             unsigned dev = pt_entry_dev(&saved);
             if (ledger_charge(&g_shim.ledger, dev, pt_entry_bytes(&saved), 1) == CGPU_OK)
                 track(saved.key, (int)dev, pt_entry_bytes(&saved), NULL);
-            ledger_lock(l);
+            ledger_lock(&g_shim.ledger);
             struct pt_entry *back = pt_find(&g_table, saved.key);
             if (back)
                 back->aux = 1;
         }
-        ledger_unlock(l);
+        ledger_unlock(&g_shim.ledger);
     }
     return rc;
 }
@@ -102,13 +100,12 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGener
     CUresult rc = REAL(cuMemMap)(ptr, size, offset, handle, flags);
     if (rc != CUDA_SUCCESS || mode() != SHIM_LIMITED)
         return rc;
-    struct ledger *l = g_shim.ledger.l;
-    ledger_lock(l);
+    ledger_lock(&g_shim.ledger);
     if (handle_ref_locked(handle) && pt_insert(&g_table, PT_KIND_MAP ^ ptr, 0, size, NULL) == 0) {
         struct pt_entry *m = pt_find(&g_table, PT_KIND_MAP ^ ptr);
         m->aux = handle;
     }
-    ledger_unlock(l);
+    ledger_unlock(&g_shim.ledger);
     return rc;
 }
 
@@ -117,8 +114,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     CUresult rc = REAL(cuMemUnmap)(ptr, size);
     if (rc != CUDA_SUCCESS || mode() != SHIM_LIMITED)
         return rc;
-    struct ledger *l = g_shim.ledger.l;
-    ledger_lock(l);
+    ledger_lock(&g_shim.ledger);
     /* The common case is one whole mapping; a range may cover several. */
     uint64_t key = pt_find(&g_table, PT_KIND_MAP ^ ptr) ? PT_KIND_MAP ^ ptr
                                                          : pt_find_range(&g_table, PT_KIND_MAP, ptr, ptr + size);
@@ -131,7 +127,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
         handle_unref_locked(handle);
         key = pt_find_range(&g_table, PT_KIND_MAP, ptr, ptr + size);
     }
-    ledger_unlock(l);
+    ledger_unlock(&g_shim.ledger);
     return rc;
 }
 
@@ -139,10 +135,9 @@ EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle
 {
     CUresult rc = REAL(cuMemRetainAllocationHandle)(handle, addr);
     if (rc == CUDA_SUCCESS && handle && mode() == SHIM_LIMITED) {
-        struct ledger *l = g_shim.ledger.l;
-        ledger_lock(l);
+        ledger_lock(&g_shim.ledger);
         handle_ref_locked(*handle);
-        ledger_unlock(l);
+        ledger_unlock(&g_shim.ledger);
     }
     return rc;
 }

@@ -344,9 +344,11 @@ int shim_nvml_view(nvmlDevice_t device, uint64_t *limit, uint64_t *used)
     int d = ledger_find_device(l, uuid);
     if (d < 0)
         return SHIM_PASSTHROUGH;
-    ledger_sweep(&g_shim.ledger); /* nvidia-smi must not show a dead process's memory */
-    *limit = l->devices[d].limit;
-    *used = ledger_used(l, (unsigned)d);
+    /* Never wait on another process (one may be stopped inside the lock): free dead
+     * slots only if the lock is free, and count what live processes hold. */
+    ledger_try_sweep(&g_shim.ledger);
+    *limit = g_shim.ledger.limit[d];
+    *used = ledger_live_used(&g_shim.ledger, (unsigned)d);
     return SHIM_LIMITED;
 }
 
@@ -399,6 +401,7 @@ uint64_t shim_context_overhead(int dev)
 void shim_forget_process(void)
 {
     pthread_mutex_init(&init_mutex, NULL);
+    ledger_forget_process();
     if (g_shim.ledger.l)
         ledger_close(&g_shim.ledger); /* the parent keeps its own liveness lock */
     memset(g_shim.contexts, 0, sizeof g_shim.contexts);
