@@ -215,8 +215,12 @@ static inline void write_begin(struct ledger *l)
 {
     uint32_t g = __atomic_load_n(&l->gen, __ATOMIC_RELAXED);
     /* Odd, and new even after a dead writer left it odd. */
+#ifdef __SANITIZE_THREAD__ /* ThreadSanitizer has no fences: an acquire-release exchange */
+    __atomic_exchange_n(&l->gen, g & 1u ? g + 2u : g + 1u, __ATOMIC_ACQ_REL);
+#else /* the data stores that follow stay after it */
     __atomic_store_n(&l->gen, g & 1u ? g + 2u : g + 1u, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
 }
 
 static inline void write_end(struct ledger *l)
@@ -379,10 +383,32 @@ int ledger_find_device(const struct ledger *l, const char *uuid)
     return -1;
 }
 
+/* Take `cfg`'s limits as ours when every device is there already; 1 if so.  The
+ * file's copies are refreshed only if the lock is free (a view never waits). */
+static int devices_present(struct ledger_handle *h, const struct cgpu_config *cfg)
+{
+    int d[CGPU_MAX_DEVICES], stale = 0;
+    for (unsigned i = 0; i < cfg->nentries && i < CGPU_MAX_DEVICES; i++) {
+        if ((d[i] = ledger_find_device(h->l, cfg->entries[i].uuid)) < 0)
+            return 0;
+        stale |= __atomic_load_n(&h->l->devices[d[i]].limit, __ATOMIC_RELAXED) != cfg->entries[i].limit;
+    }
+    for (unsigned i = 0; i < cfg->nentries && i < CGPU_MAX_DEVICES; i++)
+        h->limit[d[i]] = cfg->entries[i].limit;
+    if (stale && h->slot >= 0 && ledger_trylock(h)) {
+        for (unsigned i = 0; i < cfg->nentries && i < CGPU_MAX_DEVICES; i++)
+            __atomic_store_n(&h->l->devices[d[i]].limit, cfg->entries[i].limit, __ATOMIC_RELAXED);
+        ledger_unlock(h);
+    }
+    return !stale || h->slot >= 0;
+}
+
 int ledger_ensure_devices(struct ledger_handle *h, const struct cgpu_config *cfg)
 {
     struct ledger *l = h->l;
     int rc = CGPU_OK;
+    if (devices_present(h, cfg))
+        return CGPU_OK; /* every process after the first, with no lock taken */
     ledger_lock(h);
     for (unsigned i = 0; i < cfg->nentries && i < CGPU_MAX_DEVICES; i++) {
         int d = ledger_find_device(l, cfg->entries[i].uuid);
@@ -502,7 +528,15 @@ void ledger_release_slot(struct ledger_handle *h)
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
     if (slot < 0)
         return;
-    ledger_lock(h);
+    /* An exit never waits long on another process (it may be stopped inside): after
+     * ~20 ms the slot is left to die with us, and the next sweep returns its charges. */
+    int locked = 0;
+    for (int i = 0; i < 200 && !(locked = ledger_trylock(h)); i++) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    if (!locked)
+        return;
     free_slot(h->l, &h->l->slots[slot]);
     memset(h->held, 0, sizeof h->held);
     __atomic_store_n(&h->slot, -1, __ATOMIC_RELAXED); /* under the lock: charges see it */

@@ -143,6 +143,7 @@ struct sim_ctx {
     int primary;
     unsigned flags;
     int refcount;        /* primary only */
+    int attached;        /* cuCtxAttach calls not yet detached (not primary) */
     unsigned long long id;
     size_t limits[CU_LIMIT_MAX > 16 ? CU_LIMIT_MAX : 16];
 };
@@ -1281,6 +1282,46 @@ SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 SIM_API CUresult cuCtxDestroy(CUcontext ctx)
 {
     return cuCtxDestroy_v2(ctx);
+}
+
+/* Legacy usage counting: attach adds one to the current context's count, detach
+ * takes one off and destroys the context when it falls to zero. */
+SIM_API CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
+{
+    NEED_INIT();
+    if (!pctx || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct sim_ctx *c = tls_top();
+    if (!c || c->primary || !atomic_load(&c->alive)) {
+        UNLOCK();
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    c->attached++;
+    UNLOCK();
+    *pctx = (CUcontext)c;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxDetach(CUcontext ctx)
+{
+    NEED_INIT();
+    LOCK();
+    struct sim_ctx *c = ctx_lookup(ctx);
+    if (!c || c->primary || !atomic_load(&c->alive)) {
+        UNLOCK();
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
+    if (c->attached > 0) {
+        c->attached--;
+        UNLOCK();
+        return CUDA_SUCCESS;
+    }
+    ctx_teardown(c);
+    UNLOCK();
+    if (tls_top() == c)
+        tls_depth--;
+    return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuCtxGetCurrent(CUcontext *pctx)
