@@ -12,12 +12,13 @@
  *   limits.c        set-up: the slices (request.c or cgpu.conf), the ledger, NVML's view
  *        v
  *   request.c       the limit variables (the one parser; also in libcgpu_ledger.so)
- *   ledger.c        the shared ledger file            -> config.c
+ *   ledger.c        the shared ledger file (and ledger_read.c: readers)  -> config.c
  *   config.c        cgpu.conf and sizes
  *   ptrtable.c      the per-process pointer table
  *   resolve.c       the real driver and NVML (dlsym, handles, real functions)
  *
- * libcgpu_ledger.so (cffi) is ledger.c + config.c + request.c + ledger_test.c.
+ * libcgpu_ledger.so (cffi) is ledger.c + ledger_read.c + config.c + request.c +
+ * ledger_test.c.  README.md says why the ledger is built as it is.
  */
 #ifndef CGPU_SHIM_H
 #define CGPU_SHIM_H
