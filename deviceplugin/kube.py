@@ -63,7 +63,14 @@ class KubeClient:
 
     def publish_capacity(self, name: str, value: int) -> None:
         """Set an extended resource in this node's status capacity."""
-        body = {"status": {"capacity": {name: str(value)}}}
+        self.patch_node_status({"status": {"capacity": {name: str(value)}}})
+
+    def patch_node_status(self, body: dict[str, Any]) -> None:
+        """Merge `body` into this node through its status subresource (nodes/status patch).
+
+        Besides status, the body may carry metadata.annotations (None removes one), as
+        Volcano's device plugin patches its node.
+        """
         self._call(
             f"patch node {self.node_name} status",
             self._core.patch_node_status,
