@@ -331,3 +331,23 @@ def test_volcano_mode_needs_an_api_server(sim_env, dp_root: Path) -> None:
     )
     assert run.returncode == 1
     assert "volcano.sh/gpu-memory needs the API server" in run.stderr
+
+
+def test_a_two_container_pod_is_assigned_once_both_are_served(volcano) -> None:
+    plugin, server = volcano()
+    _with_pod(server, "pair-0", 300, {"volcano.sh/gpu-index": "0", "volcano.sh/predicate-time": T0})
+    with server.lock:
+        pod = server.pods[-1]
+        second = copy.deepcopy(pod["spec"]["containers"][0])
+        second.update(name="sidecar", resources={"limits": {RES: "200"}})
+        pod["spec"]["containers"].append(second)
+
+    (main,) = plugin.client.allocate(ids(1, 300))
+    assert main["envs"]["VOLCANO_GPU_ALLOCATED"] == "300"
+    assert pod_patches(server) == []  # the sidecar is still waiting for its GPU
+    (side,) = plugin.client.allocate(ids(1, 200, start=300))
+    assert side["envs"]["NVIDIA_VISIBLE_DEVICES"] == "0"
+    assert load_config(host_dir(side) / "cgpu.conf") == {UUIDS[0]: 200 * MIB}
+    assert json.loads((host_dir(side) / "meta.json").read_text())["container"] == "sidecar"
+    (patch,) = pod_patches(server)
+    assert patch["path"] == "/api/v1/namespaces/team-a/pods/pair-0"
