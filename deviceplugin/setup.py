@@ -13,7 +13,7 @@ from cgpu.deviceplugin import gpus, hostfiles, kube, volcano
 from cgpu.deviceplugin.allocator import Allocator, Settings
 from cgpu.deviceplugin.config import Config
 from cgpu.deviceplugin.health import HealthWatcher
-from cgpu.deviceplugin.inventory import Inventory
+from cgpu.deviceplugin.inventory import Inventory, id_prefix
 from cgpu.deviceplugin.plugin import Options, Plugin
 from cgpu.deviceplugin.units import choose_unit
 from cgpu.deviceplugin.volcano_allocator import VolcanoAllocator
@@ -36,7 +36,7 @@ def build(config: Config, socket_name: str) -> Plugin:
     volcano_mode = volcano.is_volcano(config.resource_name)
     base = memory_base(config, found)
     try:
-        choice = choose_unit([(g.uuid, g.total_bytes) for g in found], base)
+        choice = choose_unit([(id_prefix(g, volcano_mode), g.total_bytes) for g in found], base)
     except ValueError as err:
         raise SetupError(str(err)) from err
     (log.warning if choice.coarsened else log.info)("%s", choice.explain())
@@ -49,7 +49,7 @@ def build(config: Config, socket_name: str) -> Plugin:
             choice.unit.mib,
             volcano.RESOURCE,
         )
-    inventory = Inventory(found, choice.unit)
+    inventory = Inventory(found, choice.unit, index_ids=volcano_mode)
     for g in inventory.gpus:
         log.info(
             "GPU %d %s (%s): %d MiB, %d devices of %s",

@@ -33,8 +33,8 @@ NODE_STATUS = "/api/v1/nodes/node-1/status"
 
 
 def ids(gpu: int, count: int, start: int = 0) -> list[str]:
-    """`count` device IDs of one GPU, as the kubelet would hand them out."""
-    return [f"{UUIDS[gpu]}-{n}" for n in range(start, start + count)]
+    """`count` device IDs of one GPU, as the kubelet would hand them out: `<index>-<n>`."""
+    return [f"{gpu}-{n}" for n in range(start, start + count)]
 
 
 def host_dir(resp: dict) -> Path:
@@ -89,7 +89,7 @@ def test_advertises_mib_and_publishes_gpu_number(volcano) -> None:
     assert plugin.registration["resource_name"] == RES
     assert plugin.registration["endpoint"] == "cgpu-gpu-memory.sock"
     devices = plugin.client.devices()
-    # One device per MiB of each card, whatever --memory-unit said.
+    # One device per MiB of each card, whatever --memory-unit said; IDs <gpu index>-<n>.
     assert devices == [(i, "Healthy") for i in ids(0, GPU0_MIB) + ids(1, GPU1_MIB)]
     log = plugin.wait_log("--memory-unit GiB ignored: Volcano counts volcano.sh/gpu-memory in MiB")
     assert "advertising 1 MiB units" in log
@@ -264,10 +264,22 @@ def test_bad_input_is_a_clear_grpc_error(volcano, annotations, mib, code, messag
 
 def test_unknown_device_ids_are_refused(volcano) -> None:
     plugin, _ = volcano()
+    stale = f"{UUIDS[0]}-0"  # an ID of the gpushare mode, e.g. from an old checkpoint
     with pytest.raises(grpc.RpcError) as err:
-        plugin.client.allocate(["0-0", *ids(1, 1023)])  # Volcano's own plugin's ID format
+        plugin.client.allocate([stale, *ids(1, 1023)])
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
-    assert "unknown volcano.sh/gpu-memory device IDs: 0-0" in err.value.details()
+    assert f"unknown volcano.sh/gpu-memory device IDs: {stale}" in err.value.details()
+    assert "advertises <gpu-index>-<unit> IDs in units of 1 MiB" in err.value.details()
+
+
+def test_an_80gb_card_stays_in_mib_units(volcano) -> None:
+    # Short <index>-<n> IDs, as Volcano's own plugin uses, keep one H100 80GB (81559 MiB)
+    # under the kubelet's 4 MiB ListAndWatch limit without coarsening.
+    plugin, _ = volcano(devices=1, memory="81559MiB", uuids=UUIDS[0])
+    log = plugin.wait_log("advertising 1 MiB units")
+    assert "coarsen" not in log and "instead" not in log
+    devices = plugin.client.devices()
+    assert len(devices) == 81559 and devices[-1] == ("0-81558", "Healthy")
 
 
 def test_unhealthy_gpu_is_annotated_and_refused(volcano, dp_root: Path) -> None:
