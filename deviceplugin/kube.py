@@ -1,4 +1,4 @@
-"""The thin API-server layer: pending pods on this node, pod annotations, node capacity.
+"""The thin API-server layer: pending pods on this node, pod annotations, node status.
 
 Uses the official `kubernetes` client with in-cluster config or a kubeconfig. Every call
 has a short timeout; callers treat a failure as "no pod information" (standalone).
@@ -60,10 +60,6 @@ class KubeClient:
         self._call(
             f"patch pod {namespace}/{name}", self._core.patch_namespaced_pod, name, namespace, body
         )
-
-    def publish_capacity(self, name: str, value: int) -> None:
-        """Set an extended resource in this node's status capacity."""
-        self.patch_node_status({"status": {"capacity": {name: str(value)}}})
 
     def patch_node_status(self, body: dict[str, Any]) -> None:
         """Merge `body` into this node through its status subresource (nodes/status patch).

@@ -117,7 +117,7 @@ class Plugin:
                 else:
                     self.registrations += 1
                     # The kubelet may zero extended capacity when it re-registers its node.
-                    threading.Thread(target=self._publish_capacity, daemon=True).start()
+                    threading.Thread(target=self._publish_node, daemon=True).start()
                     log.info(
                         "registered %s with the kubelet at %s",
                         self.options.resource,
@@ -127,7 +127,7 @@ class Plugin:
             self.stop.wait(REGISTER_RETRY)
         return None
 
-    def _publish_capacity(self) -> None:
+    def _publish_node(self) -> None:
         if self.node is not None:
             self.node.publish(force=True)
 
