@@ -37,6 +37,11 @@ ENV_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
 NO_TIME = 2**64 - 1
 
 
+def _decimal(text: str) -> bool:
+    """Whether `text` is a plain non-negative decimal integer (ASCII digits only)."""
+    return text.isascii() and text.isdigit()
+
+
 def is_volcano(resource: str) -> bool:
     """Whether the plugin serves Volcano's resource."""
     return resource == RESOURCE
@@ -45,7 +50,7 @@ def is_volcano(resource: str) -> bool:
 def predicate_time(pod: PodInfo) -> int:
     """The scheduler's predicate time in nanoseconds; unreadable or absent sorts last."""
     raw = pod.annotations.get(PREDICATE_TIME, "")
-    return int(raw) if raw.isdigit() and int(raw) <= NO_TIME else NO_TIME
+    return int(raw) if _decimal(raw) and int(raw) <= NO_TIME else NO_TIME
 
 
 def assigned(pod: PodInfo) -> bool:
@@ -92,7 +97,7 @@ def gpu_index(pod: PodInfo) -> int:
             f"{RESOURCE}; was it scheduled by another scheduler?",
         )
     text = raw.strip()
-    if not text.isdigit():
+    if not _decimal(text):
         detail = (
             "names several GPUs; a gpu-memory container gets exactly one"
             if "," in text

@@ -59,6 +59,7 @@ def test_predicate_time_orders_and_unreadable_times_go_last() -> None:
         pods(
             pod_json("none", [("c", 1)], created="2024-11-20T08:00:00Z"),
             pod_json("garbled", [("c", 1)], {volcano.PREDICATE_TIME: "soon"}),
+            pod_json("superscript", [("c", 1)], {volcano.PREDICATE_TIME: "²"}),
             pod_json("late", [("c", 1)], {volcano.PREDICATE_TIME: "1732093800000000002"}),
             pod_json("early", [("c", 1)], {volcano.PREDICATE_TIME: "1732093800000000001"}),
             pod_json("tie-b", [("c", 1)], {volcano.PREDICATE_TIME: "5"}, "2024-11-20T09:01:00Z"),
@@ -66,7 +67,7 @@ def test_predicate_time_orders_and_unreadable_times_go_last() -> None:
         )
     )
     # Equal times: the older pod first; no time at all: last, older first.
-    assert names(found) == ["tie-b", "tie-a", "early", "late", "none", "garbled"]
+    assert names(found) == ["tie-b", "tie-a", "early", "late", "none", "garbled", "superscript"]
 
 
 @pytest.mark.parametrize(
@@ -155,3 +156,12 @@ def test_unhealthy_ids_list_indexes() -> None:
     inventory.set_health("GPU-2", False)
     inventory.set_health("GPU-0", False)
     assert volcano.unhealthy_ids(inventory) == "0,2"
+
+
+@pytest.mark.parametrize("raw", ["", "-1", "1.0", "²", "0x1", "1 2"])
+def test_a_garbled_gpu_index_is_invalid_argument(raw: str) -> None:
+    (pod,) = pods(pod_json("p", [("c", 1)], {volcano.GPU_INDEX: raw}))
+    with pytest.raises(AllocationError) as err:
+        volcano.gpu_index(pod)
+    assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert f"volcano.sh/gpu-index={raw!r}" in err.value.message
