@@ -204,8 +204,9 @@ static int cmd_paths(void)
     return 0;
 }
 
-/* run <ns> <count> <start>: at monotonic time <start>, launch <count>
- * kernels of <ns> each, wait for them; print when it began and ended. */
+/* run <ns> <count> <start> [linger]: at monotonic time <start>, launch
+ * <count> kernels of <ns> each, wait for them; print when it began and
+ * ended; with "linger", then wait for stdin to close. */
 static int cmd_run(int argc, char **argv)
 {
     CHECK(argc >= 5);
@@ -220,6 +221,34 @@ static int cmd_run(int argc, char **argv)
         OK(busy(s, ns));
     OK(cuStreamSynchronize(s));
     printf("{\"pid\": %d, \"begin\": %llu, \"end\": %llu}\n", (int)getpid(), t0, now_ns());
+    fflush(stdout);
+    if (argc > 5 && !strcmp(argv[5], "linger")) /* stay alive until stdin closes */
+        while (getchar() != EOF)
+            ;
+    return 0;
+}
+
+/* saturate <ns> <ms> <start>: from monotonic time <start>, launch kernels
+ * of <ns> for <ms> milliseconds, wait for them, print how many, then wait
+ * for stdin to close. */
+static int cmd_saturate(int argc, char **argv)
+{
+    CHECK(argc >= 5);
+    setup(0);
+    unsigned long long ns = strtoull(argv[2], NULL, 10), span = strtoull(argv[3], NULL, 10) * MS;
+    unsigned long long start = strtoull(argv[4], NULL, 10), n = 0;
+    CUstream s;
+    OK(cuStreamCreate(&s, 0));
+    sleep_until(start);
+    while (now_ns() < start + span) {
+        OK(busy(s, ns));
+        n++;
+    }
+    OK(cuStreamSynchronize(s));
+    printf("{\"pid\": %d, \"kernels\": %llu, \"end\": %llu}\n", (int)getpid(), n, now_ns());
+    fflush(stdout);
+    while (getchar() != EOF)
+        ;
     return 0;
 }
 
@@ -320,6 +349,7 @@ int main(int argc, char **argv)
     if (!strcmp(c, "paths")) return cmd_paths();
     if (!strcmp(c, "run")) return cmd_run(argc, argv);
     if (!strcmp(c, "hold")) return cmd_hold(argc, argv);
+    if (!strcmp(c, "saturate")) return cmd_saturate(argc, argv);
     if (!strcmp(c, "queue")) return cmd_queue();
     if (!strcmp(c, "cost")) return cmd_cost(argc, argv);
     if (!strcmp(c, "crossdev")) return cmd_crossdev();
