@@ -104,7 +104,8 @@ UTILIZATION = """
 def test_nvml_utilization_follows_the_timeline(timeline_probe, simlib, tmp_path, pynvml_ok):
     # 300 ms and 200 ms of kernels from two processes, all within the last second.
     proc = run_py(
-        simlib, UTILIZATION.replace("sys.argv[1]", repr(str(timeline_probe))),
+        simlib,
+        UTILIZATION.replace("sys.argv[1]", repr(str(timeline_probe))),
         state=tmp_path / "state",
     )
     assert proc.returncode == 0, proc.stderr
@@ -168,7 +169,6 @@ def test_launch_cost(run_timeline, tmp_path) -> None:
     ]
     print(f"simulated launch: {min(costs):.0f} ns")
     assert min(costs) < 1000  # well under the limiter's 1 µs budget on top of it
-
 
 
 SATURATE = """
