@@ -2,7 +2,10 @@
  * the device runs one kernel at a time across every process that shares the
  * CGPU_SIM_STATE file (a private timeline without one).  A kernel starts at
  * max(its launch, the end of its stream's earlier work, the end of the
- * device's queued work) and runs for its duration (cuda_module.c). */
+ * device's queued work) and runs for its duration (cuda_module.c).  A
+ * process queues at most about a time slice (CGPU_SIM_TIMESLICE_NS) ahead of
+ * its running kernel, so saturating processes take turns on the device as
+ * under time-slicing. */
 #include "cuda_sim.h"
 
 static struct sim_tl_dev private_tl[SIM_MAX_DEVICES];
@@ -38,6 +41,13 @@ CUresult launch_work(CUstream s, unsigned long long ns)
             continue;
         }
         int phys = c->phys;
+        unsigned long long slice = drv.cfg.timeslice_ns;
+        if (slice && drv.last_start[phys] > now + slice) { /* take turns with other processes */
+            unsigned long long t = drv.last_start[phys] - slice;
+            UNLOCK();
+            wait_until(t);
+            continue;
+        }
         unsigned long long start, ready = q->last_end > now ? q->last_end : now;
         if (q == &c->q_legacy && c->last_end > ready)
             ready = c->last_end;
@@ -48,6 +58,7 @@ CUresult launch_work(CUstream s, unsigned long long ns)
             continue;
         }
         unsigned long long end = start + ns;
+        drv.last_start[phys] = start;
         sim_tl_add(&drv.tl[phys]->tl, start, end);
         if (drv.slot_tl[phys]) {
             sim_tl_add(drv.slot_tl[phys], start, end);

@@ -191,6 +191,7 @@ struct sim_driver {
     int slot;
     struct sim_tl_dev *tl[SIM_MAX_DEVICES];   /* the device timelines (shared or private) */
     struct sim_tl *slot_tl[SIM_MAX_DEVICES];  /* this process's, in the state file, or NULL */
+    unsigned long long last_start[SIM_MAX_DEVICES]; /* start of this process's last kernel */
     struct zone zone[2];
     struct region **live;
     size_t nlive, caplive;
@@ -279,7 +280,8 @@ int ctx_queues_init(struct sim_ctx *c);
 /* Point drv.tl/slot_tl at the state file or a private timeline (cuInit). */
 void timeline_init(void);
 /* Queue a kernel of `ns` nanoseconds on stream `s`; blocks while the stream
- * has queue_depth kernels pending or the device's queue is full. */
+ * has queue_depth kernels pending, while this process's last kernel starts
+ * more than a time slice from now, or while the device's queue is full. */
 CUresult launch_work(CUstream s, unsigned long long ns);
 /* The duration of one launch of `f` with these parameters. */
 CUresult kernel_duration(CUfunction f, void **params, void **extra, unsigned long long *ns);

@@ -30,6 +30,7 @@ struct sim_config {
     char state[SIM_PATH_LEN];                        /* "" when unset */
     unsigned long long kernel_ns;                    /* CGPU_SIM_KERNEL_NS */
     unsigned int queue_depth;                        /* CGPU_SIM_QUEUE_DEPTH */
+    unsigned long long timeslice_ns;                 /* CGPU_SIM_TIMESLICE_NS */
 };
 
 /* PCI location of simulated device i (domain 0, device 0, function 0). */

@@ -340,6 +340,13 @@ int sim_config_load(struct sim_config *cfg)
             ERR("CGPU_SIM_KERNEL_NS", "invalid duration '%s' (0..%llu ns)", v, SIM_TL_MAX_KERNEL_NS);
         cfg->kernel_ns = (unsigned long long)ns;
     }
+    cfg->timeslice_ns = 10000000;
+    if ((v = getenv("CGPU_SIM_TIMESLICE_NS"))) {
+        long ns;
+        if (parse_int(v, 0, 1000000000L, &ns))
+            ERR("CGPU_SIM_TIMESLICE_NS", "invalid time slice '%s' (0..1000000000 ns)", v);
+        cfg->timeslice_ns = (unsigned long long)ns;
+    }
     cfg->queue_depth = 1024;
     if ((v = getenv("CGPU_SIM_QUEUE_DEPTH"))) {
         long q;

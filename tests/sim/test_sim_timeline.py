@@ -8,6 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from simkit import json_out, run_py, sim_environ
 
 MS = 1_000_000
@@ -18,8 +19,9 @@ def test_stream_event_and_sync_semantics(run_timeline) -> None:
 
 
 def test_every_launch_path_takes_its_duration(run_timeline) -> None:
-    assert json_out(run_timeline("paths"))["other_ms"] < 5  # other kernels: 0 ns by default
-    other = json_out(run_timeline("paths", kernel_ns=2 * MS))["other_ms"]
+    # No time slice: one process queues all its launches at once.
+    assert json_out(run_timeline("paths", timeslice_ns=0))["other_ms"] < 5  # 0 ns by default
+    other = json_out(run_timeline("paths", timeslice_ns=0, kernel_ns=2 * MS))["other_ms"]
     assert 20 <= other < 40  # ten kernels of CGPU_SIM_KERNEL_NS each
 
 
@@ -28,14 +30,19 @@ def test_stream_wait_event_orders_across_devices(run_timeline) -> None:
 
 
 def test_bad_timeline_settings_fail_cuinit(run_timeline) -> None:
-    for key, value in (("kernel_ns", "fast"), ("kernel_ns", 11_000 * MS), ("queue_depth", 0)):
+    for key, value in (
+        ("kernel_ns", "fast"),
+        ("kernel_ns", 11_000 * MS),
+        ("queue_depth", 0),
+        ("timeslice_ns", -1),
+    ):
         proc = run_timeline("paths", check=False, **{key: value})
         assert proc.returncode != 0
         assert f"CGPU_SIM_{key.upper()}" in proc.stderr
 
 
 def test_a_full_queue_blocks_the_launcher(run_timeline) -> None:
-    r = json_out(run_timeline("queue", queue_depth=4))
+    r = json_out(run_timeline("queue", queue_depth=4, timeslice_ns=0))
     assert r["four_ms"] < 10  # four pending launches return at once
     assert 45 <= r["five_ms"] < 80  # the fifth waits for the first 50 ms kernel
 
@@ -127,8 +134,9 @@ KILLED = """
     import json, os, signal, subprocess, sys, time
     import pynvml as N
     exe = sys.argv[1]
+    # No time slice for it: it queues a whole second of work at once.
     hold = subprocess.Popen([exe, "hold", str(100_000_000), "10"], stdout=subprocess.PIPE,
-                            text=True)
+                            text=True, env={**os.environ, "CGPU_SIM_TIMESLICE_NS": "0"})
     assert hold.stdout.readline().startswith("queued")
     os.kill(hold.pid, signal.SIGKILL)
     hold.wait()
@@ -179,7 +187,7 @@ SATURATE = """
     h = N.nvmlDeviceGetHandleByIndex(0)
     start = time.monotonic_ns() + 300_000_000
     seen = int(time.time() * 1e6) + 300_000
-    procs = [subprocess.Popen([exe, "saturate", "10000", "1200", str(start)],
+    procs = [subprocess.Popen([exe, "saturate", sys.argv[2], "1200", str(start)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for _ in range(4)]
     time.sleep(1.45)
@@ -194,13 +202,17 @@ SATURATE = """
 """
 
 
-def test_saturating_processes_share_the_gpu(timeline_probe, simlib, tmp_path, pynvml_ok):
-    # Four processes launch 10 µs kernels as fast as they can for 1.2 s: the GPU is full and
-    # each gets a quarter (the queue depth keeps every launcher in turn).
-    proc = run_py(
-        simlib, SATURATE.replace("sys.argv[1]", repr(str(timeline_probe))), state=tmp_path / "s"
-    )
+@pytest.mark.parametrize("kernel_ns", [10_000, 20 * MS])
+def test_saturating_processes_share_the_gpu(
+    timeline_probe, simlib, tmp_path, pynvml_ok, kernel_ns: int
+) -> None:
+    # Four processes launch kernels as fast as they can for 1.2 s: the GPU is full and, as
+    # each queues at most a time slice ahead, they take turns: a quarter each.
+    code = SATURATE.replace("sys.argv[1]", repr(str(timeline_probe)))
+    proc = run_py(simlib, code.replace("sys.argv[2]", repr(str(kernel_ns))), state=tmp_path / "s")
     assert proc.returncode == 0, proc.stderr
     r = json_out(proc)
     assert r["gpu"] >= 98 and r["pids"]
-    assert all(22 <= u <= 28 for u in r["util"]) and 96 <= sum(r["util"]) <= 100, r["util"]
+    slack = 2 if kernel_ns < MS else 5  # a 20 ms kernel is 1.7 points of the window
+    assert all(abs(u - 25) <= slack for u in r["util"]), r["util"]
+    assert 96 <= sum(r["util"]) <= 102, r["util"]
