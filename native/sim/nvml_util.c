@@ -68,7 +68,8 @@ static int proc_busy(int i, unsigned long long last_seen, struct proc_busy *out,
     unsigned long long real = (unsigned long long)rt.tv_sec * 1000000000ULL + (unsigned long long)rt.tv_nsec;
     unsigned long long b1 = mono / SIM_TL_BUCKET_NS, b0 = b1 - SIM_TL_HISTORY;
     unsigned long long seen_mono = last_seen * 1000ULL + mono > real ? last_seen * 1000ULL + mono - real : 0;
-    unsigned long long seen_b = (seen_mono + SIM_TL_BUCKET_NS - 1) / SIM_TL_BUCKET_NS;
+    /* The nearest bucket boundary: a timeStamp handed back starts where it ended. */
+    unsigned long long seen_b = (seen_mono + SIM_TL_BUCKET_NS / 2) / SIM_TL_BUCKET_NS;
     if (seen_b > b0)
         b0 = seen_b;
     *end_us = (b1 * SIM_TL_BUCKET_NS + real - mono) / 1000ULL;
