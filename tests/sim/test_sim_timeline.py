@@ -213,6 +213,8 @@ def test_saturating_processes_share_the_gpu(
     assert proc.returncode == 0, proc.stderr
     r = json_out(proc)
     assert r["gpu"] >= 98 and r["pids"]
-    slack = 2 if kernel_ns < MS else 5  # a 20 ms kernel is 1.7 points of the window
+    # A launcher kept off the CPU longer than its queued work (~10 ms) loses device time,
+    # which on a busy machine costs a few points; a 20 ms kernel is 1.7 points of the window.
+    slack = 4 if kernel_ns < MS else 5
     assert all(abs(u - 25) <= slack for u in r["util"]), r["util"]
     assert 96 <= sum(r["util"]) <= 102, r["util"]
