@@ -242,12 +242,14 @@ static int cmd_saturate(int argc, char **argv)
     CUstream s;
     OK(cuStreamCreate(&s, 0));
     sleep_until(start);
+    unsigned long long late = now_ns() - start;
     while (now_ns() < start + span) {
         OK(busy(s, ns));
         n++;
     }
     OK(cuStreamSynchronize(s));
-    printf("{\"pid\": %d, \"kernels\": %llu, \"end\": %llu}\n", (int)getpid(), n, now_ns());
+    printf("{\"pid\": %d, \"kernels\": %llu, \"late_ns\": %llu, \"end\": %llu}\n", (int)getpid(),
+           n, late, now_ns());
     fflush(stdout);
     while (getchar() != EOF)
         ;

@@ -185,12 +185,12 @@ SATURATE = """
     exe = sys.argv[1]
     N.nvmlInit()
     h = N.nvmlDeviceGetHandleByIndex(0)
-    start = time.monotonic_ns() + 300_000_000
-    seen = int(time.time() * 1e6) + 300_000
+    start = time.monotonic_ns() + 600_000_000
+    seen = int(time.time() * 1e6) + 600_000
     procs = [subprocess.Popen([exe, "saturate", sys.argv[2], "1200", str(start)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for _ in range(4)]
-    time.sleep(1.45)
+    time.sleep(1.75)
     samples = {s.pid: s.smUtil for s in N.nvmlDeviceGetProcessUtilization(h, seen)}
     gpu = N.nvmlDeviceGetUtilizationRates(h).gpu
     runs = [json.loads(p.stdout.readline()) for p in procs]
@@ -198,6 +198,7 @@ SATURATE = """
         p.stdin.close()
         p.wait()
     print(json.dumps({"gpu": gpu, "util": sorted(samples.values()),
+                      "late_ms": [r["late_ns"] / 1e6 for r in runs],
                       "pids": sorted(samples) == sorted(r["pid"] for r in runs)}))
 """
 
@@ -216,5 +217,5 @@ def test_saturating_processes_share_the_gpu(
     # A launcher kept off the CPU longer than its queued work (~10 ms) loses device time,
     # which on a busy machine costs a few points; a 20 ms kernel is 1.7 points of the window.
     slack = 4 if kernel_ns < MS else 5
-    assert all(abs(u - 25) <= slack for u in r["util"]), r["util"]
-    assert 96 <= sum(r["util"]) <= 102, r["util"]
+    assert all(abs(u - 25) <= slack for u in r["util"]), r
+    assert 96 <= sum(r["util"]) <= 102, r
