@@ -118,6 +118,18 @@ static int cmd_semantics(void)
     OK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
     CHECK(now_ns() - t0 >= 20 * MS);
 
+    /* A synchronous copy waits for the context's work; an asynchronous one does not. */
+    CUdeviceptr dp;
+    char host[64];
+    OK(cuMemAlloc(&dp, sizeof host));
+    t0 = now_ns();
+    OK(busy(s1, 30 * MS));
+    OK(cuMemcpyDtoHAsync(host, dp, sizeof host, s2));
+    CHECK(now_ns() - t0 < 5 * MS);
+    OK(cuMemcpyDtoH(host, dp, sizeof host));
+    CHECK(now_ns() - t0 >= 30 * MS);
+    OK(cuMemFree(dp));
+
     /* A host function runs after the work queued before it. */
     t0 = now_ns();
     OK(busy(s1, 30 * MS));
