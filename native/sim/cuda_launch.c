@@ -1,4 +1,5 @@
-/* The simulated CUDA driver (libcuda.so.1). Modules and kernel launch. */
+/* The simulated CUDA driver (libcuda.so.1).  Kernel launch: validates the
+ * stream and returns at once (modules are not modelled: see cuda_stubs.c). */
 #include "cuda_sim.h"
 
 /* ------------------------------------------------------------------------ */

@@ -11,7 +11,7 @@ Writes, next to this script:
                   return CUDA_ERROR_NOT_SUPPORTED)
   sim_errors.inc  cuGetErrorName/String, from cuda.h
   nvml_stubs.inc  every NVML function nvidia-ml-py binds (and cgpu_nvml.h
-                  declares) that nvml_sim.c does not implement
+                  declares) that no nvml_*.c file implements
 
 The driver's export set comes from the PFN typedefs of cudaTypedefs.h and its
 siblings (profiler, GL, EGL, VDPAU), by the rules the real driver follows:
@@ -20,7 +20,7 @@ siblings (profiler, GL, EGL, VDPAU), by the rules the real driver follows:
   * PFN_<base>_v<ver>_ptsz / _ptds is the per-thread-default-stream variant of
     the newest plain variant introduced at or before <ver>, with the suffix.
 A function counts as implemented when a cuda_*.c file defines it with SIM_API
-(nvml_sim.c for NVML).  Every variant of an implemented base must be
+(nvml_*.c for NVML).  Every variant of an implemented base must be
 implemented (else a lookup at an old version would silently hand out a stub);
 the script refuses otherwise.
 """
@@ -190,7 +190,10 @@ def main() -> None:
         "/* SIM_ERR(code, name, text) */",
         *(f'SIM_ERR({v}, "{n}", "{t}")' for n, v, t in errs),
     ])
-    nvml_impl = implemented([HERE / "nvml_sim.c"], r"(?:nvmlReturn_t|const\s+char)")
+    nvml_impl = implemented(
+        [f for f in HERE.glob("nvml_*.c") if f.name != "nvml_stubs.c"],
+        r"(?:nvmlReturn_t|const\s+char)",
+    )
     write("nvml_stubs.inc", "nvidia-ml-py's pynvml.py and cgpu_nvml.h", [
         "/* NVML_STUB(symbol) */",
         *(f"NVML_STUB({n})" for n in sorted(nvml_names(pynvml_py) - nvml_impl)),

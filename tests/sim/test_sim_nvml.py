@@ -125,7 +125,12 @@ def test_cross_process_usage_via_state_file(
             m = N.nvmlDeviceGetMemoryInfo(h)
             ps = {p.pid: p.usedGpuMemory for p in N.nvmlDeviceGetComputeRunningProcesses(h)}
             ps2 = {p.pid: p.usedGpuMemory for p in N.nvmlDeviceGetComputeRunningProcesses_v2(h)}
-            assert ps == ps2
+            ps3 = {p.pid: p.usedGpuMemory for p in N.nvmlDeviceGetComputeRunningProcesses_v3(h)}
+            assert ps == ps2 == ps3
+            # No graphics clients and no MPS server on the simulator.
+            assert N.nvmlDeviceGetGraphicsRunningProcesses(h) == []
+            assert N.nvmlDeviceGetGraphicsRunningProcesses_v3(h) == []
+            assert N.nvmlDeviceGetMPSComputeRunningProcesses_v3(h) == []
             print(json.dumps({"used": m.used, "procs": {str(k): v for k, v in ps.items()}}))
         """
         proc = subprocess.run(
@@ -208,3 +213,48 @@ def test_xid_fault_injection(simlib: Path, tmp_path: Path, pynvml_ok) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == ["timeout", [1, 79], [0, 48], "partial", [0, 63]]
     assert time.monotonic() - t0 < 10
+
+
+def test_nvml_status_readings(simlib: Path, pynvml_ok) -> None:
+    """What nvidia-smi, gpustat and nvitop show for a healthy, idle data-centre GPU."""
+    code = """
+        import json, pynvml as N
+        N.nvmlInit()
+        h = N.nvmlDeviceGetHandleByIndex(0)
+        out = {
+            "limit": N.nvmlDeviceGetPowerManagementLimit(h),
+            "enforced": N.nvmlDeviceGetEnforcedPowerLimit(h),
+            "constraints": list(N.nvmlDeviceGetPowerManagementLimitConstraints(h)),
+            "pstate": N.nvmlDeviceGetPerformanceState(h),
+            "persistence": N.nvmlDeviceGetPersistenceMode(h),
+            "compute_mode": N.nvmlDeviceGetComputeMode(h),
+            "display": [N.nvmlDeviceGetDisplayMode(h), N.nvmlDeviceGetDisplayActive(h)],
+            "ecc": list(N.nvmlDeviceGetEccMode(h)),
+            "ecc_errors": N.nvmlDeviceGetTotalEccErrors(h, 1, 1),
+            "temp": N.nvmlDeviceGetTemperatureV(h, N.NVML_TEMPERATURE_GPU),
+            "encoder": list(N.nvmlDeviceGetEncoderUtilization(h)),
+            "decoder": list(N.nvmlDeviceGetDecoderUtilization(h)),
+        }
+        try:
+            N.nvmlDeviceGetFanSpeed(h)
+        except N.NVMLError_NotSupported:
+            out["fan"] = "not supported"
+        print(json.dumps(out))
+    """
+    proc = run_py(simlib, code)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {
+        "limit": 700000,
+        "enforced": 700000,
+        "constraints": [200000, 700000],
+        "pstate": 0,
+        "persistence": 1,
+        "compute_mode": 0,
+        "display": [0, 0],
+        "ecc": [1, 1],
+        "ecc_errors": 0,
+        "temp": 40,
+        "encoder": [0, 167000],
+        "decoder": [0, 167000],
+        "fan": "not supported",
+    }
