@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from cgpu.core import gpus
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.hooks.emit import cgpu_argv
 from cgpu.hooks.errors import RequestError, one_line
@@ -29,6 +30,7 @@ class Config:
     hooks_dir: str = DEFAULT_HOOKS_DIR  # install only
     stage: str = STAGES[0]  # install only
     cgpu: str | None = None  # install only
+    simulate: bool = False  # the simulated GPU's NVML, for hosts without a driver
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
@@ -39,6 +41,7 @@ class Config:
             hooks_dir=getattr(args, "dir", DEFAULT_HOOKS_DIR),
             stage=getattr(args, "stage", STAGES[0]),
             cgpu=getattr(args, "cgpu", None),
+            simulate=bool(getattr(args, "simulate", False)),
         )
 
 
@@ -47,6 +50,12 @@ def _state_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
         "--state-dir",
         default=default,
         help=f"where container directories live (default {DEFAULT_STATE_DIR})",
+    )
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        default=False if default is not argparse.SUPPRESS else argparse.SUPPRESS,
+        help="read GPUs from cgpu's simulated GPU (hosts without a driver: tests, demos)",
     )
 
 
@@ -79,9 +88,14 @@ def hook(config: Config) -> int:
     state_dir = config.state_dir
     try:
         if config.action == "install":
-            path = install(config.hooks_dir, cgpu_argv(config.cgpu), str(state_dir), config.stage)
+            path = install(
+                config.hooks_dir, cgpu_argv(config.cgpu), str(state_dir), config.stage,
+                simulate=config.simulate,
+            )
             print(path)
             return 0
+        if config.simulate:
+            gpus.use_simulator()
         if config.action == "sweep":
             for key in sweep(state_dir):
                 print(f"removed {key}")

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in runc busybox-static prometheus cmake gcc make; do
+for pkg in runc busybox-static podman prometheus cmake gcc g++ make; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -25,4 +25,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q ".[test]"
+# The CUDA and NVML clients tests/clients runs (pinned in tests/clients/requirements.txt).
+bash scripts/install-clients.sh
 echo "setup: cgpu installed in $(pwd)/.venv ($(.venv/bin/cgpu shim-path))"
