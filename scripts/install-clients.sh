@@ -62,12 +62,17 @@ if [ -n "$(echo "pycuda==$v" | missing)" ]; then
     ln -s "$sim/libcuda.so.1" "$src/link/libcuda.so"
     "$PY" -m pip download -q --no-deps --no-binary pycuda "pycuda==$v" -d "$src"
     tar -C "$src" -xzf "$src/pycuda-$v.tar.gz"
-    (
+    log="$CACHE/pycuda-build.log"
+    if ! (
       cd "$src/pycuda-$v"
       "$PY" configure.py --cuda-root="$cuda_root" \
-        --cudadrv-lib-dir="$src/link" --no-cuda-enable-curand >/dev/null
-      "$PY" -m pip wheel -q --no-deps -w "$CACHE/wheels" . >/dev/null
-    )
+        --cudadrv-lib-dir="$src/link" --no-cuda-enable-curand
+      "$PY" -m pip wheel -q --no-deps -w "$CACHE/wheels" .
+    ) >"$log" 2>&1; then
+      tail -n 40 "$log" >&2
+      echo "clients: building pycuda failed (full log: $log)" >&2
+      exit 1
+    fi
     wheel="$(ls "$CACHE"/wheels/pycuda-"$v"-*.whl | head -1)"
     rm -rf "$src"
   fi
