@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cgpu.native import load
+from cgpu.core.native import load
 
 MAX_ORDINALS = 16
 _KIND_NONE, _KIND_FIXED, _KIND_SHARE, _KIND_DISABLED = 0, 1, 2, 3
