@@ -152,9 +152,15 @@ NUMBA_FILL = """
         info = ctx.get_memory_info()
         return info.free, info.total
 
+    # IPC is among the driver symbols the ctypes binding binds at import; use it once.
+    probe = cuda.device_array(1 << 20, dtype=np.uint8)
+    ipc = probe.get_ipc_handle()
+    release([probe])
+    del probe
+
     result = inside.exercise(lambda: cuda.device_array(inside.CHUNK, dtype=np.uint8), release,
                              mem_info)
-    inside.report(implementation=cuda.implementation, **result)
+    inside.report(implementation=cuda.implementation, ipc=type(ipc).__name__, **result)
 """
 
 
@@ -162,7 +168,7 @@ def test_numba_cuda(run_client: Run) -> None:
     """numba-cuda, NVIDIA's target, on cuda-bindings."""
     require("numba-cuda")
     result = run_client(NUMBA_FILL, numba_cuda=True)
-    assert result["implementation"] == "NVIDIA"
+    assert (result["implementation"], result["ipc"]) == ("NVIDIA", "IpcArrayHandle")
     check_fill(result, "numba.cuda.cudadrv.driver.CudaAPIError", "CUDA_ERROR_OUT_OF_MEMORY")
 
 
@@ -170,7 +176,7 @@ def test_numba_builtin_target_ctypes_binding(run_client: Run) -> None:
     """numba's own numba.cuda with its ctypes binding, which binds driver symbols at import."""
     require("numba")
     result = run_client(NUMBA_FILL, env={"NUMBA_CUDA_USE_NVIDIA_BINDING": "0"})
-    assert result["implementation"] == "Built-in"
+    assert (result["implementation"], result["ipc"]) == ("Built-in", "IpcArrayHandle")
     check_fill(result, "numba.cuda.cudadrv.driver.CudaAPIError", "CUDA_ERROR_OUT_OF_MEMORY")
 
 
