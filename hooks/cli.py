@@ -45,7 +45,8 @@ class Config:
         )
 
 
-def _state_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
+def _common_options(parser: argparse.ArgumentParser, default: object) -> None:
+    """--state-dir and --simulate; sub-actions take them too (SUPPRESS: the parent's stand)."""
     parser.add_argument(
         "--state-dir",
         default=default,
@@ -54,7 +55,7 @@ def _state_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
     parser.add_argument(
         "--simulate",
         action="store_true",
-        default=False if default is not argparse.SUPPRESS else argparse.SUPPRESS,
+        default=argparse.SUPPRESS if default is argparse.SUPPRESS else False,
         help="read GPUs from cgpu's simulated GPU (hosts without a driver: tests, demos)",
     )
 
@@ -65,14 +66,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "With no ACTION, cgpu hook is a prestart/createRuntime hook: it reads the OCI state on "
         "stdin (and removes the container's directory when the state says stopped)."
     )
-    _state_dir_option(parser, DEFAULT_STATE_DIR)
+    _common_options(parser, DEFAULT_STATE_DIR)
     sub = parser.add_subparsers(dest="action", metavar="[ACTION]")
     stop = sub.add_parser("poststop", help="remove a stopped container's directory")
-    _state_dir_option(stop, argparse.SUPPRESS)
+    _common_options(stop, argparse.SUPPRESS)
     swp = sub.add_parser("sweep", help="remove the directories of containers that are gone")
-    _state_dir_option(swp, argparse.SUPPRESS)
+    _common_options(swp, argparse.SUPPRESS)
     inst = sub.add_parser("install", help="write the hooks.d file for podman and CRI-O")
-    _state_dir_option(inst, argparse.SUPPRESS)
+    _common_options(inst, argparse.SUPPRESS)
     inst.add_argument("--dir", default=DEFAULT_HOOKS_DIR, help=f"default {DEFAULT_HOOKS_DIR}")
     inst.add_argument("--stage", choices=STAGES, default=STAGES[0], help="default %(default)s")
     inst.add_argument("--cgpu", help="the cgpu executable the runtime runs (default: this one)")

@@ -117,6 +117,7 @@ def _leftovers(state_dir: Path) -> list[str]:
 def test_hooks_d_limits_a_container(podman: Podman, state_dir: Path) -> None:
     entry = _install_hook(podman, state_dir)
     assert entry["stages"] == ["createRuntime", "poststop"]
+    assert entry["hook"]["args"][1:] == ["hook", "--state-dir", str(state_dir), "--simulate"]
     result = podman.run({"CGPU_MEM_LIMIT": "160MiB"}, IMAGE, *probe_script("init", "fill",
                         str(CHUNK), "info"))  # fmt: skip
     assert result.returncode == 0, result.stderr
