@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from conftest import require
+from clientkit import require
 from inside import CHUNK, SLICE
 
 Run = Callable[..., dict[str, Any]]

@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from conftest import require
+from clientkit import require
 from inside import SLICE
 
 Run = Callable[..., dict[str, Any]]
