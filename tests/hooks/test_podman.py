@@ -146,7 +146,7 @@ def test_hooks_d_refuses_a_malformed_request(podman: Podman, state_dir: Path) ->
     result = podman.run({"CGPU_MEM_LIMIT": "4 GB"}, IMAGE, "/bin/echo", "started")
     assert result.returncode != 0
     assert "started" not in result.stdout
-    assert "cgpu hook: CGPU_MEM_LIMIT: malformed size '4 GB'" in result.stderr
+    assert "cgpu hook: CGPU_MEM_LIMIT=4 GB is malformed" in result.stderr
     assert _leftovers(state_dir) == []
 
 
