@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hook": ("hooks.cli", "OCI runtime hook that injects the shim"),
     "cdi": ("hooks.cdi", "write a CDI spec that injects the shim"),
     "exporter": ("cgpu.exporter.cli", "serve Prometheus metrics"),
+    "scheduler-extender": ("cgpu.scheduler.cli", "serve the kube-scheduler extender (gpushare)"),
 }
 
 
