@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +50,9 @@ class Informer:
         response = self._response
         if response is not None:
             with contextlib.suppress(Exception):  # a socket that is already gone
+                # Shutting the socket down wakes the thread blocked reading the watch.
+                response.connection.sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(Exception):
                 response.close()
         self._thread.join(timeout=5)
 

@@ -40,6 +40,7 @@ class ExtenderServer:
         self.healthy = healthy
         self.httpd = ThreadingHTTPServer((address, port), self._handler())
         self.httpd.daemon_threads = True
+        self.httpd.block_on_close = False  # idle keep-alive connections must not block stop()
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property

@@ -81,6 +81,7 @@ class FakeApiServer:
         self._lock = threading.Lock()
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
+        self.httpd.block_on_close = False  # idle keep-alive connections must not block close()
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
