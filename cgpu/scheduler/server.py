@@ -22,6 +22,12 @@ MAX_BODY = 256 << 20  # a NodeList of 5,000 full node objects fits well within t
 VERBS = {f"{PREFIX}/{verb}": verb for verb in ("filter", "prioritize", "bind")}
 
 
+class _HttpServer(ThreadingHTTPServer):
+    request_queue_size = 256  # kube-scheduler sends many requests at once
+    daemon_threads = True
+    block_on_close = False  # idle keep-alive connections must not block stop()
+
+
 class ExtenderServer:
     """Serve the extender on (address, port); port 0 picks a free one."""
 
@@ -38,9 +44,7 @@ class ExtenderServer:
         self.state = state
         self.metrics = metrics
         self.healthy = healthy
-        self.httpd = ThreadingHTTPServer((address, port), self._handler())
-        self.httpd.daemon_threads = True
-        self.httpd.block_on_close = False  # idle keep-alive connections must not block stop()
+        self.httpd = _HttpServer((address, port), self._handler())
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
 
     @property

@@ -69,6 +69,12 @@ class Fault:
     times: int = 1
 
 
+class _HttpServer(ThreadingHTTPServer):
+    request_queue_size = 256
+    daemon_threads = True
+    block_on_close = False  # idle keep-alive connections must not block close()
+
+
 class FakeApiServer:
     """Pods and nodes in memory, served over HTTP on 127.0.0.1."""
 
@@ -79,9 +85,7 @@ class FakeApiServer:
         self.faults: list[Fault] = []
         self.bindings_swallowed = False  # reply 201 to bindings but do not bind (a lost write)
         self._lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.httpd.daemon_threads = True
-        self.httpd.block_on_close = False  # idle keep-alive connections must not block close()
+        self.httpd = _HttpServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
