@@ -87,7 +87,7 @@ class Binder:
 
     def _fetch(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
         record = self.state.pod(namespace, name)
-        if record is not None and (not uid or record.uid == uid) and not record.node:
+        if record is not None and record.raw is not None and (not uid or record.uid == uid):
             return record.raw
         try:
             pod = self.api.get_pod(namespace, name)

@@ -57,16 +57,15 @@ class Informer:
         self._thread.join(timeout=5)
 
     def _relist(self) -> str:
-        body = self.api.list(self.resource)
-        items = list(body.get("items") or [])
+        listing = self.api.list(self.resource)
         if self.resource == "pods":
-            self.state.replace_pods(items)
+            self.state.replace_pods(listing)
         else:
-            self.state.replace_nodes(items)
+            self.state.replace_nodes(listing)
         self.relists += 1
         self.synced.set()
         self._on_event("relist")
-        return str((body.get("metadata") or {}).get("resourceVersion") or "")
+        return listing.resource_version
 
     def _apply(self, event: dict[str, Any]) -> str | None:
         """Apply one watch event; the new resourceVersion, or None when a re-list is needed."""

@@ -16,6 +16,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 WATCH_SECONDS = 300
+LIST_PAGE = 500
 
 
 class KubeError(Exception):
@@ -69,11 +70,9 @@ class KubeApi:
         except ValueError as err:
             raise KubeError(f"{what}: malformed response: {err}") from err
 
-    def list(self, resource: str) -> dict[str, Any]:
-        """The full list of `pods` or `nodes` (items and metadata.resourceVersion)."""
-        if resource == "pods":
-            return self._json("list pods", self.core.list_pod_for_all_namespaces)
-        return self._json("list nodes", self.core.list_node)
+    def list(self, resource: str, page: int = LIST_PAGE) -> ListResult:
+        """The full list of `pods` or `nodes`, read in pages as client-go's reflector does."""
+        return ListResult(self, resource, page)
 
     def watch(self, resource: str, since: str) -> tuple[Any, Iterator[dict[str, Any]]]:
         """Open a watch from resourceVersion `since`: (response to close, events)."""
@@ -119,6 +118,35 @@ class KubeApi:
             namespace,
             body,
         )
+
+
+class ListResult:
+    """Items of a paginated list; `resource_version` is the list's, known once iterated."""
+
+    def __init__(self, api: KubeApi, resource: str, page: int) -> None:
+        self.api = api
+        self.resource = resource
+        self.page = page
+        self.resource_version = ""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        core = self.api.core
+        fn = core.list_pod_for_all_namespaces if self.resource == "pods" else core.list_node
+        token = None
+        while True:
+            kwargs: dict[str, Any] = {"limit": self.page}
+            if token:
+                kwargs["_continue"] = token
+            body = self.api._json(f"list {self.resource}", fn, **kwargs)
+            meta = body.get("metadata") or {}
+            if not self.resource_version:
+                self.resource_version = str(meta.get("resourceVersion") or "")
+            items = body.get("items") or []
+            del body
+            yield from items
+            token = meta.get("continue")
+            if not token:
+                return
 
 
 def _events(response: Any) -> Iterator[dict[str, Any]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +86,7 @@ class PodRecord:
     phase: str
     deleting: bool
     resource_version: str
-    raw: dict[str, Any]  # metadata and spec, for bind (no status)
+    raw: dict[str, Any] | None  # metadata and spec of a pod not bound yet, for bind
 
     @property
     def active(self) -> bool:
@@ -152,7 +153,7 @@ class ClusterState:
             node.known = False
             node.refresh()
 
-    def replace_nodes(self, items: list[dict[str, Any]]) -> None:
+    def replace_nodes(self, items: Iterable[dict[str, Any]]) -> None:
         """A full node list (after a re-list): nodes absent from it are forgotten."""
         seen = set()
         for obj in items:
@@ -183,7 +184,7 @@ class ClusterState:
             phase=(obj.get("status") or {}).get("phase") or "",
             deleting=bool(meta.get("deletionTimestamp")),
             resource_version=str(meta.get("resourceVersion", "")),
-            raw={"metadata": meta, "spec": spec},
+            raw=None if spec.get("nodeName") else {"metadata": meta, "spec": spec},
         )
         with self.lock:
             old = self.pods.get(uid)
@@ -213,7 +214,7 @@ class ClusterState:
                 self._release(old.node, uid, confirmed_too=True)
             self._release_assumed(uid)
 
-    def replace_pods(self, items: list[dict[str, Any]]) -> None:
+    def replace_pods(self, items: Iterable[dict[str, Any]]) -> None:
         """A full pod list (after a re-list): pods absent from it are forgotten."""
         seen = set()
         for obj in items:

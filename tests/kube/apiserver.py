@@ -1,9 +1,9 @@
 """A local HTTP server that answers as the Kubernetes API server does, for pods and nodes.
 
 Grown from tests/deviceplugin/dp_apiserver.py. It serves, over real HTTP/1.1 on 127.0.0.1:
-- list and watch (`watch=true`, chunked JSON lines) of pods (all or one namespace) and nodes, with
-  `resourceVersion` (410 Gone for one older than the kept history), `timeoutSeconds`,
-  `fieldSelector` and `labelSelector`;
+- list (with `limit`/`continue` pages of one snapshot) and watch (`watch=true`, chunked JSON
+  lines) of pods (all or one namespace) and nodes, with `resourceVersion` (410 Gone for one older
+  than the kept history), `timeoutSeconds`, `fieldSelector` and `labelSelector`;
 - GET, POST (create), PUT, PATCH (merge, strategic merge, JSON patch) and DELETE of single pods and
   nodes, and of their `/status`; `pods/<name>/binding`, which sets spec.nodeName once;
 - a resourceVersion on every object and 409 Conflict when a write's resourceVersion is stale.
@@ -18,6 +18,7 @@ import queue
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -84,6 +85,7 @@ class FakeApiServer:
         self.hooks: list[Hook] = []
         self.faults: list[Fault] = []
         self.bindings_swallowed = False  # reply 201 to bindings but do not bind (a lost write)
+        self.continues: dict[str, tuple[list[Obj], int]] = {}  # paginated list snapshots
         self._lock = threading.Lock()
         self.httpd = _HttpServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -278,13 +280,31 @@ class Routes:
         return lambda obj: by_field(obj) and by_label(obj)
 
     def _list(self) -> None:
-        matches = self._matcher()
-        items, rv = self.api.store.snapshot(self.resource, self.ns)
+        """A list; with `limit`, one page of a consistent snapshot and a `continue` token."""
+        token = self.query.get("continue", "")
+        if token:
+            with self.api._lock:
+                snapshot, rv = self.api.continues.pop(token, (None, 0))
+            if snapshot is None:
+                return self.h._fail(410, "the provided continue parameter is too old", "Expired")
+        else:
+            matches = self._matcher()
+            objects, rv = self.api.store.snapshot(self.resource, self.ns)
+            snapshot = [obj for obj in objects if matches(obj)]
+        limit = int(self.query.get("limit") or 0)
+        metadata: Obj = {"resourceVersion": str(rv)}
+        items = snapshot
+        if 0 < limit < len(snapshot):
+            items, rest = snapshot[:limit], snapshot[limit:]
+            token = uuid.uuid4().hex
+            with self.api._lock:
+                self.api.continues[token] = (rest, rv)
+            metadata.update({"continue": token, "remainingItemCount": len(rest)})
         body = {
             "kind": f"{KINDS[self.resource]}List",
             "apiVersion": "v1",
-            "metadata": {"resourceVersion": str(rv)},
-            "items": [obj for obj in items if matches(obj)],
+            "metadata": metadata,
+            "items": items,
         }
         self.h._reply(200, body)
 

@@ -149,3 +149,19 @@ def test_too_old_resource_version_is_gone(kube_api, core) -> None:
     )
     (event,) = [json.loads(line) for line in reply.data.splitlines() if line.strip()]
     assert event["type"] == "ERROR" and event["object"]["code"] == 410
+
+
+def test_paginated_list_is_one_snapshot(kube_api, core) -> None:
+    for i in range(7):
+        kube_api.create("pods", gpu_pod(f"p{i}", 1))
+    first = core.list_pod_for_all_namespaces(limit=3)
+    assert len(first.items) == 3 and first.metadata._continue
+    kube_api.create("pods", gpu_pod("late", 1))  # not part of the snapshot being paged
+    names = [p.metadata.name for p in first.items]
+    token = first.metadata._continue
+    while token:
+        page = core.list_pod_for_all_namespaces(limit=3, _continue=token)
+        assert page.metadata.resource_version == first.metadata.resource_version
+        names += [p.metadata.name for p in page.items]
+        token = page.metadata._continue
+    assert sorted(names) == [f"p{i}" for i in range(7)]

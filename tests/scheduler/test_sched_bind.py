@@ -217,3 +217,16 @@ def test_watch_gone_leads_to_a_relist(kube_api, extender):
     kube_api.store.close_watches()
     wait_until(lambda: ext.state.nodes["n1"].view.free == (3,), what="re-list after 410")
     assert pods_informer.relists > lists
+
+
+def test_a_cluster_larger_than_a_list_page(kube_api, extender):
+    for i in range(3):
+        kube_api.create("nodes", gpu_node(f"n{i}", 8, 80))
+    for i in range(1300):  # three pages of 500
+        notes = {IDX: str(i % 8)}
+        kube_api.create("pods", gpu_pod(f"p{i}", 1, node=f"n{i % 3}", annotations=notes))
+    ext = extender()
+    gets = [p for m, p in kube_api.requests if m == "GET" and p == "/api/v1/pods"]
+    assert len(gets) >= 3
+    assert len(ext.state.pods) == 1300
+    assert sum(n["usedGPU"] for n in ext.state.inspect()["nodes"]) == 1300
