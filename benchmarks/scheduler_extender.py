@@ -20,6 +20,7 @@ latency), RSS <= 300 MB, rebuild <= 10 s.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import platform
@@ -97,11 +98,15 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def post(url: str, body: bytes) -> bytes:
-    request = urllib.request.Request(url, data=body, method="POST")
-    request.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(request, timeout=60) as reply:
-        return reply.read()
+class Client:
+    """One kept-alive HTTP connection, as kube-scheduler's extender client keeps one."""
+
+    def __init__(self, port: int) -> None:
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def post(self, path: str, body: bytes) -> bytes:
+        self.conn.request("POST", path, body, {"Content-Type": "application/json"})
+        return self.conn.getresponse().read()
 
 
 def free_port() -> int:
@@ -131,14 +136,14 @@ def start_extender(kubeconfig: Path, port: int) -> tuple[subprocess.Popen, float
         time.sleep(0.02)
 
 
-def bench_filter(url: str, api: FakeApiServer, nodes: int, count: int) -> list[float]:
+def bench_filter(client: Client, api: FakeApiServer, nodes: int, count: int) -> list[float]:
     names = [f"node-{n:04d}" for n in range(min(nodes, 1000))]
     timings = []
     for i in range(count):
         pod = api.create("pods", gpu_pod(f"pending-{i}", 8 if i % 2 else 16))
         body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}).encode()
         started = time.perf_counter()
-        reply = json.loads(post(f"{url}/gpushare-scheduler/filter", body))
+        reply = json.loads(client.post("/gpushare-scheduler/filter", body))
         timings.append(time.perf_counter() - started)
         assert not reply["Error"], reply["Error"]
     return timings
@@ -184,7 +189,7 @@ def bench_bind_in_memory(api: FakeApiServer, count: int, nodes: int) -> list[flo
     return timings
 
 
-def bench_bind_http(url: str, api: FakeApiServer, count: int, nodes: int) -> list[float]:
+def bench_bind_http(client: Client, api: FakeApiServer, count: int, nodes: int) -> list[float]:
     timings = []
     for i in range(count):
         pod = api.create("pods", gpu_pod(f"http-bind-{i}", 2, namespace="bench"))
@@ -193,7 +198,7 @@ def bench_bind_http(url: str, api: FakeApiServer, count: int, nodes: int) -> lis
                            "Node": f"node-{(i * 7) % nodes:04d}"}).encode()  # fmt: skip
         time.sleep(0.005)  # let the watch deliver the new pod, as it would have before a bind
         started = time.perf_counter()
-        reply = json.loads(post(f"{url}/gpushare-scheduler/bind", body))
+        reply = json.loads(client.post("/gpushare-scheduler/bind", body))
         timings.append(time.perf_counter() - started)
         assert not reply["Error"], reply["Error"]
     return timings
@@ -218,10 +223,10 @@ def main() -> int:
         port = free_port()
         proc, rebuild = start_extender(kubeconfig, port)
         try:
-            url = f"http://127.0.0.1:{port}"
-            filters = bench_filter(url, api, args.nodes, args.filters)
+            client = Client(port)
+            filters = bench_filter(client, api, args.nodes, args.filters)
             rss_mb = psutil.Process(proc.pid).memory_info().rss / 1e6
-            http_binds = bench_bind_http(url, api, args.http_binds, args.nodes)
+            http_binds = bench_bind_http(client, api, args.http_binds, args.nodes)
             rss_mb = max(rss_mb, psutil.Process(proc.pid).memory_info().rss / 1e6)
             # A second process: the time a restart takes with the whole cluster to list.
             proc2, rebuild2 = start_extender(kubeconfig, free_port())

@@ -5,7 +5,7 @@ Pure functions over a node's free units; no locking and no I/O here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .podspec import COUNT_RESOURCE, GpuRequest
 
@@ -24,6 +24,12 @@ class NodeView:
     free: tuple[int, ...]
     unplaced: int = 0
     error: str | None = None
+    largest: int = field(init=False)  # the most free units on one GPU
+    spare: int = field(init=False)  # free units on all GPUs, less the unplaced ones
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "largest", max(self.free, default=0))
+        object.__setattr__(self, "spare", sum(self.free) - self.unplaced)
 
     @property
     def capacity(self) -> int:
@@ -41,6 +47,22 @@ class Verdict:
     @property
     def fits(self) -> bool:
         return not self.reason
+
+
+FITS = Verdict()
+
+
+def check(view: NodeView, request: GpuRequest) -> Verdict:
+    """Whether the node can take the request now (FITS), without choosing GPUs: filter's path."""
+    if (
+        not view.error
+        and request.count == 1
+        and request.per_gpu <= view.largest
+        and request.total <= view.spare
+    ):
+        return FITS  # the common case, in a few comparisons
+    verdict = place(view, request, "binpack")
+    return FITS if verdict.fits else verdict
 
 
 def place(view: NodeView, request: GpuRequest, gpu_policy: str) -> Verdict:
@@ -61,20 +83,18 @@ def place(view: NodeView, request: GpuRequest, gpu_policy: str) -> Verdict:
         )
     candidates = [i for i, free in enumerate(view.free) if free >= need]
     if len(candidates) < count:
-        largest = max(view.free, default=0)
         if count == 1:
-            reason = f"no single GPU has {need} free units (largest free: {largest})"
+            reason = f"no single GPU has {need} free units (largest free: {view.largest})"
         else:
             reason = (
                 f"only {len(candidates)} of {gpus} GPUs have {need} free units, "
                 f"the pod needs {count} ({COUNT_RESOURCE}={count})"
             )
         return Verdict(reason=reason)
-    spare = sum(view.free) - view.unplaced
-    if view.unplaced and spare < request.total:
+    if view.unplaced and view.spare < request.total:
         return Verdict(
             reason=f"pods bound without a GPU index hold {view.unplaced} units: "
-            f"{max(spare, 0)} left, the pod needs {request.total}"
+            f"{max(view.spare, 0)} left, the pod needs {request.total}"
         )
     if gpu_policy == "spread":
         candidates.sort(key=lambda i: (-view.free[i], i))
@@ -87,7 +107,7 @@ def score(view: NodeView, request: GpuRequest, node_policy: str) -> int:
     """0..10: binpack favours the node left fullest, spread the node left emptiest."""
     if view.error or not view.capacity:
         return 0
-    used_after = view.capacity - sum(view.free) + view.unplaced + request.total
+    used_after = view.capacity - view.spare + request.total
     used_after = min(max(used_after, 0), view.capacity)
     ratio = used_after / view.capacity
     if node_policy == "spread":

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .binder import Binder, BindError
-from .fit import place, score
+from .fit import check, score
 from .metrics import Metrics
 from .podspec import SpecError, gpu_request
 from .state import ClusterState
@@ -111,13 +111,13 @@ class Handlers:
             if not self.synced():
                 result["Error"] = "the extender has not finished listing the cluster yet"
                 return result
-            policy = request.gpu_policy or self.gpu_policy
+            nodes = self.state.nodes
             for name in names:
-                node = self.state.nodes.get(name)
+                node = nodes.get(name)
                 if node is None:
                     failed[name] = UNKNOWN_NODE
                     continue
-                verdict = place(node.view, request, policy)
+                verdict = check(node.view, request)
                 if verdict.fits:
                     passed.append(name)
                 elif verdict.permanent:
@@ -148,14 +148,13 @@ class Handlers:
         except SpecError:
             return [{"Host": name, "Score": 0} for name in names]
         node_policy = request.node_policy or self.node_policy
-        gpu_policy = request.gpu_policy or self.gpu_policy
         out = []
         for name in names:
             node = self.state.nodes.get(name)
             value = 0
             if node is not None and request.total > 0:
                 view = node.view
-                if place(view, request, gpu_policy).fits:
+                if check(view, request).fits:
                     value = score(view, request, node_policy)
             out.append({"Host": name, "Score": value})
         return out

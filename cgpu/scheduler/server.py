@@ -68,6 +68,7 @@ class ExtenderServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go in two writes
 
             def log_message(self, fmt: str, *args: Any) -> None:
                 log.debug("%s " + fmt, self.address_string(), *args)

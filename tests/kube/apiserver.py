@@ -75,6 +75,13 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False  # idle keep-alive connections must not block close()
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-reply is normal here; anything else is reported."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
+
 
 class FakeApiServer:
     """Pods and nodes in memory, served over HTTP on 127.0.0.1."""
@@ -163,6 +170,7 @@ class FakeApiServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go in two writes
 
             def log_message(self, *args: Any) -> None:
                 pass
