@@ -3,7 +3,8 @@
 Serves a simulated cluster (N nodes x G GPUs, P running pods with gpushare annotations) from the
 test suite's fake API server (tests/kube), starts `cgpu scheduler-extender` as its own process
 against it, and measures:
-- rebuild: process start until /healthz says the first list is done (a restart's cost);
+- rebuild: process start until /healthz says the first list is done (a restart's cost), and
+  the list alone (nodes and pods into a fresh cache, in this process);
 - memory: the extender process's RSS once it holds the whole cluster;
 - filter: p50/p99 of POST /filter with a NodeNames list of 1,000 names (client side, over HTTP);
 - bind: p50/p99 of the extender's own work per bind (choose GPUs, assume, build the patch; the API
@@ -136,6 +137,20 @@ def start_extender(kubeconfig: Path, port: int) -> tuple[subprocess.Popen, float
         time.sleep(0.02)
 
 
+def bench_relist(kubeconfig: Path) -> float:
+    """Seconds for the extender's informers to list nodes and pods into a fresh ClusterState
+    (what a restart costs once the interpreter has started)."""
+    from cgpu.scheduler.kubeapi import KubeApi, load_configuration
+    from cgpu.scheduler.state import ClusterState
+
+    api = KubeApi(load_configuration(str(kubeconfig)))
+    started = time.perf_counter()
+    state = ClusterState()
+    state.replace_nodes(api.list("nodes"))
+    state.replace_pods(api.list("pods"))
+    return time.perf_counter() - started
+
+
 def bench_filter(client: Client, api: FakeApiServer, nodes: int, count: int) -> list[float]:
     names = [f"node-{n:04d}" for n in range(min(nodes, 1000))]
     timings = []
@@ -232,6 +247,7 @@ def main() -> int:
             proc2, rebuild2 = start_extender(kubeconfig, free_port())
             proc2.terminate()
             proc2.wait(timeout=30)
+            relist = bench_relist(kubeconfig)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -244,6 +260,8 @@ def main() -> int:
         f"Python {platform.python_version()}",
         "cluster_build_s": round(built, 2),
         "rebuild_s": round(max(rebuild, rebuild2), 2),
+        "relist_in_process_s": round(relist, 2),
+        "load_average": round(os.getloadavg()[0], 1),
         "rss_mb": round(rss_mb, 1),
         "filter_1000_names_ms": {
             "p50": round(statistics.median(filters) * 1e3, 2),
