@@ -41,28 +41,21 @@ print(n / (time.perf_counter() - t0))
 
 
 def rate(kind: str, n: int, env: dict[str, str]) -> float:
-    out = subprocess.run(
-        [sys.executable, "-c", WORKER, kind, str(n)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    out = subprocess.run([sys.executable, "-c", WORKER, kind, str(n)], env=env,
+                         capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawTextHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     bare = {k: v for k, v in os.environ.items() if not k.startswith("CGPU_")}
     bare["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
     with tempfile.TemporaryDirectory() as ledger:
-        shim = dict(
-            bare, LD_PRELOAD=str(shim_path()), CGPU_MEM_LIMIT="16GiB", CGPU_LEDGER_DIR=ledger
-        )
+        shim = dict(bare, LD_PRELOAD=str(shim_path()), CGPU_MEM_LIMIT="16GiB",
+                    CGPU_LEDGER_DIR=ledger)
         results: dict[str, dict[str, list[float]]] = {}
         for kind, n in (("alloc", 20000), ("launch", 200000)):
             results[kind] = {"bare": [], "shim": []}
