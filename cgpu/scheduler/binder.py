@@ -85,7 +85,9 @@ class Binder:
         self.gpu_policy = gpu_policy
         self.assume_timeout = assume_timeout
 
-    def _fetch(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
+    def _fetch(self, namespace: str, name: str, uid: str, node: str) -> dict[str, Any] | None:
+        """The pod to bind; None when it is already bound to `node` with its annotations
+        (kube-scheduler retried a bind that succeeded: nothing more to do)."""
         record = self.state.pod(namespace, name)
         if record is not None and record.raw is not None and (not uid or record.uid == uid):
             return record.raw
@@ -94,6 +96,10 @@ class Binder:
         except KubeError as err:
             reason = "pod_not_found" if err.status == 404 else "api_error"
             raise BindError(str(err), reason) from err
+        spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
+        done = spec.get("nodeName") == node and IDX in (meta.get("annotations") or {})
+        if done and (not uid or meta.get("uid") == uid):
+            return None
         self._check(pod, namespace, name, uid)
         return pod
 
@@ -111,7 +117,9 @@ class Binder:
 
     def bind(self, namespace: str, name: str, uid: str, node_name: str) -> BindResult:
         """Bind one pod to `node_name`, or raise BindError."""
-        pod = self._fetch(namespace, name, uid)
+        pod = self._fetch(namespace, name, uid, node_name)
+        if pod is None:
+            return BindResult(node_name, (), 0)
         uid = uid or (pod.get("metadata") or {}).get("uid", "")
         try:
             request = gpu_request(pod)

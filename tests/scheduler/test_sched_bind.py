@@ -138,10 +138,14 @@ def test_failed_binding_rolls_back_annotations_and_units(kube_api, extender):
     assert not set(GPUSHARE) & set(pod["metadata"].get("annotations") or {})
     assert not pod["spec"].get("nodeName")
     assert ext.state.inspect()["nodes"][0]["usedGPU"] == 0
-    # The next cycle succeeds; a second bind of the bound pod is refused without side effects.
+    # The next cycle succeeds. A retried bind to the same node succeeds without writing again;
+    # a bind to another node is refused.
     assert peer.schedule("default", "p").node == "n1"
-    error = peer.bind(kube_api.get("pods", "p"), "n1")
-    assert "already bound" in error
+    kube_api.create("nodes", gpu_node("n2", 1, 8))
+    writes = sum(m in ("PATCH", "POST") for m, _ in kube_api.requests)
+    assert peer.bind(kube_api.get("pods", "p"), "n1") == ""
+    assert "already bound to n1" in peer.bind(kube_api.get("pods", "p"), "n2")
+    assert sum(m in ("PATCH", "POST") for m, _ in kube_api.requests) == writes
 
 
 def test_assumed_units_are_released_when_the_bind_never_shows(kube_api, extender):
