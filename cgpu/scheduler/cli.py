@@ -69,7 +69,7 @@ def build(
     """Start informers, the reaper and the HTTP server; return the running extender."""
     state = ClusterState()
     metrics = Metrics()
-    informers = start_informers(api, state)
+    informers = start_informers(api, state, lambda resource: metrics.lists.labels(resource).inc())
     binder = Binder(state, api, gpu_policy, assume_timeout)
 
     def synced() -> bool:

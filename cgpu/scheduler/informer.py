@@ -64,6 +64,7 @@ class Informer:
             self.state.replace_nodes(listing)
         self.relists += 1
         self.synced.set()
+        log.info("listed %s (resourceVersion %s)", self.resource, listing.resource_version)
         self._on_event("relist")
         return listing.resource_version
 
@@ -121,9 +122,18 @@ class Informer:
                     response.release_conn()
 
 
-def start_informers(api: KubeApi, state: ClusterState) -> list[Informer]:
-    """Start the node and pod informers."""
-    informers = [Informer(api, "nodes", state), Informer(api, "pods", state)]
+def start_informers(
+    api: KubeApi, state: ClusterState, on_list: Callable[[str], None] | None = None
+) -> list[Informer]:
+    """Start the node and pod informers; `on_list(resource)` is called after each full list."""
+    informers = []
+    for resource in ("nodes", "pods"):
+
+        def on_event(kind: str, resource: str = resource) -> None:
+            if kind == "relist" and on_list is not None:
+                on_list(resource)
+
+        informers.append(Informer(api, resource, state, on_event))
     for informer in informers:
         informer.start()
     return informers

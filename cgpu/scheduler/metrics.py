@@ -40,6 +40,12 @@ class Metrics:
             ["verb"],
             registry=self.registry,
         )
+        self.lists = Counter(
+            "cgpu_extender_lists",
+            "Full lists of the API server (start, 410 Gone, watch errors), by resource",
+            ["resource"],
+            registry=self.registry,
+        )
         self.nodes = Gauge("cgpu_extender_nodes", "GPU nodes in the cache", registry=self.registry)
         self.pods = Gauge(
             "cgpu_extender_pods", "Pods asking for GPU memory in the cache", registry=self.registry

@@ -122,3 +122,31 @@ def test_cli_with_a_bad_kubeconfig_says_so(tmp_path):
     assert "no usable API-server configuration" in result.stderr
     assert "Traceback" not in result.stderr
     assert time.monotonic() - started < 30
+
+
+def test_before_the_first_list_it_is_not_ready_and_refuses_to_guess(tmp_path):
+    from kube.apiserver import FakeApiServer
+
+    from cgpu.scheduler.cli import build
+    from cgpu.scheduler.kubeapi import KubeApi, load_configuration
+
+    gone = FakeApiServer()
+    kubeconfig = gone.kubeconfig(tmp_path / "kubeconfig")
+    gone.close()  # nothing listens there any more
+    ext = build(KubeApi(load_configuration(str(kubeconfig)), timeout=1.0))
+    try:
+        url = url_of(ext)
+        assert get(f"{url}/healthz") == (503, "not synced")
+        status, body = post(f"{url}{PREFIX}/filter", {"Pod": gpu_pod("p", 1), "NodeNames": ["n"]})
+        assert status == 200 and "not finished listing" in body["Error"]
+        assert body["NodeNames"] is None
+    finally:
+        ext.stop()
+
+
+def test_lists_are_counted(kube_api, extender):
+    ext = extender()
+    status, text = get(f"{url_of(ext)}/metrics")
+    assert status == 200
+    assert 'cgpu_extender_lists_total{resource="pods"} 1.0' in text.splitlines()
+    assert 'cgpu_extender_lists_total{resource="nodes"} 1.0' in text.splitlines()
