@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hook": ("cgpu.hooks.cli", "OCI runtime hook that injects the shim"),
     "cdi": ("cgpu.hooks.cdi", "write a CDI spec that injects the shim"),
     "exporter": ("cgpu.exporter.cli", "serve Prometheus metrics"),
+    "scheduler-extender": ("cgpu.scheduler.cli", "serve the kube-scheduler extender (gpushare)"),
 }
 
 

@@ -1,0 +1,1 @@
+"""`kubectl inspect cgpu` (alias `kubectl inspect gpushare`): who holds which GPU memory."""

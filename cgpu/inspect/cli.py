@@ -1,0 +1,99 @@
+"""`kubectl-inspect-cgpu [-d] [-o json] [NODE]` (also installed as kubectl-inspect-gpushare)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .model import build_nodes
+from .render import as_json, details, summary
+
+TIMEOUT = 15.0
+
+
+class InspectError(Exception):
+    """Something to tell the user in one line."""
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Show GPU memory allocated on each node and GPU (gpushare)."
+    )
+    parser.add_argument("-d", "--details", action="store_true", help="list the pods on each node")
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument("node", nargs="?", help="only this node")
+    return parser
+
+
+def _core() -> Any:
+    from kubernetes import client, config
+
+    path = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    path = path.split(os.pathsep)[0]
+    if not Path(path).is_file():
+        raise InspectError(f"kubeconfig {path} not found; set KUBECONFIG")
+    configuration = client.Configuration()
+    try:
+        config.load_kube_config(config_file=path, client_configuration=configuration)
+    except Exception as err:  # the loader raises several unrelated types
+        raise InspectError(f"kubeconfig {path} is not usable: {err}") from None
+    configuration.retries = 0
+    return client.CoreV1Api(client.ApiClient(configuration)), configuration.host
+
+
+def _fetch(node: str | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    from kubernetes.client.exceptions import ApiException
+
+    core, host = _core()
+
+    def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            reply = fn(*args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs)
+            return json.loads(reply.data)
+        except ApiException as err:
+            if err.status == 404 and node:
+                raise InspectError(f'node "{node}" not found') from None
+            raise InspectError(
+                f"API server {host} refused: HTTP {err.status} {err.reason}"
+            ) from None
+        except ValueError as err:
+            raise InspectError(f"API server {host} sent malformed JSON: {err}") from None
+        except Exception as err:  # urllib3 and socket errors
+            reason = getattr(err, "reason", None) or err
+            raise InspectError(f"cannot reach the API server {host}: {reason}") from None
+
+    if node:
+        nodes = [call(core.read_node, node)]
+        pods = call(core.list_pod_for_all_namespaces, field_selector=f"spec.nodeName={node}")
+    else:
+        nodes = call(core.list_node).get("items") or []
+        pods = call(core.list_pod_for_all_namespaces)
+    return nodes, pods.get("items") or []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console scripts."""
+    prog = Path(sys.argv[0]).name if argv is None else "kubectl-inspect-cgpu"
+    args = _parser(prog).parse_args(argv)
+    try:
+        nodes, pods = _fetch(args.node)
+    except InspectError as err:
+        print("error: " + " ".join(str(err).split()), file=sys.stderr)  # one line
+        return 1
+    gpu_nodes = build_nodes(nodes, pods)
+    if args.output == "json":
+        print(json.dumps(as_json(gpu_nodes), indent=2))
+    elif args.details:
+        sys.stdout.write(details(gpu_nodes))
+    else:
+        sys.stdout.write(summary(gpu_nodes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

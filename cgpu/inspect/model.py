@@ -1,0 +1,152 @@
+"""GPU nodes and the pods on each GPU, from node and pod JSON (gpushare's rules).
+
+A node's GPU memory is its allocatable aliyun.com/gpu-mem (else capacity), split evenly over
+aliyun.com/gpu-count GPUs. A pod holds its containers' aliyun.com/gpu-mem on the GPU(s) of its
+ALIYUN_COM_GPU_MEM_IDX annotation (a comma list splits it evenly); with no usable index it is
+PENDING. Succeeded and Failed pods hold nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+MEM = "aliyun.com/gpu-mem"
+COUNT = "aliyun.com/gpu-count"
+IDX = "ALIYUN_COM_GPU_MEM_IDX"
+PENDING = -1
+MIB_THRESHOLD = 512  # a GPU of more units than this advertises MiB; fewer, GiB
+
+
+def _int(raw: Any) -> int:
+    text = str(raw if raw is not None else "").strip()
+    return int(text) if text.isdigit() else 0
+
+
+def _resource(node: dict[str, Any], name: str) -> int:
+    status = node.get("status") or {}
+    for section in ("allocatable", "capacity"):
+        value = (status.get(section) or {}).get(name)
+        if value is not None:
+            return _int(value)
+    return 0
+
+
+def pod_units(pod: dict[str, Any]) -> int:
+    """The pod's aliyun.com/gpu-mem: the sum over its containers' limits (else requests)."""
+    total = 0
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        raw = (resources.get("limits") or {}).get(MEM)
+        if raw is None:
+            raw = (resources.get("requests") or {}).get(MEM)
+        total += _int(raw)
+    return total
+
+
+@dataclass
+class PodShare:
+    """One pod and what it holds on each GPU index (PENDING for no index)."""
+
+    name: str
+    namespace: str
+    per_gpu: dict[int, int]
+
+
+@dataclass
+class Device:
+    """One GPU (or the PENDING pseudo-device)."""
+
+    index: int
+    total: int
+    used: int = 0
+    pods: list[PodShare] = field(default_factory=list)
+
+
+@dataclass
+class GpuNode:
+    """A node with aliyun.com/gpu-mem, its GPUs and its pods."""
+
+    name: str
+    internal_ip: str
+    first_address: str
+    gpu_count: int
+    total: int
+    devices: dict[int, Device] = field(default_factory=dict)
+    pods: list[PodShare] = field(default_factory=list)
+
+    @property
+    def per_gpu(self) -> int:
+        return self.total // self.gpu_count if self.gpu_count else 0
+
+    @property
+    def unit(self) -> str:
+        size = self.per_gpu or self.total
+        return "MiB" if size > MIB_THRESHOLD else "GiB"
+
+    @property
+    def used(self) -> int:
+        return sum(d.used for d in self.devices.values())
+
+    @property
+    def pending(self) -> Device | None:
+        return self.devices.get(PENDING)
+
+
+def _addresses(node: dict[str, Any]) -> tuple[str, str]:
+    addresses = (node.get("status") or {}).get("addresses") or []
+    internal = next(
+        (a.get("address", "") for a in addresses if a.get("type") == "InternalIP"), "unknown"
+    )
+    first = addresses[0].get("address", "unknown") if addresses else "unknown"
+    return internal, first
+
+
+def _indexes(pod: dict[str, Any]) -> list[int] | None:
+    raw = str(((pod.get("metadata") or {}).get("annotations") or {}).get(IDX, "")).strip()
+    parts = [p.strip() for p in raw.split(",")] if raw else []
+    if not parts or not all(p.isdigit() for p in parts):
+        return None
+    return [int(p) for p in parts]
+
+
+def build_nodes(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[GpuNode]:
+    """GPU nodes sorted by name, with every active pod placed on its GPU(s)."""
+    out: dict[str, GpuNode] = {}
+    for node in nodes:
+        total = _resource(node, MEM)
+        if total <= 0:
+            continue
+        name = (node.get("metadata") or {}).get("name", "")
+        internal, first = _addresses(node)
+        info = GpuNode(name, internal, first, _resource(node, COUNT), total)
+        for i in range(info.gpu_count):
+            info.devices[i] = Device(i, info.per_gpu)
+        out[name] = info
+    for pod in pods:
+        phase = (pod.get("status") or {}).get("phase")
+        info = out.get((pod.get("spec") or {}).get("nodeName") or "")
+        units = pod_units(pod)
+        if info is None or phase in ("Succeeded", "Failed") or units <= 0:
+            continue
+        indexes = _indexes(pod)
+        if indexes is None or any(i >= info.gpu_count for i in indexes):
+            per_gpu = {PENDING: units}
+        else:
+            per_gpu = {i: units // len(indexes) for i in indexes}
+        meta = pod.get("metadata") or {}
+        share = PodShare(meta.get("name", ""), meta.get("namespace", ""), per_gpu)
+        info.pods.append(share)
+        for index, amount in per_gpu.items():
+            device = info.devices.setdefault(index, Device(index, 0))
+            device.used += amount
+            device.pods.append(share)
+    for info in out.values():
+        info.pods.sort(
+            key=lambda p: (
+                min(p.per_gpu) if PENDING not in p.per_gpu else 1 << 30,
+                p.name,
+                p.namespace,
+            )
+        )
+    return [out[name] for name in sorted(out)]

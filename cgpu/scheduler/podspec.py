@@ -1,0 +1,152 @@
+"""What a pod asks of the GPUs: parsed from its JSON, failing closed on malformed input."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+MEM_RESOURCE = "aliyun.com/gpu-mem"
+COUNT_RESOURCE = "aliyun.com/gpu-count"  # a node capacity, and a pod label
+IDX = "ALIYUN_COM_GPU_MEM_IDX"
+POD_TOTAL = "ALIYUN_COM_GPU_MEM_POD"
+DEV = "ALIYUN_COM_GPU_MEM_DEV"
+ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"
+ASSUME_TIME = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
+GPUSHARE_ANNOTATIONS = (IDX, POD_TOTAL, DEV, ASSIGNED, ASSUME_TIME)
+NODE_POLICY = "cgpu.io/node-policy"
+GPU_POLICY = "cgpu.io/gpu-policy"
+POLICIES = ("binpack", "spread")
+
+_SUFFIX = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+}
+_QUANTITY = re.compile(r"^\+?(\d+)(k|M|G|T|Ki|Mi|Gi|Ti)?$")
+
+
+class SpecError(ValueError):
+    """A pod or node whose GPU fields cannot be honoured."""
+
+
+def quantity(raw: Any, what: str) -> int:
+    """A whole-number Kubernetes quantity ("4", "2k", "1Ki"); anything else is a SpecError."""
+    text = str(raw).strip()
+    match = _QUANTITY.match(text)
+    if not match:
+        raise SpecError(f"{what}={text!r} is not a whole number")
+    return int(match.group(1)) * _SUFFIX[match.group(2) or ""]
+
+
+def container_units(pod: dict[str, Any]) -> list[int]:
+    """aliyun.com/gpu-mem of each (non-init) container: its limit, else its request."""
+    units = []
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = (container or {}).get("resources") or {}
+        raw = (resources.get("limits") or {}).get(MEM_RESOURCE)
+        if raw is None:
+            raw = (resources.get("requests") or {}).get(MEM_RESOURCE)
+        name = (container or {}).get("name", "?")
+        units.append(0 if raw is None else quantity(raw, f"container {name} {MEM_RESOURCE}"))
+    return units
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """A pod's GPU memory: `total` units over `count` GPUs, `per_gpu` on each."""
+
+    total: int
+    count: int
+    node_policy: str | None = None
+    gpu_policy: str | None = None
+
+    @property
+    def per_gpu(self) -> int:
+        return self.total // self.count
+
+
+def _policy(annotations: dict[str, str], key: str) -> str | None:
+    raw = annotations.get(key)
+    if raw is None:
+        return None
+    if raw not in POLICIES:
+        raise SpecError(f"annotation {key}={raw!r} is not one of {', '.join(POLICIES)}")
+    return raw
+
+
+def gpu_request(pod: dict[str, Any]) -> GpuRequest:
+    """The pod's request; SpecError for malformed quantities, labels or policies."""
+    meta = pod.get("metadata") or {}
+    total = sum(container_units(pod))
+    labels = meta.get("labels") or {}
+    raw_count = labels.get(COUNT_RESOURCE)
+    count = 1
+    if raw_count is not None:
+        text = str(raw_count).strip()
+        if not text.isdigit() or int(text) < 1:
+            raise SpecError(f"label {COUNT_RESOURCE}={raw_count!r} is not a positive integer")
+        count = int(text)
+    if total and total % count:
+        raise SpecError(
+            f"{MEM_RESOURCE}={total} does not split evenly over {COUNT_RESOURCE}={count} GPUs"
+        )
+    annotations = meta.get("annotations") or {}
+    return GpuRequest(
+        total, count, _policy(annotations, NODE_POLICY), _policy(annotations, GPU_POLICY)
+    )
+
+
+def pinned_indexes(annotations: dict[str, str]) -> tuple[int, ...] | None:
+    """GPU indexes in ALIYUN_COM_GPU_MEM_IDX, or None when absent or malformed."""
+    raw = (annotations.get(IDX) or "").strip()
+    if not raw:
+        return None
+    parts = [p.strip() for p in raw.split(",")]
+    if not all(p.isdigit() for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+@dataclass(frozen=True)
+class NodeGpus:
+    """A node's GPUs as it advertises them: `count` GPUs of `per_gpu` units."""
+
+    count: int
+    per_gpu: int
+    error: str | None = None
+
+    @property
+    def total(self) -> int:
+        return self.count * self.per_gpu
+
+
+def _resource(status: dict[str, Any], name: str) -> Any:
+    for section in ("allocatable", "capacity"):
+        value = (status.get(section) or {}).get(name)
+        if value is not None:
+            return value
+    return None
+
+
+def node_gpus(node: dict[str, Any]) -> NodeGpus:
+    """GPU count and units per GPU from allocatable (else capacity); malformed -> error."""
+    status = node.get("status") or {}
+    raw_mem = _resource(status, MEM_RESOURCE)
+    raw_count = _resource(status, COUNT_RESOURCE)
+    if raw_mem is None:
+        return NodeGpus(0, 0, f"node advertises no {MEM_RESOURCE}")
+    try:
+        mem = quantity(raw_mem, MEM_RESOURCE)
+        count = quantity(raw_count, COUNT_RESOURCE) if raw_count is not None else 1
+    except SpecError as err:
+        return NodeGpus(0, 0, f"node capacity {err}")
+    if count < 1 or mem < 1:
+        return NodeGpus(0, 0, f"node advertises {mem} {MEM_RESOURCE} on {count} GPUs")
+    return NodeGpus(count, mem // count)

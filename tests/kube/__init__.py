@@ -1,0 +1,1 @@
+"""A fake Kubernetes API server for tests, and a pytest fixture serving it."""

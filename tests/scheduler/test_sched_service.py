@@ -1,0 +1,152 @@
+"""The extender as a service: /healthz, /metrics, inspect, and the `cgpu` subcommand."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from kube.objects import gpu_node, gpu_pod
+from sched_peer import PREFIX, SchedulerPeer, get, post, url_of, wait_until
+
+IDX = "ALIYUN_COM_GPU_MEM_IDX"
+
+
+def test_inspect_endpoint_has_gpushare_shape(kube_api, extender):
+    kube_api.create("nodes", gpu_node("n1", 2, 8))
+    kube_api.create("nodes", {"metadata": {"name": "cpu"}, "status": {}})
+    kube_api.create("pods", gpu_pod("a", 3, node="n1", annotations={IDX: "1"}, phase="Running"))
+    kube_api.create("pods", gpu_pod("q", 4, node="n1", gpu_count=2, annotations={IDX: "0,1"}))
+    url = url_of(extender())
+    status, body = get(f"{url}{PREFIX}/inspect")
+    assert status == 200
+    assert body == {
+        "nodes": [
+            {
+                "name": "n1",
+                "totalGPU": 16,
+                "usedGPU": 7,
+                "pendingGPU": 0,
+                "devs": [
+                    {"id": 0, "totalGPU": 8, "usedGPU": 2,
+                     "pods": [{"name": "q", "namespace": "default", "usedGPU": 2}]},
+                    {"id": 1, "totalGPU": 8, "usedGPU": 5,
+                     "pods": [{"name": "a", "namespace": "default", "usedGPU": 3},
+                              {"name": "q", "namespace": "default", "usedGPU": 2}]},
+                ],
+            }
+        ]
+    }  # fmt: skip
+    status, one = get(f"{url}{PREFIX}/inspect/n1")
+    assert status == 200 and one == body
+    status, missing = get(f"{url}{PREFIX}/inspect/cpu")
+    assert status == 404 and missing["nodes"] == [] and "cpu" in missing["error"]
+
+
+def test_healthz_and_metrics(kube_api, extender):
+    kube_api.create("nodes", gpu_node("n1", 1, 8))
+    kube_api.create("pods", gpu_pod("a", 4))
+    kube_api.create("pods", gpu_pod("b", 9))
+    ext = extender()
+    url = url_of(ext)
+    assert get(f"{url}/healthz") == (200, "ok")
+    peer = SchedulerPeer(kube_api, url)
+    assert peer.schedule("default", "a").node == "n1"
+    assert peer.schedule("default", "b").node is None
+    assert "node n1" in peer.bind(kube_api.get("pods", "b"), "n1")
+    post(f"{url}{PREFIX}/filter", None, raw=b"nope")
+    status, text = get(f"{url}/metrics")
+    assert status == 200
+    lines = text.splitlines()
+    assert "cgpu_extender_binds_total 1.0" in lines
+    assert 'cgpu_extender_bind_failures_total{reason="no_fit"} 1.0' in lines
+    assert 'cgpu_extender_bad_requests_total{verb="filter"} 1.0' in lines
+    assert 'cgpu_extender_filter_nodes_total{result="unresolvable"} 1.0' in lines
+    for verb in ("filter", "prioritize", "bind"):
+        count = next(
+            line for line in lines
+            if line.startswith(f'cgpu_extender_request_duration_seconds_count{{verb="{verb}"}}')
+        )  # fmt: skip
+        assert float(count.split()[-1]) >= 1
+    assert "cgpu_extender_nodes 1.0" in lines
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_cli_serves_and_stops_on_sigterm(kube_api, tmp_path):
+    kube_api.create("nodes", gpu_node("n1", 1, 8))
+    kube_api.create("pods", gpu_pod("a", 4))
+    kubeconfig = kube_api.kubeconfig(tmp_path / "kubeconfig")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    env["KUBECONFIG"] = str(kubeconfig)  # found through $KUBECONFIG, no flag
+    command = [sys.executable, "-m", "cgpu.cli", "scheduler-extender", "--address", "127.0.0.1",
+               "--port", str(port), "--gpu-policy", "spread"]  # fmt: skip
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def healthy() -> bool:
+            try:
+                return get(f"{url}/healthz")[0] == 200
+            except OSError:
+                return False
+
+        wait_until(healthy, timeout=30, what="the extender to serve")
+        assert SchedulerPeer(kube_api, url).schedule("default", "a").node == "n1"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_cli_with_a_bad_kubeconfig_says_so(tmp_path):
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("{}")
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "cgpu.cli", "scheduler-extender", "--kubeconfig", str(bad)],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "no usable API-server configuration" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_before_the_first_list_it_is_not_ready_and_refuses_to_guess(tmp_path):
+    from kube.apiserver import FakeApiServer
+
+    from cgpu.scheduler.cli import build
+    from cgpu.scheduler.kubeapi import KubeApi, load_configuration
+
+    gone = FakeApiServer()
+    kubeconfig = gone.kubeconfig(tmp_path / "kubeconfig")
+    gone.close()  # nothing listens there any more
+    ext = build(KubeApi(load_configuration(str(kubeconfig)), timeout=1.0))
+    try:
+        url = url_of(ext)
+        assert get(f"{url}/healthz") == (503, "not synced")
+        status, body = post(f"{url}{PREFIX}/filter", {"Pod": gpu_pod("p", 1), "NodeNames": ["n"]})
+        assert status == 200 and "not finished listing" in body["Error"]
+        assert body["NodeNames"] is None
+    finally:
+        ext.stop()
+
+
+def test_lists_are_counted(kube_api, extender):
+    ext = extender()
+    status, text = get(f"{url_of(ext)}/metrics")
+    assert status == 200
+    assert 'cgpu_extender_lists_total{resource="pods"} 1.0' in text.splitlines()
+    assert 'cgpu_extender_lists_total{resource="nodes"} 1.0' in text.splitlines()
