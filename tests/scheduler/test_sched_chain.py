@@ -19,7 +19,7 @@ from kube.objects import gpu_node, gpu_pod
 from sched_peer import SchedulerPeer, url_of, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deviceplugin"))
-from dp_kubelet import FakeKubelet
+from fake_kubelet import FakeKubelet
 
 UUIDS = [f"GPU-c0ffee00-0000-4000-8000-00000000000{i}" for i in range(2)]
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
