@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from cgpu.exporter.labels import device_ids, resolve
 from cgpu.exporter.nvml import GpuStatus, NvmlSource
 from cgpu.exporter.podresources import PodResourcesSource
-from cgpu.exporter.scan import ALL_REASONS, ContainerUsage, MetaCache, scan
+from cgpu.exporter.scan import ALL_REASONS, Caches, ContainerUsage, scan
 
 CONTAINER_LABELS = ["namespace", "pod", "container", "gpu_uuid", "gpu_index"]
 GPU_LABELS = ["gpu_uuid", "gpu_index"]
@@ -113,7 +113,7 @@ class CgpuCollector(Collector):
         self._gpus = gpus
         self._pods = pods
         self._clock = clock
-        self._metas = MetaCache()
+        self._caches = Caches()
         self._errors: Counter[str] = Counter({reason: 0 for reason in ALL_REASONS})
         self._lock = threading.Lock()
 
@@ -127,7 +127,7 @@ class CgpuCollector(Collector):
         with self._lock:
             start = self._clock()
             families = _Families()
-            result = scan(self._state_dir, self._metas)
+            result = scan(self._state_dir, self._caches)
             gpus = self._gpus.gpus() if self._gpus is not None else []
             self._errors.update(result.skipped)
             self._fill(families, result.containers, gpus)
