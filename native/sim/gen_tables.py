@@ -1,111 +1,94 @@
 #!/usr/bin/env python3
-"""Generate the simulator's tables from the CUDA headers.
+"""Generate the simulator's export tables from the real headers.
 
-sim_procs.inc (the cuGetProcAddress table) comes from cudaTypedefs.h, and
-sim_errors.inc (cuGetErrorName/String) from cuda.h.
+    python3 native/sim/gen_tables.py [CUDA include dir] [pynvml.py]
 
-The table is the one place that says which driver entry points the simulated
-libcuda.so.1 implements and from which CUDA version each variant is served.
+Writes, next to this script:
+  sim_procs.inc   every driver entry point a real libcuda exports, with the CUDA
+                  version each variant is served from (cuGetProcAddress's table)
+  sim_stubs.inc   the entry points the simulator does not model, with their
+                  parameter lists (cuda_stubs.c turns them into functions that
+                  return CUDA_ERROR_NOT_SUPPORTED)
+  sim_errors.inc  cuGetErrorName/String, from cuda.h
+  nvml_stubs.inc  every NVML function nvidia-ml-py binds (and cgpu_nvml.h
+                  declares) that no nvml_*.c file implements
 
-    python3 native/sim/gen_tables.py [/usr/local/cuda-13.0/include]
-
-Rules (the ones the real driver follows, visible in cudaTypedefs.h):
+The driver's export set comes from the PFN typedefs of cudaTypedefs.h and its
+siblings (profiler, GL, EGL, VDPAU), by the rules the real driver follows:
   * PFN_<base>_v<ver> typedefs, sorted by version, are the variants <base>,
     <base>_v2, <base>_v3, ... (the k-th introduced variant is <base>_v<k>).
   * PFN_<base>_v<ver>_ptsz / _ptds is the per-thread-default-stream variant of
     the newest plain variant introduced at or before <ver>, with the suffix.
-Every variant of an implemented base must be implemented (else a lookup at an
-old version would silently hand out the wrong ABI); the script refuses otherwise.
+A function counts as implemented when a cuda_*.c file defines it with SIM_API
+(nvml_*.c for NVML).  Every variant of an implemented base must be
+implemented (else a lookup at an old version would silently hand out a stub);
+the script refuses otherwise.
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-# Every exported CUDA driver symbol the simulator implements.
-_IMPLEMENTED = """
-cuInit cuDriverGetVersion cuDeviceGet cuDeviceGetCount cuDeviceGetName
-cuDeviceGetUuid cuDeviceGetUuid_v2 cuDeviceTotalMem cuDeviceTotalMem_v2 cuDeviceGetAttribute
-cuDeviceGetPCIBusId cuDeviceGetByPCIBusId cuDeviceComputeCapability cuDeviceCanAccessPeer
-cuDeviceGetDefaultMemPool cuDeviceGetMemPool cuDeviceSetMemPool
-cuGetErrorString cuGetErrorName cuGetProcAddress cuGetProcAddress_v2 cuGetExportTable
-cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease cuDevicePrimaryCtxRelease_v2
-cuDevicePrimaryCtxReset cuDevicePrimaryCtxReset_v2 cuDevicePrimaryCtxGetState
-cuDevicePrimaryCtxSetFlags cuDevicePrimaryCtxSetFlags_v2
-cuCtxCreate cuCtxCreate_v2 cuCtxCreate_v3 cuCtxCreate_v4 cuCtxDestroy cuCtxDestroy_v2
-cuCtxGetCurrent cuCtxSetCurrent cuCtxPushCurrent cuCtxPushCurrent_v2 cuCtxPopCurrent
-cuCtxPopCurrent_v2 cuCtxGetDevice cuCtxGetDevice_v2 cuCtxSynchronize cuCtxSynchronize_v2
-cuCtxGetApiVersion cuCtxGetFlags cuCtxGetStreamPriorityRange cuCtxGetLimit cuCtxSetLimit
-cuCtxGetId
-cuMemGetInfo cuMemGetInfo_v2 cuMemAlloc cuMemAlloc_v2 cuMemAllocPitch cuMemAllocPitch_v2
-cuMemAllocManaged cuMemFree cuMemFree_v2 cuMemGetAddressRange cuMemGetAddressRange_v2
-cuMemAllocHost cuMemAllocHost_v2 cuMemFreeHost cuMemHostAlloc cuPointerGetAttribute
-cuMemcpy cuMemcpy_ptds cuMemcpyAsync cuMemcpyAsync_ptsz
-cuMemcpyHtoD cuMemcpyHtoD_v2 cuMemcpyHtoD_v2_ptds
-cuMemcpyDtoH cuMemcpyDtoH_v2 cuMemcpyDtoH_v2_ptds
-cuMemcpyDtoD cuMemcpyDtoD_v2 cuMemcpyDtoD_v2_ptds
-cuMemcpyHtoDAsync cuMemcpyHtoDAsync_v2 cuMemcpyHtoDAsync_v2_ptsz
-cuMemcpyDtoHAsync cuMemcpyDtoHAsync_v2 cuMemcpyDtoHAsync_v2_ptsz
-cuMemcpyDtoDAsync cuMemcpyDtoDAsync_v2 cuMemcpyDtoDAsync_v2_ptsz
-cuMemsetD8 cuMemsetD8_v2 cuMemsetD8_v2_ptds cuMemsetD32 cuMemsetD32_v2 cuMemsetD32_v2_ptds
-cuMemsetD8Async cuMemsetD8Async_ptsz cuMemsetD32Async cuMemsetD32Async_ptsz
-cuMemGetAllocationGranularity cuMemCreate cuMemRelease cuMemAddressReserve cuMemAddressFree
-cuMemMap cuMemUnmap cuMemSetAccess cuMemGetAllocationPropertiesFromHandle
-cuMemRetainAllocationHandle
-cuStreamCreate cuStreamCreateWithPriority cuStreamDestroy cuStreamDestroy_v2
-cuStreamSynchronize cuStreamSynchronize_ptsz cuStreamQuery cuStreamQuery_ptsz
-cuStreamWaitEvent cuStreamWaitEvent_ptsz
-cuEventCreate cuEventDestroy cuEventDestroy_v2 cuEventRecord cuEventRecord_ptsz
-cuEventSynchronize cuEventQuery
-cuMemAllocAsync cuMemAllocAsync_ptsz cuMemAllocFromPoolAsync cuMemAllocFromPoolAsync_ptsz
-cuMemFreeAsync cuMemFreeAsync_ptsz cuMemPoolCreate cuMemPoolDestroy cuMemPoolTrimTo
-cuMemPoolSetAttribute cuMemPoolGetAttribute
-cuArrayCreate cuArrayCreate_v2 cuArray3DCreate cuArray3DCreate_v2 cuArrayDestroy
-cuArrayGetDescriptor cuArrayGetDescriptor_v2 cuArray3DGetDescriptor cuArray3DGetDescriptor_v2
-cuMipmappedArrayCreate cuMipmappedArrayDestroy
-cuLaunchKernel cuLaunchKernel_ptsz
-"""
-IMPLEMENTED = _IMPLEMENTED.split()
+HERE = Path(__file__).resolve().parent
+STUB_FILES = {"cuda_stubs.c"}
+
+# Typedef headers: (file, whether the stubs can be typed).  The interop ones
+# need GL/EGL/VDPAU headers for their types, so their stubs take no parameters
+# (on the SysV ABI a caller's arguments are then simply ignored).
+TYPEDEF_HEADERS = [
+    ("cudaTypedefs.h", True),
+    ("cudaProfilerTypedefs.h", True),
+    ("cudaGLTypedefs.h", False),
+    ("cudaEGLTypedefs.h", False),
+    ("cudaVDPAUTypedefs.h", False),
+]
 
 PFN = re.compile(r"\bPFN_(cu[A-Za-z0-9]+(?:_v[0-9]+)*?)_v([0-9]+)(_ptsz|_ptds)?\b")
+PFN_DEF = re.compile(
+    r"typedef\s+CUresult\s*\(\s*CUDAAPI\s*\*\s*PFN_(\w+)\s*\)\s*\((.*?)\)\s*;", re.S
+)
 
 
 def variants(typedefs: str) -> dict[str, list[tuple[int, str]]]:
-    """base -> sorted [(version, flags-suffix or '')] from cudaTypedefs.h."""
+    """base -> sorted [(version, flags-suffix or '')] from a typedef header."""
     out: dict[str, set[tuple[int, str]]] = defaultdict(set)
     for m in PFN.finditer(typedefs):
         out[m.group(1)].add((int(m.group(2)), m.group(3) or ""))
     return {b: sorted(v) for b, v in out.items()}
 
 
-def table(typedefs: str) -> list[tuple[str, str, int, bool]]:
-    """[(base, symbol, version, per_thread)] for every implemented base."""
-    impl = set(IMPLEMENTED)
-    allv = variants(typedefs)
-    bases = sorted({b for b in allv if any(s == b or s.startswith(b + "_") for s in impl)})
+def exports(typedefs: str) -> list[tuple[str, str, int, bool, str]]:
+    """[(base, symbol, version, per_thread, parameter list)] for every PFN typedef."""
+    params = {n: " ".join(p.split()) for n, p in PFN_DEF.findall(typedefs)}
     rows = []
-    served = set()
-    for base in bases:
-        plain = [v for v, suf in allv[base] if not suf]
+    for base, vs in sorted(variants(typedefs).items()):
+        plain = [v for v, suf in vs if not suf]
         names = {v: base if k == 0 else f"{base}_v{k + 1}" for k, v in enumerate(plain)}
-        if not (set(names.values()) & impl):
-            continue
-        for v in plain:
-            rows.append((base, names[v], v, False))
-        for v, suf in allv[base]:
-            if suf:
-                newest = max(p for p in plain if p <= v)
-                rows.append((base, names[newest] + suf, v, True))
-    for base, sym, _v, _pt in rows:
-        served.add(sym)
-        if sym not in impl:
-            sys.exit(f"gen_tables: {base} has variant {sym}, which the simulator lacks")
-    missing = impl - served
-    if missing:
-        sys.exit(f"gen_tables: implemented but not in cudaTypedefs.h: {sorted(missing)}")
+        for v, suf in vs:
+            sym = names[v] if not suf else names[max(p for p in plain if p <= v)] + suf
+            rows.append((base, sym, v, bool(suf), params[f"{base}_v{v}{suf}"]))
     return rows
+
+
+def implemented(files: list[Path], ret: str) -> set[str]:
+    """Names defined as `SIM_API <ret> name(` in the given sources."""
+    pat = re.compile(rf"^SIM_API\s+{ret}\s+\**\s*(\w+)\s*\(", re.M)
+    return {n for f in files for n in pat.findall(f.read_text())}
+
+
+def check(rows: list[tuple[str, str, int, bool, str]], impl: set[str]) -> None:
+    by_base: dict[str, set[str]] = defaultdict(set)
+    for base, sym, _v, _pt, _p in rows:
+        by_base[base].add(sym)
+    for base, syms in sorted(by_base.items()):
+        if syms & impl and syms - impl:
+            sys.exit(f"gen_tables: {base}: variants {sorted(syms - impl)} are not implemented")
+    unknown = impl - {sym for _b, sym, _v, _pt, _p in rows}
+    if unknown:
+        sys.exit(f"gen_tables: implemented but in no typedef header: {sorted(unknown)}")
 
 
 # cuGetErrorString texts for the common codes; the rest are derived from the name.
@@ -152,25 +135,69 @@ def errors(cuda_h: str) -> list[tuple[str, int, str]]:
     return out
 
 
+def nvml_names(pynvml_py: Path) -> set[str]:
+    """Every NVML function nvidia-ml-py binds, plus those cgpu_nvml.h declares."""
+    names = set(re.findall(r'_nvmlGetFunctionPointer\("(nvml\w+)"\)', pynvml_py.read_text()))
+    header = (HERE.parent / "include" / "cgpu_nvml.h").read_text()
+    names |= set(re.findall(r"^nvmlReturn_t\s+(nvml\w+)\s*\(", header, re.M))
+    return names
+
+
+def write(name: str, source: str, lines: list[str]) -> None:
+    head = [f"/* Generated by native/sim/gen_tables.py from {source}: do not edit. */"]
+    (HERE / name).write_text("\n".join(head + lines) + "\n")
+    print(f"{name}: {len(lines) - 1} entries")
+
+
 def main() -> None:
     inc = Path(sys.argv[1] if len(sys.argv) > 1 else "/usr/local/cuda-13.0/include")
-    rows = table((inc / "cudaTypedefs.h").read_text())
-    here = Path(__file__).resolve().parent
-    lines = [
-        "/* Generated by native/sim/gen_tables.py from cudaTypedefs.h: do not edit. */",
+    if len(sys.argv) > 2:
+        pynvml_py = Path(sys.argv[2])
+    else:
+        spec = importlib.util.find_spec("pynvml")
+        if not spec or not spec.origin:
+            sys.exit("gen_tables: pynvml not found: pass the path of nvidia-ml-py's pynvml.py")
+        pynvml_py = Path(spec.origin)
+
+    rows, untyped = [], set()
+    for header, typed in TYPEDEF_HEADERS:
+        hrows = exports((inc / header).read_text())
+        rows += hrows
+        if not typed:
+            untyped |= {sym for _b, sym, _v, _pt, _p in hrows}
+    impl = implemented(
+        [f for f in HERE.glob("cuda_*.c") if f.name not in STUB_FILES], "CUresult"
+    )
+    check(rows, impl)
+
+    write("sim_procs.inc", "the CUDA typedef headers", [
         "/* SIM_PROC(base name, exported symbol, CUDA version introduced, per-thread stream) */",
-    ]
-    lines += [f'SIM_PROC("{b}", {s}, {v}, {int(p)})' for b, s, v, p in rows]
-    (here / "sim_procs.inc").write_text("\n".join(lines) + "\n")
-    print(f"sim_procs.inc: {len(rows)} entries")
+        *(f'SIM_PROC("{b}", {s}, {v}, {int(p)})' for b, s, v, p, _ in rows),
+    ])
+    stubs = {}
+    for _b, sym, _v, _pt, params in rows:
+        if sym not in impl:
+            stubs[sym] = params
+    write("sim_stubs.inc", "the CUDA typedef headers", [
+        "/* SIM_STUB(symbol, (parameters)) or SIM_STUB_UNTYPED(symbol) */",
+        *(
+            f"SIM_STUB_UNTYPED({s})" if s in untyped else f"SIM_STUB({s}, ({p}))"
+            for s, p in sorted(stubs.items())
+        ),
+    ])
     errs = errors((inc / "cuda.h").read_text())
-    lines = [
-        "/* Generated by native/sim/gen_tables.py from cuda.h: do not edit. */",
+    write("sim_errors.inc", "cuda.h", [
         "/* SIM_ERR(code, name, text) */",
-    ]
-    lines += [f'SIM_ERR({v}, "{n}", "{t}")' for n, v, t in errs]
-    (here / "sim_errors.inc").write_text("\n".join(lines) + "\n")
-    print(f"sim_errors.inc: {len(errs)} entries")
+        *(f'SIM_ERR({v}, "{n}", "{t}")' for n, v, t in errs),
+    ])
+    nvml_impl = implemented(
+        [f for f in HERE.glob("nvml_*.c") if f.name != "nvml_stubs.c"],
+        r"(?:nvmlReturn_t|const\s+char)",
+    )
+    write("nvml_stubs.inc", "nvidia-ml-py's pynvml.py and cgpu_nvml.h", [
+        "/* NVML_STUB(symbol) */",
+        *(f"NVML_STUB({n})" for n in sorted(nvml_names(pynvml_py) - nvml_impl)),
+    ])
 
 
 if __name__ == "__main__":

@@ -1,100 +1,73 @@
-/* The simulated NVML: libnvidia-ml.so.1.
+/* The simulated NVML: libnvidia-ml.so.1.  Initialisation, system and device
+ * queries, memory and running processes.
  *
  * Devices come from the same CGPU_SIM_* variables as the simulated libcuda.
  * Memory in use by CUDA processes is visible only through CGPU_SIM_STATE (the
  * two libraries share nothing else); XID events are read from the file named
- * by CGPU_SIM_FAULTS. */
-#pragma GCC visibility push(default)
-#include "cgpu_nvml.h"
-#pragma GCC visibility pop
+ * by CGPU_SIM_FAULTS (nvml_events.c). */
+#include "nvml_sim.h"
 
-#include "sim_common.h"
-
-#include <ctype.h>
-#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#define NVML_NO_MIG 0xFFFFFFFFu
-#define SUPPORTED_EVENTS                                                                   \
-    (nvmlEventTypeSingleBitEccError | nvmlEventTypeDoubleBitEccError | nvmlEventTypePState | \
-     nvmlEventTypeXidCriticalError | nvmlEventTypeClock)
+struct nvml_sim nvs = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-struct nvmlDevice_st {
-    unsigned int magic;
-    int index;
-};
-
-#define DEV_MAGIC 0x6e766d6cu
-
-static struct {
-    pthread_mutex_t mu;
-    int refcount;
-    struct sim_config cfg;
-    struct sim_state *st;
-    int sdev[SIM_MAX_DEVICES];
-    struct nvmlDevice_st devs[SIM_MAX_DEVICES];
-} N = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
-#define NEED_INIT()                                    \
-    do {                                               \
-        if (!__atomic_load_n(&N.refcount, __ATOMIC_ACQUIRE)) \
-            return NVML_ERROR_UNINITIALIZED;           \
-    } while (0)
-
-static int dev_index(nvmlDevice_t d)
+int dev_index(nvmlDevice_t d)
 {
-    if (d < &N.devs[0] || d >= &N.devs[SIM_MAX_DEVICES])
+    if (d < &nvs.devs[0] || d >= &nvs.devs[SIM_MAX_DEVICES])
         return -1;
-    if (d->magic != DEV_MAGIC || d->index >= N.cfg.ndev)
+    if (d->magic != DEV_MAGIC || d->index >= nvs.cfg.ndev)
         return -1;
     return d->index;
 }
 
-#define NEED_DEV(d, i)                            \
-    NEED_INIT();                                  \
-    int i = dev_index(d);                         \
-    if (i < 0)                                    \
-        return NVML_ERROR_INVALID_ARGUMENT
+/* What an unmodelled NVML function returns (nvml_stubs.c). */
+int nvml_sim_unmodelled(const char *name)
+{
+    const char *trace = getenv("CGPU_SIM_TRACE");
+    if (trace && *trace && strcmp(trace, "0") != 0)
+        fprintf(stderr, "cgpu-sim: %s: not modelled\n", name);
+    if (!__atomic_load_n(&nvs.refcount, __ATOMIC_ACQUIRE))
+        return NVML_ERROR_UNINITIALIZED;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
 
 SIM_API nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
 {
     if (flags & ~(unsigned)(NVML_INIT_FLAG_NO_GPUS | NVML_INIT_FLAG_NO_ATTACH))
         return NVML_ERROR_INVALID_ARGUMENT;
-    pthread_mutex_lock(&N.mu);
-    if (N.refcount > 0) {
-        N.refcount++;
-        pthread_mutex_unlock(&N.mu);
+    pthread_mutex_lock(&nvs.mu);
+    if (nvs.refcount > 0) {
+        nvs.refcount++;
+        pthread_mutex_unlock(&nvs.mu);
         return NVML_SUCCESS;
     }
     struct sim_config cfg;
     if (sim_config_load(&cfg)) {
-        pthread_mutex_unlock(&N.mu);
+        pthread_mutex_unlock(&nvs.mu);
         return NVML_ERROR_UNKNOWN;
     }
     struct sim_state *st = NULL;
     if (cfg.state[0]) {
         st = sim_state_open(cfg.state);
         if (!st) {
-            pthread_mutex_unlock(&N.mu);
+            pthread_mutex_unlock(&nvs.mu);
             return NVML_ERROR_UNKNOWN;
         }
     }
-    N.cfg = cfg;
-    N.st = st;
+    nvs.cfg = cfg;
+    nvs.st = st;
     for (int i = 0; i < SIM_MAX_DEVICES; i++) {
-        N.devs[i].magic = DEV_MAGIC;
-        N.devs[i].index = i;
-        N.sdev[i] = st && i < cfg.ndev ? sim_state_device(st, cfg.uuid[i]) : -1;
+        nvs.devs[i].magic = DEV_MAGIC;
+        nvs.devs[i].index = i;
+        nvs.sdev[i] = st && i < cfg.ndev ? sim_state_device(st, cfg.uuid[i]) : -1;
     }
-    __atomic_store_n(&N.refcount, 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&N.mu);
+    __atomic_store_n(&nvs.refcount, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&nvs.mu);
     return NVML_SUCCESS;
 }
 
@@ -110,14 +83,14 @@ SIM_API nvmlReturn_t nvmlInit(void)
 
 SIM_API nvmlReturn_t nvmlShutdown(void)
 {
-    pthread_mutex_lock(&N.mu);
-    if (N.refcount == 0) {
-        pthread_mutex_unlock(&N.mu);
+    pthread_mutex_lock(&nvs.mu);
+    if (nvs.refcount == 0) {
+        pthread_mutex_unlock(&nvs.mu);
         return NVML_ERROR_UNINITIALIZED;
     }
-    __atomic_store_n(&N.refcount, N.refcount - 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&nvs.refcount, nvs.refcount - 1, __ATOMIC_RELEASE);
     /* The state mapping is kept: other threads may still be reading it. */
-    pthread_mutex_unlock(&N.mu);
+    pthread_mutex_unlock(&nvs.mu);
     return NVML_SUCCESS;
 }
 
@@ -187,7 +160,7 @@ SIM_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
     NEED_INIT();
     if (!cudaDriverVersion)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *cudaDriverVersion = N.cfg.driver_version;
+    *cudaDriverVersion = nvs.cfg.driver_version;
     return NVML_SUCCESS;
 }
 
@@ -221,7 +194,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     NEED_INIT();
     if (!deviceCount)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *deviceCount = (unsigned)N.cfg.ndev;
+    *deviceCount = (unsigned)nvs.cfg.ndev;
     return NVML_SUCCESS;
 }
 
@@ -233,9 +206,9 @@ SIM_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
 SIM_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
     NEED_INIT();
-    if (!device || index >= (unsigned)N.cfg.ndev)
+    if (!device || index >= (unsigned)nvs.cfg.ndev)
         return NVML_ERROR_INVALID_ARGUMENT;
-    *device = &N.devs[index];
+    *device = &nvs.devs[index];
     return NVML_SUCCESS;
 }
 
@@ -249,9 +222,9 @@ SIM_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d
     NEED_INIT();
     if (!uuid || !device)
         return NVML_ERROR_INVALID_ARGUMENT;
-    for (int i = 0; i < N.cfg.ndev; i++)
-        if (!strcasecmp(N.cfg.uuid[i], uuid)) {
-            *device = &N.devs[i];
+    for (int i = 0; i < nvs.cfg.ndev; i++)
+        if (!strcasecmp(nvs.cfg.uuid[i], uuid)) {
+            *device = &nvs.devs[i];
             return NVML_SUCCESS;
         }
     return NVML_ERROR_NOT_FOUND;
@@ -263,9 +236,9 @@ SIM_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvml
     unsigned d, b, s;
     if (!pciBusId || !device || sim_parse_busid(pciBusId, &d, &b, &s))
         return NVML_ERROR_INVALID_ARGUMENT;
-    for (int i = 0; i < N.cfg.ndev; i++)
+    for (int i = 0; i < nvs.cfg.ndev; i++)
         if (d == 0 && s == 0 && b == SIM_PCI_BUS(i)) {
-            *device = &N.devs[i];
+            *device = &nvs.devs[i];
             return NVML_SUCCESS;
         }
     return NVML_ERROR_NOT_FOUND;
@@ -279,13 +252,13 @@ SIM_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDev
 SIM_API nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
     NEED_DEV(device, i);
-    return copy_str(uuid, length, N.cfg.uuid[i]);
+    return copy_str(uuid, length, nvs.cfg.uuid[i]);
 }
 
 SIM_API nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
     NEED_DEV(device, i);
-    return copy_str(name, length, N.cfg.name);
+    return copy_str(name, length, nvs.cfg.name);
 }
 
 SIM_API nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
@@ -317,10 +290,10 @@ SIM_API nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsi
 /* Used bytes: other tenants plus every live CUDA process of the state file. */
 static unsigned long long used_bytes(int i)
 {
-    unsigned long long used = N.cfg.other_used[i];
-    if (N.st && N.sdev[i] >= 0)
-        used += sim_state_used(N.st, N.sdev[i]);
-    return used > N.cfg.memory[i] ? N.cfg.memory[i] : used;
+    unsigned long long used = nvs.cfg.other_used[i];
+    if (nvs.st && nvs.sdev[i] >= 0)
+        used += sim_state_used(nvs.st, nvs.sdev[i]);
+    return used > nvs.cfg.memory[i] ? nvs.cfg.memory[i] : used;
 }
 
 SIM_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
@@ -329,9 +302,9 @@ SIM_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *
     if (!memory)
         return NVML_ERROR_INVALID_ARGUMENT;
     unsigned long long used = used_bytes(i);
-    memory->total = N.cfg.memory[i];
+    memory->total = nvs.cfg.memory[i];
     memory->used = used;
-    memory->free = N.cfg.memory[i] - used;
+    memory->free = nvs.cfg.memory[i] - used;
     return NVML_SUCCESS;
 }
 
@@ -343,10 +316,10 @@ SIM_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_
     if (memory->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
     unsigned long long used = used_bytes(i);
-    memory->total = N.cfg.memory[i];
+    memory->total = nvs.cfg.memory[i];
     memory->reserved = 0;
     memory->used = used;
-    memory->free = N.cfg.memory[i] - used;
+    memory->free = nvs.cfg.memory[i] - used;
     return NVML_SUCCESS;
 }
 
@@ -391,17 +364,18 @@ SIM_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t 
     return NVML_SUCCESS;
 }
 
-/* version 1: nvmlProcessInfo_v1_t, else nvmlProcessInfo_v2_t. */
+/* version 1: nvmlProcessInfo_v1_t, else nvmlProcessInfo_v2_t.  Only the compute
+ * list has entries: the simulator runs no graphics clients and no MPS server. */
 static nvmlReturn_t running(nvmlDevice_t device, unsigned int *infoCount, void *infos, int version,
-                            int graphics)
+                            int compute)
 {
     NEED_DEV(device, i);
     if (!infoCount)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct sim_proc_usage procs[256];
     int n = 0;
-    if (!graphics && N.st && N.sdev[i] >= 0)
-        n = sim_state_procs(N.st, N.sdev[i], procs, 256);
+    if (compute && nvs.st && nvs.sdev[i] >= 0)
+        n = sim_state_procs(nvs.st, nvs.sdev[i], procs, 256);
     if (n > 256)
         n = 256;
     if (*infoCount < (unsigned)n) {
@@ -429,22 +403,32 @@ static nvmlReturn_t running(nvmlDevice_t device, unsigned int *infoCount, void *
 
 SIM_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                           nvmlProcessInfo_v1_t *infos)
-{ return running(device, infoCount, infos, 1, 0); }
+{ return running(device, infoCount, infos, 1, 1); }
 SIM_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                              nvmlProcessInfo_v2_t *infos)
-{ return running(device, infoCount, infos, 2, 0); }
+{ return running(device, infoCount, infos, 2, 1); }
 SIM_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                              nvmlProcessInfo_t *infos)
-{ return running(device, infoCount, infos, 3, 0); }
+{ return running(device, infoCount, infos, 3, 1); }
 SIM_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
                                                            nvmlProcessInfo_v1_t *infos)
-{ return running(device, infoCount, infos, 1, 1); }
+{ return running(device, infoCount, infos, 1, 0); }
 SIM_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
                                                               nvmlProcessInfo_v2_t *infos)
-{ return running(device, infoCount, infos, 2, 1); }
+{ return running(device, infoCount, infos, 2, 0); }
 SIM_API nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                               nvmlProcessInfo_t *infos)
-{ return running(device, infoCount, infos, 3, 1); }
+{ return running(device, infoCount, infos, 3, 0); }
+
+SIM_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                             nvmlProcessInfo_v1_t *infos)
+{ return running(device, infoCount, infos, 1, 0); }
+SIM_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+                                                                nvmlProcessInfo_v2_t *infos)
+{ return running(device, infoCount, infos, 2, 0); }
+SIM_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                                nvmlProcessInfo_t *infos)
+{ return running(device, infoCount, infos, 3, 0); }
 
 SIM_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -452,7 +436,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtil
     if (!utilization)
         return NVML_ERROR_INVALID_ARGUMENT;
     /* Busy while any process holds memory on it. */
-    int busy = used_bytes(i) > N.cfg.other_used[i];
+    int busy = used_bytes(i) > nvs.cfg.other_used[i];
     utilization->gpu = busy ? 100 : 0;
     utilization->memory = busy ? 50 : 0;
     return NVML_SUCCESS;
@@ -513,218 +497,5 @@ SIM_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned i
     if (!isMigDevice)
         return NVML_ERROR_INVALID_ARGUMENT;
     *isMigDevice = 0;
-    return NVML_SUCCESS;
-}
-
-/* ---- Events: XIDs from CGPU_SIM_FAULTS --------------------------------- */
-
-struct pending {
-    int dev;
-    unsigned long long xid;
-};
-
-struct nvmlEventSet_st {
-    unsigned int magic;
-    pthread_mutex_t mu;
-    unsigned long long types[SIM_MAX_DEVICES];   /* registered event types */
-    long long reg_off[SIM_MAX_DEVICES];          /* file offset at registration */
-    long long cursor;                            /* how far the file has been read */
-    struct pending *queue;
-    size_t nq, capq;
-};
-
-#define SET_MAGIC 0x65767365u
-
-static long long faults_size(void)
-{
-    struct stat sb;
-    if (!N.cfg.faults[0] || stat(N.cfg.faults, &sb) != 0)
-        return 0;
-    return (long long)sb.st_size;
-}
-
-static int valid_set(nvmlEventSet_t set)
-{
-    return set && set->magic == SET_MAGIC;
-}
-
-SIM_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *eventTypes)
-{
-    NEED_DEV(device, i);
-    if (!eventTypes)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    *eventTypes = SUPPORTED_EVENTS;
-    return NVML_SUCCESS;
-}
-
-SIM_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
-{
-    NEED_INIT();
-    if (!set)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    struct nvmlEventSet_st *s = calloc(1, sizeof *s);
-    if (!s)
-        return NVML_ERROR_MEMORY;
-    s->magic = SET_MAGIC;
-    pthread_mutex_init(&s->mu, NULL);
-    s->cursor = faults_size();
-    *set = s;
-    return NVML_SUCCESS;
-}
-
-SIM_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
-                                              nvmlEventSet_t set)
-{
-    NEED_DEV(device, i);
-    if (!valid_set(set))
-        return NVML_ERROR_INVALID_ARGUMENT;
-    if (eventTypes & ~(unsigned long long)SUPPORTED_EVENTS)
-        return NVML_ERROR_NOT_SUPPORTED;
-    pthread_mutex_lock(&set->mu);
-    if (!set->types[i])
-        set->reg_off[i] = faults_size();
-    set->types[i] |= eventTypes;
-    pthread_mutex_unlock(&set->mu);
-    return NVML_SUCCESS;
-}
-
-/* "<uuid-or-index> <xid>": the device index, or -1. */
-static int parse_fault(char *line, unsigned long long *xid)
-{
-    char *save = NULL;
-    char *who = strtok_r(line, " \t\r", &save);
-    char *what = strtok_r(NULL, " \t\r", &save);
-    if (!who || !what || *who == '#')
-        return -1;
-    char *end;
-    errno = 0;
-    unsigned long long x = strtoull(what, &end, 10);
-    if (errno || *end || !isdigit((unsigned char)*what))
-        return -1;
-    *xid = x;
-    if (isdigit((unsigned char)*who)) {
-        long idx = strtol(who, &end, 10);
-        return *end || idx < 0 || idx >= N.cfg.ndev ? -1 : (int)idx;
-    }
-    for (int i = 0; i < N.cfg.ndev; i++)
-        if (!strcasecmp(N.cfg.uuid[i], who))
-            return i;
-    return -1;
-}
-
-/* Read complete new lines of the faults file into the queue.  set->mu held. */
-static void poll_faults(nvmlEventSet_t set)
-{
-    if (!N.cfg.faults[0])
-        return;
-    int fd = open(N.cfg.faults, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        close(fd);
-        return;
-    }
-    if (sb.st_size < set->cursor) /* truncated or replaced: start over */
-        set->cursor = 0;
-    while (set->cursor < sb.st_size) {
-        char buf[65536];
-        ssize_t n = pread(fd, buf, sizeof buf - 1, set->cursor);
-        if (n <= 0)
-            break;
-        buf[n] = 0;
-        char *p = buf, *nl;
-        while ((nl = memchr(p, '\n', (size_t)(buf + n - p)))) {
-            long long line_off = set->cursor + (p - buf);
-            *nl = 0;
-            unsigned long long xid;
-            int dev = parse_fault(p, &xid);
-            if (dev >= 0 && (set->types[dev] & nvmlEventTypeXidCriticalError) &&
-                line_off >= set->reg_off[dev]) {
-                if (set->nq == set->capq) {
-                    size_t ncap = set->capq ? set->capq * 2 : 16;
-                    struct pending *nqp = realloc(set->queue, ncap * sizeof *nqp);
-                    if (nqp) {
-                        set->queue = nqp;
-                        set->capq = ncap;
-                    }
-                }
-                if (set->nq < set->capq)
-                    set->queue[set->nq++] = (struct pending){dev, xid};
-            }
-            p = nl + 1;
-        }
-        if (p == buf) {
-            if ((size_t)n < sizeof buf - 1)
-                break; /* an incomplete last line: wait for the rest */
-            p = buf + n; /* a line longer than the buffer: skip it */
-        }
-        set->cursor += p - buf;
-        if (p < buf + n)
-            break; /* an incomplete last line: wait for the rest */
-    }
-    close(fd);
-}
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static nvmlReturn_t event_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms,
-                               int v2)
-{
-    NEED_INIT();
-    if (!valid_set(set) || !data)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    long long deadline = now_ms() + timeoutms;
-    for (;;) {
-        pthread_mutex_lock(&set->mu);
-        if (!set->nq)
-            poll_faults(set);
-        if (set->nq) {
-            struct pending ev = set->queue[0];
-            memmove(&set->queue[0], &set->queue[1], (set->nq - 1) * sizeof *set->queue);
-            set->nq--;
-            pthread_mutex_unlock(&set->mu);
-            data->device = &N.devs[ev.dev];
-            data->eventType = nvmlEventTypeXidCriticalError;
-            data->eventData = ev.xid;
-            if (v2) {
-                data->gpuInstanceId = NVML_NO_MIG;
-                data->computeInstanceId = NVML_NO_MIG;
-            }
-            return NVML_SUCCESS;
-        }
-        pthread_mutex_unlock(&set->mu);
-        long long left = deadline - now_ms();
-        if (left <= 0)
-            return NVML_ERROR_TIMEOUT;
-        struct timespec ts = {0, (left < 10 ? left : 10) * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
-SIM_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
-{
-    return event_wait(set, data, timeoutms, 1);
-}
-
-SIM_API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
-{
-    return event_wait(set, data, timeoutms, 0);
-}
-
-SIM_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
-{
-    NEED_INIT();
-    if (!valid_set(set))
-        return NVML_ERROR_INVALID_ARGUMENT;
-    set->magic = 0;
-    pthread_mutex_destroy(&set->mu);
-    free(set->queue);
-    free(set);
     return NVML_SUCCESS;
 }

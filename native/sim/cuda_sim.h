@@ -1,0 +1,248 @@
+/* The simulated CUDA driver (libcuda.so.1): private header shared by the
+ * cuda_*.c files.  One global, `drv`, holds the whole driver state and is
+ * guarded by drv.mu; the helpers below say when they expect it held.
+ *
+ * Build note: __CUDA_API_VERSION_INTERNAL turns off cuda.h's
+ * "#define cuMemAlloc cuMemAlloc_v2" mapping so that every variant (legacy v1,
+ * _v2, ..., _ptsz/_ptds) can be defined under its own exported name. */
+#ifndef CGPU_CUDA_SIM_H
+#define CGPU_CUDA_SIM_H
+
+#define __CUDA_API_VERSION_INTERNAL 1
+
+#pragma GCC visibility push(default)
+#include <cuda.h>
+#include <cudaProfiler.h>
+#pragma GCC visibility pop
+
+#include "sim_common.h"
+
+#include <stdatomic.h>
+#include <limits.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Small containers ---------------------------------------------------- */
+
+/* Open-addressing hash map uintptr_t -> void* (key 0 is reserved). */
+struct hmap {
+    uintptr_t *keys;
+    void **vals;
+    size_t cap, n;
+};
+
+void *hm_get(const struct hmap *m, uintptr_t k);
+int hm_put(struct hmap *m, uintptr_t k, void *v);
+void *hm_del(struct hmap *m, uintptr_t k);
+
+/* ---- Objects -------------------------------------------------------------- */
+
+enum { O_CTX = 1, O_STREAM, O_EVENT, O_POOL, O_ARRAY, O_MIPMAP, O_VMM };
+
+struct sim_ctx;
+
+struct obj {
+    int type;
+    struct sim_ctx *ctx; /* owner, or NULL */
+};
+
+struct sim_ctx {
+    struct obj hdr;
+    _Atomic int alive;
+    int phys;            /* physical (configured) device index */
+    int primary;
+    unsigned flags;
+    int refcount;        /* primary: retains; created: cuCtxAttach usage count */
+    unsigned long long id;
+    size_t limits[CU_LIMIT_MAX > 16 ? CU_LIMIT_MAX : 16];
+};
+
+struct sim_stream {
+    struct obj hdr;
+    unsigned flags;
+    int priority;
+    unsigned long long id;
+};
+
+struct sim_event {
+    struct obj hdr;
+    unsigned flags;
+};
+
+struct sim_pool {
+    struct obj hdr;
+    int phys;            /* -1: host pool */
+    int is_default;
+    int destroyed;
+    unsigned long long used, peak, threshold;
+    int reuse[4];
+    CUmemAccess_flags access[SIM_MAX_DEVICES]; /* peers' access (its own device: read-write) */
+};
+
+struct sim_array {
+    struct obj hdr;
+    int phys;
+    CUDA_ARRAY3D_DESCRIPTOR desc;
+    unsigned levels;     /* mipmapped: level count; plain: 0 */
+    unsigned long long charge;
+};
+
+struct sim_vmm {
+    struct obj hdr;
+    int phys;            /* -1: host memory, not charged */
+    unsigned long long size, charge;
+    CUmemAllocationProp prop;
+    int refs, maps;
+};
+
+/* A range of the fake device address space. */
+enum { R_ALLOC = 1, R_RESERVE };
+
+struct mapping {
+    unsigned long long va, size, off;
+    struct sim_vmm *h;
+};
+
+struct region {
+    unsigned long long base, size;   /* address footprint */
+    unsigned long long req;          /* bytes asked for */
+    unsigned long long charge;       /* bytes charged to the device */
+    unsigned long long id;
+    int kind;
+    int phys;
+    int managed;
+    int ipc;                         /* opened from another process's handle */
+    struct sim_ctx *ctx;
+    struct sim_pool *pool;
+    struct mapping *maps;            /* R_RESERVE */
+    size_t nmaps, capmaps;
+};
+
+struct ext {
+    unsigned long long base, end;
+};
+
+struct zone {
+    unsigned long long lo, hi;
+    struct ext *ext;
+    size_t n, cap;
+};
+
+/* Legacy (32-bit) allocations come from below 4 GiB; everything else from a
+ * high range far from the usual heap and mmap areas. */
+#define ZONE_LOW_LO 0x10000000ULL
+#define ZONE_LOW_HI 0xF0000000ULL
+#define ZONE_HIGH_LO 0x200000000000ULL
+#define ZONE_HIGH_HI 0x700000000000ULL
+
+/* ---- The driver state ------------------------------------------------------ */
+
+struct sim_driver {
+    pthread_mutex_t mu;
+    _Atomic int inited;
+    int init_done;
+    CUresult init_rc;
+    unsigned gen;                     /* bumped in a forked child */
+    struct sim_config cfg;
+    int nvis;
+    int vis[SIM_MAX_DEVICES];         /* ordinal -> physical */
+    int ord[SIM_MAX_DEVICES];         /* physical -> ordinal or -1 */
+    unsigned long long used[SIM_MAX_DEVICES];
+    int ctx_count[SIM_MAX_DEVICES];
+    struct sim_ctx *primary[SIM_MAX_DEVICES];
+    unsigned primary_flags[SIM_MAX_DEVICES];
+    struct sim_pool *default_pool[SIM_MAX_DEVICES];
+    struct sim_pool *current_pool[SIM_MAX_DEVICES];
+    struct sim_state *st;
+    int sdev[SIM_MAX_DEVICES];
+    int slot;
+    struct zone zone[2];
+    struct region **live;
+    size_t nlive, caplive;
+    struct hmap objs;                 /* handle -> struct obj* */
+    struct hmap host;                 /* host pointer -> size */
+    unsigned long long next_id;
+};
+
+extern struct sim_driver drv;
+
+#define LOCK() pthread_mutex_lock(&drv.mu)
+#define UNLOCK() pthread_mutex_unlock(&drv.mu)
+#define INITED() atomic_load_explicit(&drv.inited, memory_order_acquire)
+#define NEED_INIT()                                  \
+    do {                                             \
+        if (!INITED())                               \
+            return CUDA_ERROR_NOT_INITIALIZED;       \
+    } while (0)
+
+static inline unsigned long long round_up(unsigned long long v, unsigned long long a)
+{
+    return (v + a - 1) / a * a;
+}
+
+static inline unsigned int sat32(unsigned long long v)
+{
+    return v > UINT_MAX ? UINT_MAX : (unsigned int)v;
+}
+
+/* ---- Address space (cuda_core.c; drv.mu held) ------------------------------ */
+
+int zone_init(struct zone *z, unsigned long long lo, unsigned long long hi);
+/* First fit (lowest address) with alignment; `hint` is tried first. */
+int zone_take(struct zone *z, unsigned long long size, unsigned long long align,
+              unsigned long long hint, unsigned long long *out);
+void zone_give(struct zone *z, unsigned long long base, unsigned long long size);
+struct zone *zone_of(unsigned long long addr);
+int live_insert(struct region *r);
+void live_remove(struct region *r);
+struct region *live_exact(unsigned long long addr);
+struct region *live_containing(unsigned long long addr);
+struct mapping *mapping_containing(struct region *r, unsigned long long addr);
+
+/* ---- Accounting (cuda_core.c; drv.mu held) --------------------------------- */
+
+void state_publish(int phys);
+unsigned long long device_free(int phys);
+CUresult charge(int phys, unsigned long long bytes);
+void uncharge(int phys, unsigned long long bytes);
+
+/* ---- Handles (cuda_core.c; drv.mu held) ------------------------------------- */
+
+/* The live object behind handle `h` if it has type `type`, else NULL. */
+void *obj_get(const void *h, int type);
+/* A zeroed object of `size` bytes with its header set, registered as a
+ * handle; NULL when out of host memory. */
+void *obj_new(size_t size, int type, struct sim_ctx *ctx);
+/* Unregister and free an object. */
+void obj_free(void *o);
+
+/* ---- Devices and contexts (cuda_device.c, cuda_context.c) ----------------- */
+
+/* Physical index of visible ordinal `d`, or -1. */
+int dev_phys(CUdevice d);
+/* The calling thread's current context, checked alive. */
+CUresult cur_ctx(struct sim_ctx **out);
+
+/* ---- Memory, VMM, streams (drv.mu held) ------------------------------------ */
+
+CUresult mem_alloc_locked(struct sim_ctx *ctx, int phys, unsigned long long bytes, int low,
+                          int managed, struct sim_pool *pool, CUdeviceptr *out);
+void region_free(struct region *r);
+/* prop->location -> physical device, -1 for host locations; -2 invalid (*err set). */
+int location_phys(const CUmemLocation *loc, CUresult *err);
+/* The context of stream `s` (NULL and the special handles: the current one). */
+CUresult stream_ctx(CUstream s, struct sim_ctx **out);
+/* stream_ctx with the lock taken, for calls that only validate a stream. */
+CUresult stream_check(CUstream s);
+
+/* ---- Entry points (cuda_procs.c) -------------------------------------------- */
+
+/* CGPU_SIM_TRACE=1: log cuGetProcAddress, cuGetExportTable and unmodelled
+ * calls to stderr. */
+int trace_on(void);
+/* What an unmodelled entry point returns (cuda_stubs.c). */
+CUresult sim_unmodelled(const char *name);
+
+#endif
