@@ -39,7 +39,7 @@ from cgpu.exporter.procinfo import HostProcess, inspect, own_pidns, pidns_of
 from cgpu.exporter.scan import ContainerUsage
 
 _CONTAINER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{12,128}$")
-_SCOPE_RE = re.compile(r"^(?:[a-z0-9]+-)*(?P<id>[A-Za-z0-9_.]{12,128})(?:\.scope)?$")
+_SCOPE_RE = re.compile(r"^(?:[a-z0-9]+-)*(?P<id>[A-Za-z0-9_]{12,128})(?:\.scope)?$")
 
 
 @dataclass(frozen=True)
