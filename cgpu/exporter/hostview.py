@@ -28,6 +28,7 @@ attributions (see `cgpu.exporter.enforce`).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -98,7 +99,8 @@ class ProcessCache:
             del self._entries[pid]
 
 
-def _cgroup_ids(cgroup: str) -> set[str]:
+@functools.lru_cache(maxsize=4096)
+def _cgroup_ids(cgroup: str) -> frozenset[str]:
     """Container IDs a cgroup file names: whole components, or `<runtime>-<id>.scope`."""
     found = set()
     for line in cgroup.splitlines():
@@ -107,7 +109,7 @@ def _cgroup_ids(cgroup: str) -> set[str]:
             match = _SCOPE_RE.match(part)
             if match:
                 found.add(match.group("id"))
-    return found
+    return frozenset(found)
 
 
 def _unique(pairs: Iterable[tuple[object, str]]) -> dict[object, str]:

@@ -81,7 +81,7 @@ class _FileCache:
 
     def get(self, container_dir: Path) -> Any:
         """The parsed file (None when absent); raises what `parse` raises, and caches that too."""
-        stamp = _stamp(str(container_dir / self._name))
+        stamp = _stamp(os.path.join(container_dir, self._name))
         if stamp is None:
             self._entries.pop(container_dir, None)
             return None
@@ -159,7 +159,7 @@ def read_container(
     devices and slices, and the ledger adds only their use. Raises LedgerError for a ledger
     that exists but cannot be trusted (whatever is in its place).
     """
-    ledger = container_dir / LEDGER_NAME
+    ledger = os.path.join(container_dir, LEDGER_NAME)
     try:
         snap = read_ledger(ledger)
     except LedgerError as exc:
