@@ -39,6 +39,7 @@ class _Slice:
     processes: int = 0
     host_used: int | None = None  # None: NVML gave no process list for this GPU
     over: bool = False
+    ledger_ok: bool = True  # False: a directory's ledger is damaged; no ledger figures
 
 
 @dataclass
@@ -229,6 +230,7 @@ class CgpuCollector(Collector):
                 s.used += dev.used
                 s.peak = max(s.peak, dev.peak)
                 s.processes += dev.processes
+                s.ledger_ok = s.ledger_ok and usage.ledger_ok
                 if dev.uuid in view.gpus:
                     s.host_used = (s.host_used or 0) + view.used(usage.key, dev.uuid)
                     s.over = s.over or (usage.key, dev.uuid) in over
@@ -237,10 +239,11 @@ class CgpuCollector(Collector):
         members: Counter[str] = Counter({g.uuid: 0 for g in gpus})
         for (namespace, pod, container, uuid), s in slices.items():
             labels = [namespace, pod, container, uuid, index.get(uuid, "")]
-            fam.limit.add_metric(labels, s.limit)
-            fam.used.add_metric(labels, s.used)
-            fam.peak.add_metric(labels, s.peak)
-            fam.processes.add_metric(labels, s.processes)
+            if s.ledger_ok:
+                fam.limit.add_metric(labels, s.limit)
+                fam.used.add_metric(labels, s.used)
+                fam.peak.add_metric(labels, s.peak)
+                fam.processes.add_metric(labels, s.processes)
             if s.host_used is not None:
                 fam.host_used.add_metric(labels, s.host_used)
                 fam.over_slice.add_metric(labels, 1 if s.over else 0)

@@ -44,7 +44,10 @@ class ContainerUsage:
 
     `processes` are the ledger's live slots (pids in the container's pid namespace, as the
     container wrote them); `ledger_id` is (st_dev, st_ino) of the host's ledger file, None
-    when there is none.
+    when there is none. `ledger_ok` is False for a container whose ledger could not be read
+    but whose `cgpu.conf` could: its slices are known (at 0 used), so the host view still
+    covers it (a container cannot hide from it by breaking its own ledger), but it has no
+    ledger figures.
     """
 
     key: str
@@ -52,6 +55,7 @@ class ContainerUsage:
     devices: tuple[DeviceUsage, ...]
     processes: tuple[ProcessUsage, ...] = ()
     ledger_id: tuple[int, int] | None = None
+    ledger_ok: bool = True
 
 
 @dataclass
@@ -150,6 +154,15 @@ def _with_limits(
     return tuple(out)
 
 
+def _file_id(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of whatever is at `path` (never followed), None when nothing is."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def read_container(
     container_dir: Path, meta: Mapping[str, Any], limits: Mapping[str, int] | None
 ) -> ContainerUsage | None:
@@ -171,8 +184,7 @@ def read_container(
     processes: tuple[ProcessUsage, ...] = ()
     if snap is not None:
         devices, processes = tuple(snap.devices), tuple(snap.processes)
-        st = os.lstat(ledger)
-        ledger_id = (st.st_dev, st.st_ino)
+        ledger_id = _file_id(ledger)
     if limits is not None:
         devices = _with_limits(limits, devices)
     if not devices:
@@ -188,7 +200,18 @@ def _one(container_dir: Path, caches: Caches, skipped: Counter[str]) -> Containe
         log.debug("ignoring %s", exc)
         meta = {}
     limits = caches.configs.get(container_dir)
-    return read_container(container_dir, meta, limits)
+    try:
+        return read_container(container_dir, meta, limits)
+    except LedgerError as exc:
+        if not limits:
+            raise
+        # Its ledger is damaged (perhaps on purpose): no ledger figures, but its slices and
+        # its GPU processes, as the host sees them, still count.
+        skipped[REASONS.get(exc.code, "corrupt")] += 1
+        log.debug("ledger figures skipped: %s", exc)
+        devices = _with_limits(limits, ())
+        ledger_id = _file_id(os.path.join(container_dir, LEDGER_NAME))
+        return ContainerUsage(container_dir.name, meta, devices, (), ledger_id, ledger_ok=False)
 
 
 def scan(state_dir: str | os.PathLike[str], caches: Caches) -> ScanResult:

@@ -119,6 +119,19 @@ def test_memory_past_the_shim_is_seen_flagged_and_killed(
         assert host[good] == 700 * MIB and shim_used[good] == 700 * MIB
         assert series["cgpu_container_over_slice"][good] == 0
 
+        # The container zeroes its ledger, as a process inside could: its ledger figures go,
+        # but it cannot hide from the host view, and the clock of its grace keeps running.
+        ledger = greedy_dir / "cgpu.ledger"
+        with open(ledger, "r+b") as f:
+            f.write(bytes(ledger.stat().st_size))
+        series = exporter.scrape()
+        assert greedy not in series["cgpu_container_gpu_memory_used_bytes"]
+        assert greedy not in series["cgpu_container_gpu_memory_limit_bytes"]
+        assert series["cgpu_container_gpu_memory_host_used_bytes"][greedy] == 700 * MIB
+        assert series["cgpu_container_over_slice"][greedy] == 1
+        skipped = series["cgpu_ledgers_skipped"]
+        assert sum(skipped.values()) == 1, skipped
+
         # A process in no container is the GPU's, never a container's.
         outsider = subprocess.Popen(
             [str(workload), "50"], env=outsider_env, stdin=subprocess.PIPE, stdout=subprocess.PIPE

@@ -333,8 +333,11 @@ def test_every_kind_of_damage_is_counted_by_reason(
     }
     totals = {dict(k)["reason"]: v for k, v in second["cgpu_ledger_errors_total"].items()}
     assert totals == {reason: 2 * n for reason, n in skipped.items()}
-    pods = {dict(k)["pod"] for k in first["cgpu_container_gpu_memory_limit_bytes"]}
+    used = first["cgpu_container_gpu_memory_used_bytes"]
     # The meta.json FIFO costs only the labels: that container is still shown, under its key.
-    assert pods == {"good", ""}
-    containers = {dict(k)["container"] for k in first["cgpu_container_gpu_memory_limit_bytes"]}
-    assert containers == {"c", "meta"}
+    assert {(dict(k)["pod"], dict(k)["container"]) for k in used} == {("good", "c"), ("", "meta")}
+    # A damaged ledger costs the ledger's series; the host view still covers the container
+    # (its slice is the host's cgpu.conf). A broken cgpu.conf costs everything.
+    assert first["cgpu_container_gpu_memory_limit_bytes"].keys() == used.keys()
+    host = first["cgpu_container_gpu_memory_host_used_bytes"]
+    assert {dict(k)["pod"] for k in host} == {"good", "", "foreign", "truncated", "corrupt", "fifo"}
