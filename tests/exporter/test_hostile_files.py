@@ -162,6 +162,36 @@ class Vandal(threading.Thread):
             self._rewrite(path, b"version 1\ndevice " + UUID0.encode() + b" 999999GiB\n")
 
 
+class Sweeper(threading.Thread):
+    """The device plugin's clean-up and `cgpu hook sweep`, in a loop over the same directories.
+
+    With an endless grace and no pod known, no directory is stale: every pass must read every
+    directory, keep them all, and never raise.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        super().__init__(daemon=True)
+        self.state_dir = state_dir
+        self.stop = threading.Event()
+        self.passes = 0
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        from cgpu.deviceplugin import cleanup as plugin_cleanup
+        from cgpu.hooks import sweep as hook_sweep
+
+        while not self.stop.is_set():
+            try:
+                removed = hook_sweep.sweep(self.state_dir)
+                removed += plugin_cleanup.sweep(self.state_dir, {}, set(), grace=1e9)
+            except Exception as exc:  # the failure under test
+                self.failures.append(repr(exc))
+                continue
+            if removed:
+                self.failures.append(f"removed {removed}")
+            self.passes += 1
+
+
 class LedgerCommand(threading.Thread):
     """Runs `cgpu ledger` (text and --json) in a loop; records every failure."""
 
@@ -221,6 +251,7 @@ def _run_fuzz(
     seed = int(os.environ.get("CGPU_FUZZ_SEED", "11"))
     vandal = Vandal(hostile, template, victim, seed, in_place)
     ledger_cmd = LedgerCommand(state_dir, python_env(env))
+    sweeper = Sweeper(state_dir)
     expected = {}
     for key, used in GOOD.items():
         expected[("used", ctr("team", key, "main", UUID0, "0"))] = used
@@ -232,6 +263,7 @@ def _run_fuzz(
     try:
         vandal.start()
         ledger_cmd.start()
+        sweeper.start()
         deadline = time.monotonic() + DURATION
         series: dict = {}
         while time.monotonic() < deadline:
@@ -252,6 +284,8 @@ def _run_fuzz(
     finally:
         vandal.stop.set()
         ledger_cmd.stop.set()
+        sweeper.stop.set()
+        sweeper.join(30)
         vandal.join(30)
         ledger_cmd.join(90)
         code = exporter.stop()
@@ -260,6 +294,7 @@ def _run_fuzz(
     assert "Traceback" not in log, log[-3000:]
     assert scrapes >= 20 and vandal.steps >= 200, (scrapes, vandal.steps)
     assert ledger_cmd.runs >= 2 and not ledger_cmd.failures, ledger_cmd.failures[:3]
+    assert sweeper.passes >= 10 and not sweeper.failures, sweeper.failures[:3]
     errors = {dict(k)["reason"]: v for k, v in series["cgpu_ledger_errors_total"].items()}
     expected_reasons = {"truncated"} if in_place else {"foreign", "truncated", "io", "config"}
     assert all(errors[r] > 0 for r in expected_reasons), errors
