@@ -7,6 +7,7 @@ cumulative count of skipped ledgers.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -23,6 +24,8 @@ from cgpu.exporter.labels import Identity, device_ids, resolve
 from cgpu.exporter.nvml import GpuStatus, NvmlSource
 from cgpu.exporter.podresources import PodResourcesSource
 from cgpu.exporter.scan import ALL_REASONS, Caches, ScanResult, scan
+
+log = logging.getLogger(__name__)
 
 CONTAINER_LABELS = ["namespace", "pod", "container", "gpu_uuid", "gpu_index"]
 GPU_LABELS = ["gpu_uuid", "gpu_index"]
@@ -187,7 +190,10 @@ class CgpuCollector(Collector):
         gpus = self._gpus.gpus() if self._gpus is not None else []
         view = HostView()
         if self._attributor is not None and self._gpus is not None:
-            view = self._attributor.attribute(result.containers, self._gpus.processes())
+            try:
+                view = self._attributor.attribute(result.containers, self._gpus.processes())
+            except Exception:  # the ledger series must not depend on the host view
+                log.exception("host view failed at this pass")
         containers = result.containers
         wanted = [i for c in containers for i in device_ids(c.meta)]
         by_device = self._pods.devices(wanted) if self._pods is not None else {}

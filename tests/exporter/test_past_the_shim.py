@@ -23,7 +23,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare(1)"),
 ]
 
-GRACE = 3.0
+GRACE = 6.0
 
 
 class Contained:
