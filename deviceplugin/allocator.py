@@ -14,13 +14,13 @@ from typing import Any
 import grpc
 
 from cgpu.core import injection
-from cgpu.core.config import slice_bytes
 from cgpu.core.containers import create_container_dir, list_container_dirs, read_meta
 from cgpu.core.layout import KEY_ANNOTATION, SOURCE_DEVICE_PLUGIN
 from cgpu.deviceplugin import placement
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.inventory import Inventory
 from cgpu.deviceplugin.kube import KubeClient, KubeError
+from cgpu.deviceplugin.limits import share_env, unit_slices
 from cgpu.deviceplugin.placement import AllocationError, Placement
 from cgpu.deviceplugin.pods import (
     ASSIGNED_ANNOTATION,
@@ -70,24 +70,29 @@ class Allocator:
                 served.add((str(meta["pod_uid"]), str(meta["container"])))
         return served
 
-    def _lookup(self, units: int, prune: bool = False) -> Match | None:
-        """The pod container this request is for, when an API server is reachable.
+    def _pending(self, prune: bool = False) -> list[PodInfo]:
+        """The pending pods on this node; raises KubeError when the API server fails.
 
         With `prune`, forget served containers of pods that are no longer pending: only
         pending pods are ever matched.
         """
-        if self.kube is None:
-            return None
-        try:
-            raw = self.kube.pending_pods()
-        except KubeError as err:
-            log.warning("pod lookup failed, allocating without pod information: %s", err)
-            return None
-        pods = [parse_pod(p, self.settings.resource) for p in raw]
+        assert self.kube is not None
+        pods = [parse_pod(p, self.settings.resource) for p in self.kube.pending_pods()]
         if prune:
             pending = {p.uid for p in pods}
             self._allocated = {(uid, c) for uid, c in self._allocated if uid in pending}
             self._pod_gpus = {uid: g for uid, g in self._pod_gpus.items() if uid in pending}
+        return pods
+
+    def _lookup(self, units: int, prune: bool = False) -> Match | None:
+        """The pod container this request is for, when an API server is reachable."""
+        if self.kube is None:
+            return None
+        try:
+            pods = self._pending(prune)
+        except KubeError as err:
+            log.warning("pod lookup failed, allocating without pod information: %s", err)
+            return None
         return match_container(pods, units, self._allocated)
 
     def preferred(
@@ -116,24 +121,10 @@ class Allocator:
             placed = placement.check(self.inventory, ids, self.settings.resource, gpu_count, pinned)
             if pinned:
                 self._warn_if_moved(ids, placed, pod)
-            key = f"dp-{int(time.time())}-{secrets.token_hex(6)}"
-            limits = {
-                g.gpu.uuid: slice_bytes(g.gpu.total_bytes, placed.units_per_gpu, g.units)
-                for g in placed.gpus
-            }
-            try:
-                directory = create_container_dir(
-                    self.settings.state_dir, key, limits, self._meta(ids, placed, match)
-                )
-            except Exception as err:
-                raise AllocationError(
-                    grpc.StatusCode.INTERNAL, f"cannot create the container directory: {err}"
-                ) from err
+            limits = unit_slices(placed.units_per_gpu, [(g.gpu, g.units) for g in placed.gpus])
+            key, directory = self._create(limits, self._meta(ids, placed, match))
             if match is not None:
-                self._allocated.add((match[0].uid, match[1].name))
-                used = self._pod_gpus.setdefault(match[0].uid, set())
-                used.update(g.gpu.index for g in placed.gpus)
-                self._mark_assigned(match[0])
+                self._served(match, placed)
             log.info(
                 "allocated %s: %d units on %s -> %s",
                 f"{match[0].namespace}/{match[0].name}/{match[1].name}" if match else "container",
@@ -142,6 +133,33 @@ class Allocator:
                 directory,
             )
             return self._response(key, directory, placed, pod)
+
+    def _create(self, limits: dict[str, int], meta: dict[str, Any]) -> tuple[str, Path]:
+        """A new container directory with these slices: (key, path)."""
+        key = f"dp-{int(time.time())}-{secrets.token_hex(6)}"
+        try:
+            return key, create_container_dir(self.settings.state_dir, key, limits, meta)
+        except Exception as err:
+            raise AllocationError(
+                grpc.StatusCode.INTERNAL, f"cannot create the container directory: {err}"
+            ) from err
+
+    def _served(self, match: Match, placed: Placement) -> None:
+        """Remember the container as served; mark its pod assigned once it is complete."""
+        pod, container = match
+        self._allocated.add((pod.uid, container.name))
+        self._pod_gpus.setdefault(pod.uid, set()).update(g.gpu.index for g in placed.gpus)
+        if self.kube is not None and pod_complete(pod, self._allocated):
+            self._mark_assigned(pod)
+
+    def _mounts(self, directory: Path) -> list[api.Mount]:
+        """The shim, /etc/ld.so.preload and the container directory, as kubelet mounts."""
+        return [
+            api.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+            for m in injection.container_mounts(
+                self.settings.shim, self.settings.preload, directory
+            )
+        ]
 
     def _warn_if_moved(self, ids: Sequence[str], placed: Placement, pod: PodInfo | None) -> None:
         offered = set(self.inventory.group(ids))
@@ -176,8 +194,7 @@ class Allocator:
 
     def _mark_assigned(self, pod: PodInfo) -> None:
         """Tell the gpushare extender (and kubectl inspect) the pod has its devices."""
-        if self.kube is None or not pod_complete(pod, self._allocated):
-            return
+        assert self.kube is not None
         annotations = {ASSIGNED_ANNOTATION: "true"}
         if IDX_ANNOTATION not in pod.annotations:
             gpus = sorted(self._pod_gpus.get(pod.uid, ()))
@@ -193,21 +210,11 @@ class Allocator:
         envs = {
             "NVIDIA_VISIBLE_DEVICES": ",".join(g.gpu.uuid for g in placed.gpus),
             "ALIYUN_COM_GPU_MEM_IDX": ",".join(str(g.gpu.index) for g in placed.gpus),
-            "ALIYUN_COM_GPU_MEM_CONTAINER": str(placed.units_per_gpu),
-            "ALIYUN_COM_GPU_MEM_DEV": str(placed.gpus[0].units),
+            **share_env(placed.units_per_gpu, placed.gpus[0].units),
             **injection.environment(),
         }
         if pod is not None:
             envs["ALIYUN_COM_GPU_MEM_POD"] = str(pod.total_units)
         return api.ContainerAllocateResponse(
-            envs=envs,
-            mounts=[
-                api.Mount(
-                    container_path=m.container_path, host_path=m.host_path, read_only=m.read_only
-                )
-                for m in injection.container_mounts(
-                    self.settings.shim, self.settings.preload, directory
-                )
-            ],
-            annotations={KEY_ANNOTATION: key},
+            envs=envs, mounts=self._mounts(directory), annotations={KEY_ANNOTATION: key}
         )

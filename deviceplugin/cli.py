@@ -21,7 +21,6 @@ from cgpu.deviceplugin.config import (
 log = logging.getLogger("deviceplugin")
 
 
-
 def register(parser: argparse.ArgumentParser) -> None:
     """Add the device plugin's options to its subcommand parser."""
     add = parser.add_argument
@@ -34,9 +33,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     add(
         "--memory-unit",
         choices=("GiB", "MiB"),
-        default="GiB",
-        help="memory per advertised device (default: %(default)s); made coarser, with a log "
-        "line, when the device list would exceed the kubelet's 4 MiB message limit",
+        default=None,
+        help="memory per advertised device (default: GiB; always MiB with --resource-name "
+        "volcano.sh/gpu-memory); made coarser, with a log line, when the device list would "
+        "exceed the kubelet's 4 MiB message limit",
     )
     add(
         "--resource-name",

@@ -18,7 +18,7 @@ class Config:
     """The options of `cgpu device-plugin`, read once from the command line."""
 
     kubelet_dir: Path = Path(DEFAULT_KUBELET_DIR)
-    memory_unit: str = "GiB"
+    memory_unit: str | None = None  # None: the mode's default (GiB; MiB for Volcano)
     resource_name: str = DEFAULT_RESOURCE
     state_dir: Path = Path(DEFAULT_STATE_DIR)
     pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET

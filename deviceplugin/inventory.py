@@ -21,24 +21,33 @@ class UnknownDevices(ValueError):
         self.ids = ids
 
 
+def id_prefix(gpu: GPU, index_ids: bool) -> str:
+    """What a GPU's device IDs start with: its UUID, or its NVML index (Volcano mode)."""
+    return str(gpu.index) if index_ids else gpu.uuid
+
+
 @dataclass(frozen=True)
 class GpuUnits:
-    """A GPU and how many units it offers."""
+    """A GPU, how many units it offers, and what its device IDs start with."""
 
     gpu: GPU
     units: int
+    prefix: str = ""
 
     def ids(self) -> list[str]:
         """Every device ID of this GPU, unit 0 first."""
-        return [device_id(self.gpu.uuid, n) for n in range(self.units)]
+        return [device_id(self.prefix or self.gpu.uuid, n) for n in range(self.units)]
 
 
 class Inventory:
     """GPUs, their units and health; watchers wait on `changed` for a new `version`."""
 
-    def __init__(self, gpus: Iterable[GPU], unit: Unit) -> None:
+    def __init__(self, gpus: Iterable[GPU], unit: Unit, index_ids: bool = False) -> None:
         self.unit = unit
-        self.gpus = [GpuUnits(gpu, unit.units_of(gpu.total_bytes)) for gpu in gpus]
+        self.index_ids = index_ids
+        self.gpus = [
+            GpuUnits(gpu, unit.units_of(gpu.total_bytes), id_prefix(gpu, index_ids)) for gpu in gpus
+        ]
         self._by_uuid = {g.gpu.uuid: g for g in self.gpus}
         self._by_id = {ident: (g, n) for g in self.gpus for n, ident in enumerate(g.ids())}
         self._healthy = {g.gpu.uuid: True for g in self.gpus}

@@ -1,4 +1,4 @@
-"""The thin API-server layer: pending pods on this node, pod annotations, node capacity.
+"""The thin API-server layer: pending pods on this node, pod annotations, node status.
 
 Uses the official `kubernetes` client with in-cluster config or a kubeconfig. Every call
 has a short timeout; callers treat a failure as "no pod information" (standalone).
@@ -61,9 +61,12 @@ class KubeClient:
             f"patch pod {namespace}/{name}", self._core.patch_namespaced_pod, name, namespace, body
         )
 
-    def publish_capacity(self, name: str, value: int) -> None:
-        """Set an extended resource in this node's status capacity."""
-        body = {"status": {"capacity": {name: str(value)}}}
+    def patch_node_status(self, body: dict[str, Any]) -> None:
+        """Merge `body` into this node through its status subresource (nodes/status patch).
+
+        Besides status, the body may carry metadata.annotations (None removes one), as
+        Volcano's device plugin patches its node.
+        """
         self._call(
             f"patch node {self.node_name} status",
             self._core.patch_node_status,

@@ -147,7 +147,8 @@ def check(
         raise AllocationError(
             grpc.StatusCode.NOT_FOUND,
             f"unknown {resource} device IDs: {shown}; this node advertises "
-            f"<gpu-uuid>-<unit> IDs in units of {inventory.unit} for GPUs "
+            f"<gpu-{'index' if inventory.index_ids else 'uuid'}>-<unit> IDs in units of "
+            f"{inventory.unit} for GPUs "
             f"{', '.join(g.gpu.uuid for g in inventory.gpus) or '(none)'}",
         ) from None
     n = len(ids)

@@ -14,13 +14,15 @@ from cgpu.deviceplugin import cleanup, kubelet
 from cgpu.deviceplugin.allocator import Allocator
 from cgpu.deviceplugin.health import HealthWatcher
 from cgpu.deviceplugin.inventory import Inventory
-from cgpu.deviceplugin.kube import GPU_COUNT_CAPACITY, KubeClient, KubeError
+from cgpu.deviceplugin.kube import KubeClient
+from cgpu.deviceplugin.nodestatus import NodeStatus
 from cgpu.deviceplugin.server import DevicePluginService, start_server
 
 log = logging.getLogger(__name__)
 
 POLL = 0.25
 REGISTER_RETRY = 1.0
+NODE_RETRY = 30.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Plugin:
         self.health = health
         self.pod_resources = pod_resources
         self.kube = kube
+        self.node = NodeStatus(kube, inventory, options.resource) if kube else None
         self.stop = threading.Event()
         self.registrations = 0
 
@@ -69,6 +72,8 @@ class Plugin:
             self.health.start()
         cleaner = threading.Thread(target=self._cleanup_loop, name="cleanup", daemon=True)
         cleaner.start()
+        if self.node is not None:
+            threading.Thread(target=self._node_loop, name="node-status", daemon=True).start()
         try:
             while not self.stop.is_set():
                 self._serve_once()
@@ -112,7 +117,7 @@ class Plugin:
                 else:
                     self.registrations += 1
                     # The kubelet may zero extended capacity when it re-registers its node.
-                    threading.Thread(target=self._publish_capacity, daemon=True).start()
+                    threading.Thread(target=self._publish_node, daemon=True).start()
                     log.info(
                         "registered %s with the kubelet at %s",
                         self.options.resource,
@@ -122,16 +127,18 @@ class Plugin:
             self.stop.wait(REGISTER_RETRY)
         return None
 
-    def _publish_capacity(self) -> None:
-        if self.kube is None:
-            return
-        try:
-            self.kube.publish_capacity(GPU_COUNT_CAPACITY, len(self.inventory.gpus))
-            log.info(
-                "node %s: %s=%d", self.kube.node_name, GPU_COUNT_CAPACITY, len(self.inventory.gpus)
-            )
-        except KubeError as err:
-            log.warning("could not publish %s: %s", GPU_COUNT_CAPACITY, err)
+    def _publish_node(self) -> None:
+        if self.node is not None:
+            self.node.publish(force=True)
+
+    def _node_loop(self) -> None:
+        """Republish the node's GPU figures when health changes, and retry failed patches."""
+        assert self.node is not None
+        seen = self.inventory.version
+        while not self.stop.is_set():
+            seen = self.inventory.wait_for_change(seen, NODE_RETRY)
+            if not self.stop.is_set():
+                self.node.publish()
 
     def cleanup_once(self) -> list[str]:
         """One cleanup pass; nothing is removed when pod-resources cannot be read."""

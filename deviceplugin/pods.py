@@ -43,6 +43,7 @@ class PodInfo:
     annotations: dict[str, str] = field(default_factory=dict)
     containers: tuple[ContainerRequest, ...] = ()
     deleting: bool = False
+    rejected: bool = False
 
     @property
     def gpu_count(self) -> int:
@@ -129,19 +130,32 @@ def _containers(spec: dict[str, Any], resource: str) -> tuple[ContainerRequest, 
     return tuple(out)
 
 
+def _rejected(status: dict[str, Any]) -> bool:
+    """Whether the kubelet refused the pod at admission (it will never start as is)."""
+    if status.get("reason") == "UnexpectedAdmissionError":
+        return True
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if "PreStartContainer check failed" in str(waiting.get("message", "")):
+            return True
+    return False
+
+
 def parse_pod(pod: dict[str, Any], resource: str) -> PodInfo:
     """PodInfo from the API server's JSON for one pod."""
     meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
     return PodInfo(
         uid=meta.get("uid", ""),
         namespace=meta.get("namespace", ""),
         name=meta.get("name", ""),
-        phase=(pod.get("status") or {}).get("phase", ""),
+        phase=status.get("phase", ""),
         created=_created(meta.get("creationTimestamp")),
         labels=dict(meta.get("labels") or {}),
         annotations=dict(meta.get("annotations") or {}),
         containers=_containers(pod.get("spec") or {}, resource),
         deleting=bool(meta.get("deletionTimestamp")),
+        rejected=_rejected(status),
     )
 
 

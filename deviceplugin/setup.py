@@ -7,15 +7,16 @@ import logging
 import pynvml
 
 from cgpu.core import paths
-from cgpu.core.gpus import GPUError
+from cgpu.core.gpus import GPU, GPUError
 from cgpu.core.podresources import PodResources
-from cgpu.deviceplugin import gpus, hostfiles, kube
+from cgpu.deviceplugin import gpus, hostfiles, kube, volcano
 from cgpu.deviceplugin.allocator import Allocator, Settings
 from cgpu.deviceplugin.config import Config
 from cgpu.deviceplugin.health import HealthWatcher
-from cgpu.deviceplugin.inventory import Inventory
+from cgpu.deviceplugin.inventory import Inventory, id_prefix
 from cgpu.deviceplugin.plugin import Options, Plugin
 from cgpu.deviceplugin.units import choose_unit
+from cgpu.deviceplugin.volcano_allocator import VolcanoAllocator
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +33,23 @@ def build(config: Config, socket_name: str) -> Plugin:
         raise SetupError(f"NVML failed: {err} (is the NVIDIA driver installed?)") from err
     if not found:
         log.warning("NVML reports no GPUs: advertising no devices")
+    volcano_mode = volcano.is_volcano(config.resource_name)
+    base = memory_base(config, found)
     try:
-        choice = choose_unit([(g.uuid, g.total_bytes) for g in found], config.memory_unit)
+        choice = choose_unit([(id_prefix(g, volcano_mode), g.total_bytes) for g in found], base)
     except ValueError as err:
         raise SetupError(str(err)) from err
     (log.warning if choice.coarsened else log.info)("%s", choice.explain())
-    inventory = Inventory(found, choice.unit)
+    if volcano_mode and choice.coarsened:
+        log.warning(
+            "Volcano mode: each %s now counts %d MiB (as Volcano's --gpu-memory-factor=%d): "
+            "a pod's %s limit is read in these units and VOLCANO_GPU_ALLOCATED reports MiB",
+            volcano.RESOURCE,
+            choice.unit.mib,
+            choice.unit.mib,
+            volcano.RESOURCE,
+        )
+    inventory = Inventory(found, choice.unit, index_ids=volcano_mode)
     for g in inventory.gpus:
         log.info(
             "GPU %d %s (%s): %d MiB, %d devices of %s",
@@ -64,8 +76,14 @@ def build(config: Config, socket_name: str) -> Plugin:
     node = kube.node_name(config.node_name)
     client = kube.connect(config.kubeconfig, node)
     log.info("API server: %s", f"node {node}" if client else "none, running standalone")
+    if volcano_mode and client is None:
+        raise SetupError(
+            f"--resource-name {volcano.RESOURCE} needs the API server (the pods' "
+            f"{volcano.GPU_INDEX} and the node's {volcano.GPU_NUMBER}): pass --kubeconfig, "
+            "set KUBECONFIG, or run in-cluster"
+        )
     settings = Settings(state_dir, config.resource_name, shim, preload)
-    allocator = Allocator(inventory, settings, client)
+    allocator = (VolcanoAllocator if volcano_mode else Allocator)(inventory, settings, client)
     health = HealthWatcher(inventory, config.health_recovery, config.ignore_xid)
     options = Options(
         kubelet_dir=config.kubelet_dir,
@@ -76,3 +94,25 @@ def build(config: Config, socket_name: str) -> Plugin:
     )
     pod_resources = PodResources(config.pod_resources_socket, config.resource_name)
     return Plugin(options, inventory, allocator, health, pod_resources, client)
+
+
+def memory_base(config: Config, found: list[GPU]) -> str:
+    """The unit base: the option, GiB by default; MiB whatever was asked in Volcano mode."""
+    if not volcano.is_volcano(config.resource_name):
+        return config.memory_unit or "GiB"
+    if config.memory_unit == "GiB":
+        log.warning(
+            "--memory-unit GiB ignored: Volcano counts %s in MiB, so the plugin advertises "
+            "MiB units",
+            volcano.RESOURCE,
+        )
+    sizes = {g.total_bytes // (1 << 20) for g in found}
+    if len(sizes) > 1:
+        log.warning(
+            "GPUs of different sizes (%s MiB): Volcano's scheduler assumes every card has "
+            "the node's %s divided by %s",
+            ", ".join(str(s) for s in sorted(sizes)),
+            volcano.RESOURCE,
+            volcano.GPU_NUMBER,
+        )
+    return "MiB"

@@ -1,10 +1,11 @@
-/* cgpu public C API: the ledger and the container config.
+/* cgpu public C API: the ledger, the container config and the limit variables.
  *
  * This header is the single declaration of what Python reads through cffi
- * (cgpu/ledger.py loads it verbatim with ffi.cdef), so it must stay plain C
+ * (cgpu/native.py loads it verbatim with ffi.cdef), so it must stay plain C
  * declarations: no #include, no #define, no macros, no attributes.  The shim
  * (libcgpu.so) and the binding library (libcgpu_ledger.so) are built from the
- * same ledger.c and config.c.
+ * same ledger.c (ledger and config file) and request.c (limit variables).
+ * Test-only entry points live in cgpu_test_api.h and only in the binding library.
  */
 
 /* Limits of one ledger file. */
@@ -23,7 +24,7 @@ enum {
     CGPU_ERR_TRUNCATED = -4, /* shorter than its header says */
     CGPU_ERR_CORRUPT = -5,   /* header fields out of range */
     CGPU_ERR_FULL = -6,      /* no free device or process slot */
-    CGPU_ERR_PARSE = -7,     /* malformed config file */
+    CGPU_ERR_PARSE = -7,     /* malformed config file or limit variable */
     CGPU_ERR_LIMIT = -8      /* allocation would exceed the slice */
 };
 
@@ -80,17 +81,49 @@ int cgpu_ledger_init_file(const char *path, const struct cgpu_config *devices);
  * CGPU_ERR_IO and sets cfg->error to one line naming the file and line. */
 int cgpu_config_load(const char *path, struct cgpu_config *cfg);
 
-/* Parse a size: bytes, or with KiB/MiB/GiB/TiB or K/M/G/T (powers of 1024).
+/* Parse a size: bytes, or with KiB/MiB/GiB/TiB or K/M/G/T (powers of 1024); the
+ * suffix is case-sensitive and follows the digits directly, and surrounding
+ * whitespace (space, tab, CR, LF) is ignored.
  * Returns 0 and sets *out, or -1 when malformed, zero, or overflowing. */
 int cgpu_parse_size(const char *text, unsigned long long *out);
 
-/* Test support: charge or credit `bytes` on device index `dev` for the calling
- * process's slot, exactly as the shim does it.  `sign` is +1 or -1. */
-int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned long long bytes, int sign);
-
-/* Test support: take the ledger's lock and keep it (until this process dies), to
- * show that readers never hang and that a dead holder's lock is repaired. */
-int cgpu_ledger_test_hold_lock(const char *path);
-
 /* A short static description of a CGPU_ERR_* code. */
 const char *cgpu_strerror(int code);
+
+/* ---- the limit variables (contract: "The limit: which variables the shim reads") ----
+ *
+ * One parser for the shim, the OCI hook and the device plugin.  Rules:
+ * - CGPU_DISABLE: "true", "1" or "yes" (any case, surrounding whitespace ignored) keeps
+ *   the shim out of the way and wins over everything; any other value means "not
+ *   disabled".
+ * - Every limit variable that is present must be well-formed, even one that a
+ *   higher source overrides; a malformed one fails closed.
+ * - CGPU_MEM_LIMIT and CGPU_MEM_LIMIT_<i>: a size as cgpu_parse_size reads it, more
+ *   than 0.  <i> is a device ordinal 0-15 written without leading zeros; any other
+ *   CGPU_MEM_LIMIT_* name is malformed.
+ * - ALIYUN_COM_GPU_MEM_CONTAINER over ALIYUN_COM_GPU_MEM_DEV, then
+ *   VOLCANO_GPU_ALLOCATED over VOLCANO_GPU_MEMORY_TOTAL: both of a pair or neither,
+ *   each a whole number > 0 (digits only, surrounding whitespace ignored), units <= of.
+ * - Per device ordinal: CGPU_MEM_LIMIT_<i>, else CGPU_MEM_LIMIT, else the first
+ *   share pair present (slice = floor(total * units / of)), else no slice.
+ */
+enum { CGPU_REQ_NONE = 0, CGPU_REQ_FIXED = 1, CGPU_REQ_SHARE = 2, CGPU_REQ_DISABLED = 3 };
+
+struct cgpu_request {
+    int kind;                                  /* CGPU_REQ_*: FIXED when any fixed size is set */
+    unsigned long long fixed_default;          /* CGPU_MEM_LIMIT, 0 = unset */
+    unsigned long long fixed_by_ordinal[16];   /* CGPU_MEM_LIMIT_<i>, 0 = unset */
+    unsigned long long units, of;              /* first share pair present, 0 = none */
+    char variable[64];                         /* on error: the variable at fault */
+    char error[256];                           /* on error: one line naming it */
+};
+
+/* Parse the limit variables of `envp` (NULL-terminated "NAME=value" strings; the
+ * first entry of a name counts, as with getenv).  Returns CGPU_OK, or
+ * CGPU_ERR_PARSE with out->variable and out->error set. */
+int cgpu_request_from_env(const char *const *envp, struct cgpu_request *out);
+
+/* The slice of device `ordinal` whose memory is `total` bytes: returns 0 and sets
+ * *slice, or 1 when the request gives that device no slice. */
+int cgpu_request_slice(const struct cgpu_request *req, unsigned int ordinal,
+                       unsigned long long total, unsigned long long *slice);

@@ -1,70 +1,44 @@
-/* The container ledger and the public C API (cgpu_api.h). */
+/* The container ledger: open, lock, devices, process slots, charge and credit.
+ * What is trusted and what is not: see ledger.h. */
 #include "ledger.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
-#include <stdlib.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-#define API __attribute__((visibility("default")))
+#include "cgpu_procstat.h"
 
-/* ---- process identity ---------------------------------------------------- */
-
-/* Field 22 of /proc/self/stat: start time in clock ticks since boot. */
-static uint64_t self_start_time(void)
-{
-    char buf[1024];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    if (!p)
-        return 0;
-    /* after ")" come fields 3.. ; start time is field 22 */
-    int field = 2;
-    for (; *p && field < 22; p++)
-        if (*p == ' ')
-            field++;
-    return strtoull(p, NULL, 10);
-}
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
 
 /* ---- open / create ------------------------------------------------------- */
 
-static int init_mutex(pthread_mutex_t *m)
+/* Check a header read with pread (never through the mapping: the file may shrink). */
+static int validate_header(int fd, size_t file_size)
 {
-    pthread_mutexattr_t a;
-    if (pthread_mutexattr_init(&a))
-        return -1;
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    int rc = pthread_mutex_init(m, &a);
-    pthread_mutexattr_destroy(&a);
-    return rc ? -1 : 0;
-}
-
-static int validate(const struct ledger *l, size_t file_size)
-{
-    if (file_size < sizeof l->magic + sizeof l->version + sizeof l->size)
+    struct {
+        char magic[8];
+        uint32_t version, size, ndevices;
+    } head;
+    if (file_size < 16 || pread(fd, &head, sizeof head, 0) != (ssize_t)sizeof head)
         return CGPU_ERR_TRUNCATED;
-    if (memcmp(l->magic, CGPU_LEDGER_MAGIC_STR, 8) != 0)
+    if (memcmp(head.magic, CGPU_LEDGER_MAGIC_STR, 8) != 0)
         return CGPU_ERR_FOREIGN;
-    if (l->version != CGPU_LEDGER_VERSION)
+    if (head.version != CGPU_LEDGER_VERSION)
         return CGPU_ERR_VERSION;
     if (file_size < sizeof(struct ledger))
         return CGPU_ERR_TRUNCATED;
-    if (l->size != sizeof(struct ledger))
-        return CGPU_ERR_CORRUPT;
-    if (l->ndevices > CGPU_MAX_DEVICES)
+    if (head.size != sizeof(struct ledger) || head.ndevices > CGPU_MAX_DEVICES)
         return CGPU_ERR_CORRUPT;
     return CGPU_OK;
 }
@@ -76,10 +50,8 @@ static int initialise(int fd)
     if (l == MAP_FAILED)
         return CGPU_ERR_IO;
     memset(l, 0, sizeof *l);
-    if (init_mutex(&l->lock.mutex)) {
-        munmap(l, sizeof *l);
-        return CGPU_ERR_IO;
-    }
+    for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
+        l->devices[d].used_check = ~0ULL;
     l->version = CGPU_LEDGER_VERSION;
     l->size = sizeof *l;
     uint64_t magic;
@@ -128,19 +100,13 @@ int ledger_open(const char *path, int mode, struct ledger_handle *h)
         }
         flock(fd, LOCK_UN);
     }
-    if ((size_t)st.st_size < 16) {
-        close(fd);
-        return st.st_size == 0 ? CGPU_ERR_TRUNCATED : CGPU_ERR_TRUNCATED;
-    }
-    size_t map_size = (size_t)st.st_size < sizeof(struct ledger) ? (size_t)st.st_size : sizeof(struct ledger);
-    void *m = mmap(NULL, map_size, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) {
-        close(fd);
-        return CGPU_ERR_IO;
-    }
-    int rc = validate(m, (size_t)st.st_size);
+    int rc = validate_header(fd, (size_t)st.st_size);
+    void *m = rc == CGPU_OK ? mmap(NULL, sizeof(struct ledger), PROT_READ | (writable ? PROT_WRITE : 0),
+                                   MAP_SHARED, fd, 0)
+                            : MAP_FAILED;
+    if (rc == CGPU_OK && m == MAP_FAILED)
+        rc = CGPU_ERR_IO;
     if (rc != CGPU_OK) {
-        munmap(m, map_size);
         close(fd);
         return rc;
     }
@@ -161,36 +127,239 @@ void ledger_close(struct ledger_handle *h)
     h->slot = -1;
 }
 
-/* ---- locking and repair -------------------------------------------------- */
+/* ---- liveness ---------------------------------------------------------------- */
 
-/* Recompute every device total from the slots: the slots are the truth. */
+/* Open-file-description locks: owned by the open file, so closing another fd
+ * of the same file in this process does not drop them, and F_OFD_GETLK sees
+ * them from any other open file, this process's included. */
+static int ofd_lock(int fd, uint64_t byte, short type, int cmd, struct flock *out)
+{
+    struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = (off_t)byte, .l_len = 1, .l_pid = 0};
+    int rc = fcntl(fd, cmd, &fl);
+    if (out)
+        *out = fl;
+    return rc;
+}
+
+/* Whether nobody holds `byte` (tested from our own open file: our locks never count). */
+static int byte_free(int fd, uint64_t byte)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    if (ofd_lock(fd, byte, F_WRLCK, F_OFD_GETLK, &fl) != 0)
+        return 0; /* cannot tell: not free */
+    return fl.l_type == F_UNLCK;
+}
+
+/* Whether slot `s`'s owner is gone: nobody else holds its liveness lock. */
+int ledger_slot_is_dead(const struct ledger_handle *h, unsigned s)
+{
+    if ((int)s == __atomic_load_n(&h->slot, __ATOMIC_RELAXED))
+        return 0;
+    return byte_free(h->fd, CGPU_LIVENESS_BASE + s);
+}
+
+/* ---- the lock ------------------------------------------------------------------ */
+
+/* The lock word: bit 31 = waiters may sleep on it; bits 9-30 = a sequence number
+ * (a dead owner's word is never mistaken for a later owner's); bits 0-8 = the owner:
+ * slot + 1, or LOCK_ADMIN for a locker without a slot. */
+#define LOCK_WAITERS 0x80000000u
+#define LOCK_OWNER 0x1FFu
+#define LOCK_SEQ 0x7FFFFE00u
+#define LOCK_ADMIN (CGPU_MAX_SLOTS + 1u)
+
+/* Lockers without a slot first take the admin byte's OFD lock (namespace-proof, and
+ * dropped by the kernel when they die); threads of one process take turns on it. */
+static pthread_mutex_t admin_mutex = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int admin_here;  /* this thread holds the admin byte */
+static int admin_process;             /* some thread of this process holds it */
+
+static void admin_enter(struct ledger_handle *h)
+{
+    pthread_mutex_lock(&admin_mutex);
+    while (ofd_lock(h->fd, CGPU_ADMIN_BYTE, F_WRLCK, F_OFD_SETLKW, NULL) != 0 && errno == EINTR)
+        ;
+    admin_here = 1;
+    __atomic_store_n(&admin_process, 1, __ATOMIC_RELAXED);
+}
+
+static void admin_leave(struct ledger_handle *h)
+{
+    admin_here = 0;
+    __atomic_store_n(&admin_process, 0, __ATOMIC_RELAXED);
+    ofd_lock(h->fd, CGPU_ADMIN_BYTE, F_UNLCK, F_OFD_SETLK, NULL);
+    pthread_mutex_unlock(&admin_mutex);
+}
+
+/* Whether the owner in lock word `word` is gone. */
+static int owner_dead(const struct ledger_handle *h, uint32_t word)
+{
+    uint32_t owner = word & LOCK_OWNER;
+    if (owner == LOCK_ADMIN) {
+        if (admin_here)
+            return 1; /* we hold the admin byte, so whoever held it before us is gone */
+        if (__atomic_load_n(&admin_process, __ATOMIC_RELAXED))
+            return 0; /* another thread of ours */
+        return byte_free(h->fd, CGPU_ADMIN_BYTE);
+    }
+    if (owner == 0 || owner > CGPU_MAX_SLOTS)
+        return 1; /* not a word a locker writes */
+    return ledger_slot_is_dead(h, owner - 1);
+}
+
+static void repair(struct ledger *l);
+
+/* A writer is inside: readers retry (see cgpu_ledger_snapshot). */
+static inline void write_begin(struct ledger *l)
+{
+    uint32_t g = __atomic_load_n(&l->gen, __ATOMIC_RELAXED);
+    /* Odd, and new even after a dead writer left it odd. */
+#ifdef __SANITIZE_THREAD__ /* ThreadSanitizer has no fences: an acquire-release exchange */
+    __atomic_exchange_n(&l->gen, g & 1u ? g + 2u : g + 1u, __ATOMIC_ACQ_REL);
+#else /* the data stores that follow stay after it */
+    __atomic_store_n(&l->gen, g & 1u ? g + 2u : g + 1u, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+}
+
+static inline void write_end(struct ledger *l)
+{
+    uint32_t g = __atomic_load_n(&l->gen, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->gen, (g | 1u) + 1u, __ATOMIC_RELEASE); /* even */
+}
+
+static void futex_wait(uint32_t *word, uint32_t expected, long ns)
+{
+    struct timespec ts = {0, ns};
+    syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+static __attribute__((noinline)) void lock_slow(struct ledger_handle *h, uint32_t mine)
+{
+    struct ledger *l = h->l;
+    uint32_t waited = 0;
+    for (unsigned spin = 0;; spin++) {
+        uint32_t cur = __atomic_load_n(&l->lock, __ATOMIC_RELAXED);
+        if (cur == 0) {
+            if (__atomic_compare_exchange_n(&l->lock, &cur, mine | waited, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+                return;
+            continue;
+        }
+        if (spin < 64) {
+            sched_yield();
+            continue;
+        }
+        if (!(cur & LOCK_WAITERS)) {
+            if (!__atomic_compare_exchange_n(&l->lock, &cur, cur | LOCK_WAITERS, 0, __ATOMIC_RELAXED,
+                                             __ATOMIC_RELAXED))
+                continue;
+            cur |= LOCK_WAITERS;
+        }
+        futex_wait(&l->lock, cur, 2000000); /* 2 ms, then look at the owner */
+        waited = LOCK_WAITERS;
+        if (__atomic_load_n(&l->lock, __ATOMIC_RELAXED) == cur && owner_dead(h, cur) &&
+            __atomic_compare_exchange_n(&l->lock, &cur, mine | LOCK_WAITERS, 0, __ATOMIC_ACQUIRE,
+                                        __ATOMIC_RELAXED)) {
+            repair(l); /* the owner died inside: the slots are the truth */
+            return;
+        }
+    }
+}
+
+void ledger_lock(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    uint32_t id = slot >= 0 ? (uint32_t)slot + 1 : LOCK_ADMIN;
+    if (slot < 0)
+        admin_enter(h);
+    uint32_t seq = __atomic_load_n(&l->lock_seq, __ATOMIC_RELAXED) + 1;
+    uint32_t mine = id | ((seq << 9) & LOCK_SEQ), expected = 0;
+    if (unlikely(!__atomic_compare_exchange_n(&l->lock, &expected, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
+        lock_slow(h, mine);
+    __atomic_store_n(&l->lock_seq, seq, __ATOMIC_RELAXED);
+    write_begin(l);
+}
+
+int ledger_trylock(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    if (slot < 0)
+        return 0; /* views without a slot never lock */
+    uint32_t seq = __atomic_load_n(&l->lock_seq, __ATOMIC_RELAXED) + 1;
+    uint32_t mine = ((uint32_t)slot + 1) | ((seq << 9) & LOCK_SEQ), expected = 0;
+    if (!__atomic_compare_exchange_n(&l->lock, &expected, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+        return 0;
+    __atomic_store_n(&l->lock_seq, seq, __ATOMIC_RELAXED);
+    write_begin(l);
+    return 1;
+}
+
+void ledger_unlock(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    write_end(l);
+    uint32_t old = __atomic_exchange_n(&l->lock, 0, __ATOMIC_RELEASE);
+    if (unlikely(old & LOCK_WAITERS))
+        syscall(SYS_futex, &l->lock, FUTEX_WAKE, 1, NULL, NULL, 0);
+    if (admin_here)
+        admin_leave(h);
+}
+
+void ledger_forget_process(void)
+{
+    pthread_mutex_init(&admin_mutex, NULL);
+    admin_here = 0;
+    admin_process = 0;
+}
+
+/* ---- totals ------------------------------------------------------------------- */
+
+static inline void set_used(struct ledger_device *d, uint64_t used)
+{
+    __atomic_store_n(&d->used, used, __ATOMIC_RELAXED);
+    __atomic_store_n(&d->used_check, ~used, __ATOMIC_RELAXED);
+}
+
+/* Recompute every device total from the slots in use.  Caller holds the lock. */
 static void repair(struct ledger *l)
 {
     unsigned active = 0;
+    if (l->ndevices > CGPU_MAX_DEVICES)
+        l->ndevices = CGPU_MAX_DEVICES;
     for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
         active += l->slots[s].in_use != 0;
     __atomic_store_n(&l->active, active, __ATOMIC_RELAXED);
-    for (unsigned d = 0; d < l->ndevices; d++) {
+    for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) {
         uint64_t sum = 0;
         for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
-            if (l->slots[s].in_use)
-                sum += l->slots[s].used[d];
-        __atomic_store_n(&l->devices[d].used, sum, __ATOMIC_RELAXED);
+            if (l->slots[s].in_use && __builtin_add_overflow(sum, l->slots[s].used[d], &sum))
+                sum = UINT64_MAX;
+        set_used(&l->devices[d], sum);
     }
 }
 
-void ledger_lock(struct ledger *l)
+/* Someone else changed what only this process writes (its slot) or a total alone:
+ * put our slot back from our own memory and recompute the totals.  Under the lock. */
+static __attribute__((noinline)) void heal(struct ledger_handle *h, int slot)
 {
-    int rc = pthread_mutex_lock(&l->lock.mutex);
-    if (rc == EOWNERDEAD) {
-        repair(l);
-        pthread_mutex_consistent(&l->lock.mutex);
+    struct ledger_slot *mine = &h->l->slots[slot];
+    memcpy(mine->used, h->held, sizeof mine->used);
+    if (!mine->in_use) {
+        mine->pid = (int32_t)getpid();
+        __atomic_store_n(&mine->in_use, 1, __ATOMIC_RELEASE);
     }
+    repair(h->l);
 }
 
-void ledger_unlock(struct ledger *l)
+/* Whether device `dev`'s total or our slot was changed behind our back. */
+static inline int tampered(const struct ledger_handle *h, int slot, unsigned dev)
 {
-    pthread_mutex_unlock(&l->lock.mutex);
+    const struct ledger_device *d = &h->l->devices[dev];
+    uint64_t used = d->used;
+    return used != ~d->used_check || h->l->slots[slot].used[dev] != h->held[dev] || used < h->held[dev];
 }
 
 /* ---- devices --------------------------------------------------------------- */
@@ -201,7 +370,7 @@ static int same_uuid(const char *a, const char *b)
 {
     if (strncmp(a, b, CGPU_UUID_LEN) == 0)
         return 1;
-    const char *da = strchr(a, '-'), *db = strchr(b, '-');
+    const char *da = memchr(a, '-', CGPU_UUID_LEN), *db = strchr(b, '-');
     return da && db && da - a == 3 && db - b == 3 && strncmp(da, db, CGPU_UUID_LEN - 3) == 0;
 }
 
@@ -214,69 +383,62 @@ int ledger_find_device(const struct ledger *l, const char *uuid)
     return -1;
 }
 
-/* Whether every device of `cfg` is already there with its limit (read without the lock). */
-static int devices_present(const struct ledger *l, const struct cgpu_config *cfg)
+/* Take `cfg`'s limits as ours when every device is there already; 1 if so.  The
+ * file's copies are refreshed only if the lock is free (a view never waits). */
+static int devices_present(struct ledger_handle *h, const struct cgpu_config *cfg)
 {
-    for (unsigned i = 0; i < cfg->nentries; i++) {
-        int d = ledger_find_device(l, cfg->entries[i].uuid);
-        if (d < 0 || __atomic_load_n(&l->devices[d].limit, __ATOMIC_RELAXED) != cfg->entries[i].limit)
+    int d[CGPU_MAX_DEVICES], stale = 0;
+    for (unsigned i = 0; i < cfg->nentries && i < CGPU_MAX_DEVICES; i++) {
+        if ((d[i] = ledger_find_device(h->l, cfg->entries[i].uuid)) < 0)
             return 0;
+        stale |= __atomic_load_n(&h->l->devices[d[i]].limit, __ATOMIC_RELAXED) != cfg->entries[i].limit;
     }
-    return 1;
+    for (unsigned i = 0; i < cfg->nentries && i < CGPU_MAX_DEVICES; i++)
+        h->limit[d[i]] = cfg->entries[i].limit;
+    if (stale && h->slot >= 0 && ledger_trylock(h)) {
+        for (unsigned i = 0; i < cfg->nentries && i < CGPU_MAX_DEVICES; i++)
+            __atomic_store_n(&h->l->devices[d[i]].limit, cfg->entries[i].limit, __ATOMIC_RELAXED);
+        ledger_unlock(h);
+    }
+    return !stale || h->slot >= 0;
 }
 
 int ledger_ensure_devices(struct ledger_handle *h, const struct cgpu_config *cfg)
 {
     struct ledger *l = h->l;
     int rc = CGPU_OK;
-    if (devices_present(l, cfg))
-        return CGPU_OK; /* the common case for every process after the first */
-    ledger_lock(l);
-    for (unsigned i = 0; i < cfg->nentries; i++) {
+    if (devices_present(h, cfg))
+        return CGPU_OK; /* every process after the first, with no lock taken */
+    ledger_lock(h);
+    for (unsigned i = 0; i < cfg->nentries && i < CGPU_MAX_DEVICES; i++) {
         int d = ledger_find_device(l, cfg->entries[i].uuid);
-        if (d >= 0) {
-            __atomic_store_n(&l->devices[d].limit, cfg->entries[i].limit, __ATOMIC_RELAXED);
-            continue;
+        if (d < 0) {
+            if (l->ndevices >= CGPU_MAX_DEVICES) {
+                rc = CGPU_ERR_FULL;
+                break;
+            }
+            d = (int)l->ndevices;
+            struct ledger_device *dev = &l->devices[d];
+            memset(dev, 0, sizeof *dev);
+            snprintf(dev->uuid, sizeof dev->uuid, "%.95s", cfg->entries[i].uuid);
+            set_used(dev, 0);
+            __atomic_store_n(&l->ndevices, l->ndevices + 1, __ATOMIC_RELEASE);
         }
-        if (l->ndevices >= CGPU_MAX_DEVICES) {
-            rc = CGPU_ERR_FULL;
-            break;
-        }
-        struct ledger_device *dev = &l->devices[l->ndevices];
-        memset(dev, 0, sizeof *dev);
-        snprintf(dev->uuid, sizeof dev->uuid, "%s", cfg->entries[i].uuid);
-        dev->limit = cfg->entries[i].limit;
-        __atomic_store_n(&l->ndevices, l->ndevices + 1, __ATOMIC_RELEASE);
+        /* Ours from here on; the file's copy is for readers (and heals a tampered one). */
+        h->limit[d] = cfg->entries[i].limit;
+        __atomic_store_n(&l->devices[d].limit, cfg->entries[i].limit, __ATOMIC_RELAXED);
     }
-    ledger_unlock(l);
+    ledger_unlock(h);
     return rc;
 }
 
 /* ---- process slots --------------------------------------------------------- */
 
-/* Open-file-description locks: owned by the open file, so closing another fd
- * of the same file in this process does not drop them, and F_OFD_GETLK sees
- * them from any other open file, this process's included. */
-static int liveness_lock(int fd, unsigned slot, short type, int cmd, struct flock *out)
+static uint64_t self_start_time(void)
 {
-    struct flock fl = {.l_type = type, .l_whence = SEEK_SET,
-                       .l_start = (off_t)(CGPU_LIVENESS_BASE + slot), .l_len = 1, .l_pid = 0};
-    int rc = fcntl(fd, cmd, &fl);
-    if (out)
-        *out = fl;
-    return rc;
-}
-
-/* Whether the slot's owner is gone: nobody else holds its liveness lock. */
-static int slot_is_dead(const struct ledger_handle *h, unsigned s)
-{
-    if ((int)s == __atomic_load_n(&h->slot, __ATOMIC_RELAXED))
-        return 0;
-    struct flock fl;
-    memset(&fl, 0, sizeof fl);
-    if (liveness_lock(h->fd, s, F_WRLCK, F_OFD_GETLK, &fl) != 0)
-        return 0; /* cannot tell: keep it */
-    return fl.l_type == F_UNLCK;
+    char state;
+    unsigned long long start;
+    return cgpu_proc_stat("/proc/self/stat", &state, &start) ? start : 0;
 }
 
 int ledger_claim_slot(struct ledger_handle *h)
@@ -284,23 +446,28 @@ int ledger_claim_slot(struct ledger_handle *h)
     struct ledger *l = h->l;
     uint64_t start = self_start_time();
     for (int attempt = 0; attempt < 2; attempt++) {
-        ledger_lock(l);
+        ledger_lock(h);
+        if (__atomic_load_n(&h->slot, __ATOMIC_RELAXED) >= 0) { /* another thread of ours claimed it */
+            ledger_unlock(h);
+            return CGPU_OK;
+        }
         for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
             struct ledger_slot *slot = &l->slots[s];
             if (slot->in_use)
                 continue;
-            if (liveness_lock(h->fd, s, F_WRLCK, F_OFD_SETLK, NULL) != 0)
+            if (ofd_lock(h->fd, CGPU_LIVENESS_BASE + s, F_WRLCK, F_OFD_SETLK, NULL) != 0)
                 continue; /* someone still holds it (a claim in flight elsewhere) */
             memset(slot->used, 0, sizeof slot->used);
+            memset(h->held, 0, sizeof h->held);
             slot->pid = (int32_t)getpid();
             slot->start_time = start;
             __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE);
-            __atomic_store_n(&h->slot, (int)s, __ATOMIC_RELAXED);
             repair(l); /* cheap, off the hot path: any drift heals at every start */
-            ledger_unlock(l);
+            __atomic_store_n(&h->slot, (int)s, __ATOMIC_RELAXED);
+            ledger_unlock(h); /* still as the admin (admin_here), not as the slot */
             return CGPU_OK;
         }
-        ledger_unlock(l);
+        ledger_unlock(h);
         if (ledger_sweep(h) == 0)
             break;
     }
@@ -310,52 +477,71 @@ int ledger_claim_slot(struct ledger_handle *h)
 /* Return a slot's charges and free it.  Caller holds the lock. */
 static void free_slot(struct ledger *l, struct ledger_slot *slot)
 {
-    for (unsigned d = 0; d < l->ndevices; d++) {
-        uint64_t u = l->devices[d].used, v = slot->used[d];
-        __atomic_store_n(&l->devices[d].used, u >= v ? u - v : 0, __ATOMIC_RELAXED);
-    }
     memset(slot->used, 0, sizeof slot->used);
     __atomic_store_n(&slot->in_use, 0, __ATOMIC_RELEASE);
-    if (l->active)
-        __atomic_store_n(&l->active, l->active - 1, __ATOMIC_RELAXED);
+    repair(l);
+}
+
+static unsigned sweep(struct ledger_handle *h, int wait)
+{
+    struct ledger *l = h->l;
+    unsigned dead[CGPU_MAX_SLOTS], n = 0, freed = 0;
+    if (!h->writable)
+        return 0;
+    /* The liveness test is a syscall per slot: do it outside the lock. */
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
+        if (__atomic_load_n(&l->slots[s].in_use, __ATOMIC_ACQUIRE) && ledger_slot_is_dead(h, s))
+            dead[n++] = s;
+    if (n == 0)
+        return 0;
+    if (wait)
+        ledger_lock(h);
+    else if (!ledger_trylock(h))
+        return 0;
+    for (unsigned i = 0; i < n; i++) {
+        struct ledger_slot *slot = &l->slots[dead[i]];
+        if (!slot->in_use || !ledger_slot_is_dead(h, dead[i]))
+            continue; /* reclaimed or re-claimed meanwhile */
+        memset(slot->used, 0, sizeof slot->used);
+        __atomic_store_n(&slot->in_use, 0, __ATOMIC_RELEASE);
+        freed++;
+    }
+    repair(l);
+    ledger_unlock(h);
+    return freed;
 }
 
 unsigned ledger_sweep(struct ledger_handle *h)
 {
-    struct ledger *l = h->l;
-    unsigned dead[CGPU_MAX_SLOTS], n = 0, freed = 0;
-    /* The liveness test is a syscall per slot: do it outside the lock. */
-    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
-        if (__atomic_load_n(&l->slots[s].in_use, __ATOMIC_ACQUIRE) && slot_is_dead(h, s))
-            dead[n++] = s;
-    if (n == 0 || !h->writable)
-        return 0;
-    ledger_lock(l);
-    for (unsigned i = 0; i < n; i++) {
-        struct ledger_slot *slot = &l->slots[dead[i]];
-        if (!slot->in_use || !slot_is_dead(h, dead[i]))
-            continue; /* reclaimed or re-claimed meanwhile */
-        free_slot(l, slot);
-        freed++;
-    }
-    repair(l);
-    ledger_unlock(l);
-    return freed;
+    return sweep(h, 1);
+}
+
+unsigned ledger_try_sweep(struct ledger_handle *h)
+{
+    return sweep(h, 0);
 }
 
 void ledger_release_slot(struct ledger_handle *h)
 {
     if (!h->l)
         return;
-    ledger_lock(h->l);
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
-    if (slot >= 0) {
-        free_slot(h->l, &h->l->slots[slot]);
-        __atomic_store_n(&h->slot, -1, __ATOMIC_RELAXED); /* under the lock: charges see it */
+    if (slot < 0)
+        return;
+    /* An exit never waits long on another process (it may be stopped inside): after
+     * ~20 ms the slot is left to die with us, and the next sweep returns its charges. */
+    int locked = 0;
+    for (int i = 0; i < 200 && !(locked = ledger_trylock(h)); i++) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
     }
-    ledger_unlock(h->l);
-    if (slot >= 0)
-        liveness_lock(h->fd, (unsigned)slot, F_UNLCK, F_OFD_SETLK, NULL);
+    if (!locked)
+        return;
+    free_slot(h->l, &h->l->slots[slot]);
+    memset(h->held, 0, sizeof h->held);
+    __atomic_store_n(&h->slot, -1, __ATOMIC_RELAXED); /* under the lock: charges see it */
+    ledger_unlock(h);
+    ofd_lock(h->fd, CGPU_LIVENESS_BASE + (unsigned)slot, F_UNLCK, F_OFD_SETLK, NULL);
 }
 
 /* ---- charge / credit -------------------------------------------------------- */
@@ -364,321 +550,46 @@ int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int for
 {
     struct ledger *l = h->l;
     struct ledger_device *d = &l->devices[dev];
-    ledger_lock(l);
+    ledger_lock(h);
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
     if (slot < 0) { /* the slot was given back (exit): nothing may be charged any more */
-        ledger_unlock(l);
+        ledger_unlock(h);
         return CGPU_ERR_FULL;
     }
-    uint64_t used = d->used;
-    if (!force && (bytes > d->limit || used > d->limit - bytes)) {
-        ledger_unlock(l);
+    if (unlikely(tampered(h, slot, dev)))
+        heal(h, slot);
+    uint64_t used = d->used, limit = h->limit[dev];
+    if (!force && (bytes > limit || used > limit - bytes)) {
+        ledger_unlock(h);
         return CGPU_ERR_LIMIT;
     }
-    __atomic_store_n(&d->used, used + bytes, __ATOMIC_RELAXED);
+    set_used(d, used + bytes);
     l->slots[slot].used[dev] += bytes;
+    h->held[dev] += bytes;
     if (used + bytes > d->peak)
         d->peak = used + bytes;
-    ledger_unlock(l);
+    ledger_unlock(h);
     return CGPU_OK;
+}
+
+void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
+{
+    struct ledger *l = h->l;
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    if (slot < 0)
+        return; /* the slot was given back at exit already */
+    if (unlikely(tampered(h, slot, dev)))
+        heal(h, slot);
+    if (bytes > h->held[dev])
+        bytes = h->held[dev]; /* never credit what this process did not charge */
+    h->held[dev] -= bytes;
+    l->slots[slot].used[dev] -= bytes;
+    set_used(&l->devices[dev], l->devices[dev].used - bytes);
 }
 
 void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
-    struct ledger *l = h->l;
-    struct ledger_device *d = &l->devices[dev];
-    ledger_lock(l);
-    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
-    if (slot < 0) {
-        ledger_unlock(l);
-        return;
-    }
-    uint64_t *mine = &l->slots[slot].used[dev];
-    if (bytes > *mine)
-        bytes = *mine; /* never credit what this process did not charge */
-    *mine -= bytes;
-    __atomic_store_n(&d->used, d->used - bytes, __ATOMIC_RELAXED);
-    ledger_unlock(l);
-}
-
-/* ---- sizes and the config file -------------------------------------------- */
-
-API int cgpu_parse_size(const char *text, unsigned long long *out)
-{
-    if (!text)
-        return -1;
-    const char *p = text;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (*p < '0' || *p > '9')
-        return -1;
-    unsigned long long v = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (v > (~0ULL - 9) / 10)
-            return -1;
-        v = v * 10 + (unsigned)(*p - '0');
-    }
-    static const struct { const char *suffix; unsigned shift; } units[] = {
-        {"", 0}, {"B", 0}, {"K", 10}, {"KiB", 10}, {"M", 20}, {"MiB", 20},
-        {"G", 30}, {"GiB", 30}, {"T", 40}, {"TiB", 40},
-    };
-    const char *end = p;
-    while (*end && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')
-        end++;
-    const char *rest = end;
-    while (*rest == ' ' || *rest == '\t' || *rest == '\n' || *rest == '\r')
-        rest++;
-    if (*rest)
-        return -1;
-    size_t len = (size_t)(end - p);
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strlen(units[i].suffix) == len && strncmp(units[i].suffix, p, len) == 0) {
-            if (units[i].shift && v > (~0ULL >> units[i].shift))
-                return -1;
-            v <<= units[i].shift;
-            if (v == 0)
-                return -1;
-            *out = v;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static int uuid_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n >= CGPU_UUID_LEN)
-        return 0;
-    for (; *s; s++)
-        if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '-'))
-            return 0;
-    return 1;
-}
-
-int config_parse_text(const char *text, const char *origin, struct cgpu_config *cfg)
-{
-    memset(cfg, 0, sizeof *cfg);
-    int line_no = 0, have_version = 0;
-    const char *p = text;
-    while (*p) {
-        line_no++;
-        const char *eol = strchr(p, '\n');
-        size_t len = eol ? (size_t)(eol - p) : strlen(p);
-        char line[256];
-        if (len >= sizeof line) {
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: line too long", origin, line_no);
-            return CGPU_ERR_PARSE;
-        }
-        memcpy(line, p, len);
-        line[len] = 0;
-        p = eol ? eol + 1 : p + len;
-        char *s = line;
-        while (*s == ' ' || *s == '\t')
-            s++;
-        if (*s == 0 || *s == '#' || *s == '\r')
-            continue;
-        char kw[16], a[CGPU_UUID_LEN + 8], b[64], extra[8];
-        int n = sscanf(s, "%15s %103s %63s %7s", kw, a, b, extra);
-        if (!have_version) {
-            if (n == 2 && strcmp(kw, "version") == 0 && strcmp(a, "1") == 0) {
-                have_version = 1;
-                continue;
-            }
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: expected 'version 1' first", origin, line_no);
-            return CGPU_ERR_PARSE;
-        }
-        unsigned long long limit;
-        if (n != 3 || strcmp(kw, "device") != 0) {
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: expected 'device <uuid> <size>'", origin, line_no);
-            return CGPU_ERR_PARSE;
-        }
-        if (!uuid_ok(a)) {
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: invalid device UUID", origin, line_no);
-            return CGPU_ERR_PARSE;
-        }
-        if (cgpu_parse_size(b, &limit) != 0) {
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: malformed size '%s'", origin, line_no, b);
-            return CGPU_ERR_PARSE;
-        }
-        for (unsigned i = 0; i < cfg->nentries; i++)
-            if (strcmp(cfg->entries[i].uuid, a) == 0) {
-                snprintf(cfg->error, sizeof cfg->error, "%s:%d: device listed twice", origin, line_no);
-                return CGPU_ERR_PARSE;
-            }
-        if (cfg->nentries >= CGPU_MAX_DEVICES) {
-            snprintf(cfg->error, sizeof cfg->error, "%s:%d: more than %d devices", origin, line_no, CGPU_MAX_DEVICES);
-            return CGPU_ERR_PARSE;
-        }
-        snprintf(cfg->entries[cfg->nentries].uuid, CGPU_UUID_LEN, "%s", a);
-        cfg->entries[cfg->nentries].limit = limit;
-        cfg->nentries++;
-    }
-    if (!have_version || cfg->nentries == 0) {
-        snprintf(cfg->error, sizeof cfg->error, "%s: no devices", origin);
-        return CGPU_ERR_PARSE;
-    }
-    return CGPU_OK;
-}
-
-API int cgpu_config_load(const char *path, struct cgpu_config *cfg)
-{
-    char text[8192];
-    memset(cfg, 0, sizeof *cfg);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) {
-        snprintf(cfg->error, sizeof cfg->error, "%s: %s", path, strerror(errno));
-        return CGPU_ERR_IO;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        snprintf(cfg->error, sizeof cfg->error, "%s: not a regular file", path);
-        return CGPU_ERR_PARSE;
-    }
-    ssize_t n = read(fd, text, sizeof text - 1);
-    close(fd);
-    if (n < 0 || n == (ssize_t)sizeof text - 1) {
-        snprintf(cfg->error, sizeof cfg->error, "%s: unreadable or too large", path);
-        return n < 0 ? CGPU_ERR_IO : CGPU_ERR_PARSE;
-    }
-    text[n] = 0;
-    if (memchr(text, 0, (size_t)n)) {
-        snprintf(cfg->error, sizeof cfg->error, "%s: binary content", path);
-        return CGPU_ERR_PARSE;
-    }
-    return config_parse_text(text, path, cfg);
-}
-
-int config_write_atomic(const char *dir, const struct cgpu_config *cfg)
-{
-    char tmp[4096], final[4096];
-    if (snprintf(tmp, sizeof tmp, "%s/.%s.%d", dir, CGPU_CONFIG_NAME, (int)getpid()) >= (int)sizeof tmp ||
-        snprintf(final, sizeof final, "%s/%s", dir, CGPU_CONFIG_NAME) >= (int)sizeof final)
-        return CGPU_ERR_IO;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return CGPU_ERR_IO;
-    char text[4096];
-    int len = snprintf(text, sizeof text, "# cgpu container config (written by the shim)\nversion 1\n");
-    for (unsigned i = 0; i < cfg->nentries && len < (int)sizeof text; i++)
-        len += snprintf(text + len, sizeof text - (size_t)len, "device %s %llu\n", cfg->entries[i].uuid,
-                        cfg->entries[i].limit);
-    int ok = len < (int)sizeof text && write(fd, text, (size_t)len) == len;
-    ok = close(fd) == 0 && ok;
-    /* link() fails if another process wrote the file first: theirs wins. */
-    if (ok && link(tmp, final) != 0)
-        ok = errno == EEXIST;
-    unlink(tmp);
-    return ok ? CGPU_OK : CGPU_ERR_IO;
-}
-
-/* ---- public API for readers (cffi) ----------------------------------------- */
-
-API const char *cgpu_strerror(int code)
-{
-    switch (code) {
-    case CGPU_OK: return "ok";
-    case CGPU_ERR_IO: return "cannot open or map the file";
-    case CGPU_ERR_FOREIGN: return "not a cgpu ledger (bad magic)";
-    case CGPU_ERR_VERSION: return "cgpu ledger of an unsupported layout version";
-    case CGPU_ERR_TRUNCATED: return "truncated ledger";
-    case CGPU_ERR_CORRUPT: return "corrupt ledger header";
-    case CGPU_ERR_FULL: return "no free device or process slot";
-    case CGPU_ERR_PARSE: return "malformed config";
-    case CGPU_ERR_LIMIT: return "over the slice";
-    default: return "unknown error";
-    }
-}
-
-API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
-{
-    struct ledger_handle h;
-    memset(out, 0, sizeof *out);
-    int rc = ledger_open(path, LEDGER_READ, &h);
-    if (rc != CGPU_OK)
-        return rc;
-    /* Readers never take the lock: a stopped holder cannot hang them, and a robust
-     * mutex must not be shared with processes of another pid namespace (the kernel
-     * matches owner thread ids numerically).  Every field read is an aligned word;
-     * a slot counts only while its owner holds its liveness lock. */
-    struct ledger *l = h.l;
-    out->version = l->version;
-    out->ndevices = __atomic_load_n(&l->ndevices, __ATOMIC_ACQUIRE);
-    if (out->ndevices > CGPU_MAX_DEVICES)
-        out->ndevices = CGPU_MAX_DEVICES;
-    for (unsigned d = 0; d < out->ndevices; d++) {
-        memcpy(out->devices[d].uuid, l->devices[d].uuid, CGPU_UUID_LEN);
-        out->devices[d].uuid[CGPU_UUID_LEN - 1] = 0;
-        out->devices[d].limit = __atomic_load_n(&l->devices[d].limit, __ATOMIC_RELAXED);
-        out->devices[d].peak = __atomic_load_n(&l->devices[d].peak, __ATOMIC_RELAXED);
-    }
-    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
-        const struct ledger_slot *slot = &l->slots[s];
-        if (!__atomic_load_n(&slot->in_use, __ATOMIC_ACQUIRE))
-            continue;
-        if (slot_is_dead(&h, s)) {
-            out->dead++; /* freed by the container's next process that needs it */
-            continue;
-        }
-        struct cgpu_process_usage *p = &out->processes[out->nprocesses++];
-        p->pid = slot->pid;
-        p->start_time = slot->start_time;
-        for (unsigned d = 0; d < out->ndevices; d++) {
-            p->used[d] = __atomic_load_n(&slot->used[d], __ATOMIC_RELAXED);
-            out->devices[d].used += p->used[d];
-            if (p->used[d])
-                out->devices[d].processes++;
-        }
-    }
-    ledger_close(&h);
-    return CGPU_OK;
-}
-
-API int cgpu_ledger_init_file(const char *path, const struct cgpu_config *devices)
-{
-    struct ledger_handle h;
-    int rc = ledger_open(path, LEDGER_CREATE, &h);
-    if (rc != CGPU_OK)
-        return rc;
-    rc = ledger_ensure_devices(&h, devices);
-    ledger_close(&h);
-    return rc;
-}
-
-/* A process-wide handle for the test entry point, so charges persist. */
-static struct ledger_handle test_handle = {.fd = -1, .slot = -1};
-static char test_path[4096];
-static pthread_mutex_t test_mutex = PTHREAD_MUTEX_INITIALIZER;
-
-API int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned long long bytes, int sign)
-{
-    int rc = CGPU_OK;
-    pthread_mutex_lock(&test_mutex);
-    if (test_handle.l == NULL || strcmp(test_path, path) != 0) {
-        ledger_close(&test_handle);
-        rc = ledger_open(path, LEDGER_WRITE, &test_handle);
-        if (rc == CGPU_OK)
-            rc = ledger_claim_slot(&test_handle);
-        snprintf(test_path, sizeof test_path, "%s", path);
-    }
-    if (rc == CGPU_OK && dev >= test_handle.l->ndevices)
-        rc = CGPU_ERR_CORRUPT;
-    if (rc == CGPU_OK) {
-        if (sign >= 0)
-            rc = ledger_charge(&test_handle, dev, bytes, 0);
-        else
-            ledger_credit(&test_handle, dev, bytes);
-    }
-    pthread_mutex_unlock(&test_mutex);
-    return rc;
-}
-
-API int cgpu_ledger_test_hold_lock(const char *path)
-{
-    static struct ledger_handle held = {.fd = -1, .slot = -1};
-    int rc = ledger_open(path, LEDGER_WRITE, &held);
-    if (rc == CGPU_OK)
-        ledger_lock(held.l);
-    return rc;
+    ledger_lock(h);
+    ledger_credit_locked(h, dev, bytes);
+    ledger_unlock(h);
 }

@@ -1,31 +1,45 @@
 /* The container ledger: one mmap'd file shared by every process of a container.
  *
- * Every charge and credit changes the device total and the process slot together
- * under a process-shared robust mutex, so a process killed at any instruction
- * leaves state that the next locker repairs exactly (see ledger_lock).
- * A process marks its slot alive with a POSIX read lock on one byte of the file;
- * the kernel drops it when the process dies, in any pid namespace.
+ * The container can write this file, so nothing in it is trusted for enforcement:
+ * - the slice a process enforces is in its own memory (ledger_handle.limit, from the
+ *   read-only cgpu.conf or the environment); the file's `limit` is for readers only;
+ * - each process keeps what it holds in its own memory too (ledger_handle.held), and
+ *   puts its slot back when it finds it changed; a device total that does not match
+ *   its check word, or is below the caller's own holding, is recomputed from the slots.
+ *
+ * The lock (ledger_lock) is a futex word whose owner is a slot number, not a thread
+ * id: robust pthread mutexes match owners by thread id, which collide across pid
+ * namespaces (two holders at once).  A slot's owner is alive while it holds the OFD
+ * lock on its liveness byte, whatever its pid namespace; a locker without a slot
+ * (claiming one, or a host tool) holds the "admin" byte instead.  A waiter that finds
+ * the owner dead takes the lock over and recomputes the totals from the live slots.
+ * Uncontended lock and unlock are one atomic each: no syscall.
+ *
+ * Readers never lock: every write section bumps a generation counter (odd while
+ * writing), and cgpu_ledger_snapshot copies the file with pread until it reads one
+ * generation, even, before and after (a seqlock with a bounded retry).
  */
 #ifndef CGPU_LEDGER_H
 #define CGPU_LEDGER_H
 
-#include <pthread.h>
 #include <stdint.h>
 
-#include "cgpu_api.h"
+#include "api.h"
 
 #define CGPU_LEDGER_MAGIC_STR "CGPULDG1"
-#define CGPU_LEDGER_VERSION 1u
+#define CGPU_LEDGER_VERSION 2u
 #define CGPU_LEDGER_NAME "cgpu.ledger"
-#define CGPU_CONFIG_NAME "cgpu.conf"
-/* Liveness locks live past the end of the data, one byte per slot. */
+/* Liveness locks live past the end of the data, one byte per slot; the admin byte
+ * just before them. */
 #define CGPU_LIVENESS_BASE (1ull << 30)
+#define CGPU_ADMIN_BYTE (CGPU_LIVENESS_BASE - 1)
 
 struct ledger_device {
     char uuid[CGPU_UUID_LEN];
-    uint64_t limit;
-    uint64_t used; /* written under the lock, read with atomic loads */
+    uint64_t limit;      /* the slice, for readers; never used to enforce */
+    uint64_t used;       /* written under the lock, read with atomic loads */
     uint64_t peak;
+    uint64_t used_check; /* ~used: a `used` changed alone was changed by someone else */
 };
 
 struct ledger_slot {
@@ -40,36 +54,43 @@ struct ledger {
     uint32_t version;
     uint32_t size;
     uint32_t ndevices;
-    uint32_t active; /* process slots in use (under the lock; read without it) */
-    union {
-        pthread_mutex_t mutex;
-        char pad[64];
-    } lock;
+    uint32_t active;   /* process slots in use (under the lock; read without it) */
+    uint32_t lock;     /* 0 = free, else owner | LOCK_WAITERS (see ledger.c) */
+    uint32_t gen;      /* odd while a writer is inside */
+    uint32_t lock_seq; /* bumped by each locker, part of the lock word */
+    uint32_t spare;
+    uint64_t reserved[6];
     struct ledger_device devices[CGPU_MAX_DEVICES];
     struct ledger_slot slots[CGPU_MAX_SLOTS];
 };
 
-/* A mapped ledger. */
+/* A mapped ledger, and what this process knows without trusting the file. */
 struct ledger_handle {
     struct ledger *l;
     int fd;
     int writable;
-    int slot; /* this process's slot, -1 if none */
+    int slot;                            /* this process's slot, -1 if none */
+    uint64_t limit[CGPU_MAX_DEVICES];    /* the slices this process enforces */
+    uint64_t held[CGPU_MAX_DEVICES];     /* what this process holds, by device */
 };
 
 /* How to open a ledger: to read it (readers on the host), to charge it, or to
  * charge it and create it when missing (a missing or empty file is initialised). */
 enum { LEDGER_READ, LEDGER_WRITE, LEDGER_CREATE };
 
-/* Open the ledger file at `path`.  Returns CGPU_OK or CGPU_ERR_*. */
+/* Open the ledger file at `path`.  Returns CGPU_OK or CGPU_ERR_*.  Every device
+ * limit of the handle starts at 0 (nothing may be charged) until ledger_ensure_devices. */
 int ledger_open(const char *path, int mode, struct ledger_handle *h);
 void ledger_close(struct ledger_handle *h);
 
-/* Lock/unlock the ledger; lock repairs totals after a holder died. */
-void ledger_lock(struct ledger *l);
-void ledger_unlock(struct ledger *l);
+/* Lock/unlock the ledger; lock takes over from a dead holder and repairs totals. */
+void ledger_lock(struct ledger_handle *h);
+void ledger_unlock(struct ledger_handle *h);
+/* Take the lock only if it is free now; 1 if taken. */
+int ledger_trylock(struct ledger_handle *h);
 
-/* Add the devices of `cfg` that the ledger lacks.  Returns CGPU_OK or CGPU_ERR_FULL. */
+/* Add the devices of `cfg` that the ledger lacks, write their limits for readers,
+ * and make them the limits this handle enforces.  Returns CGPU_OK or CGPU_ERR_FULL. */
 int ledger_ensure_devices(struct ledger_handle *h, const struct cgpu_config *cfg);
 /* Index of `uuid` in the ledger, or -1. */
 int ledger_find_device(const struct ledger *l, const char *uuid);
@@ -83,11 +104,15 @@ void ledger_release_slot(struct ledger_handle *h);
 /* Free the slots of dead processes.  Must be called WITHOUT the lock held.
  * Returns the number of slots freed. */
 unsigned ledger_sweep(struct ledger_handle *h);
+/* The same, but gives up rather than wait for the lock (for views). */
+unsigned ledger_try_sweep(struct ledger_handle *h);
 
 /* Charge `bytes` to device `dev` for the caller's slot; fails with
- * CGPU_ERR_LIMIT when it would exceed the slice.  `force` skips the check. */
+ * CGPU_ERR_LIMIT when it would exceed h->limit[dev].  `force` skips the check. */
 int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int force);
 void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes);
+/* The same, with the lock already held. */
+void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes);
 
 /* Used bytes of a device, read without the lock. */
 static inline uint64_t ledger_used(const struct ledger *l, unsigned dev)
@@ -95,8 +120,13 @@ static inline uint64_t ledger_used(const struct ledger *l, unsigned dev)
     return __atomic_load_n(&l->devices[dev].used, __ATOMIC_RELAXED);
 }
 
-/* Config and sizes. */
-int config_parse_text(const char *text, const char *origin, struct cgpu_config *cfg);
-int config_write_atomic(const char *dir, const struct cgpu_config *cfg);
+/* Whether slot `s`'s owner is gone (its liveness byte is free). */
+int ledger_slot_is_dead(const struct ledger_handle *h, unsigned s);
+/* In a forked child: forget the parent's lock state. */
+void ledger_forget_process(void);
+
+/* Used bytes of a device summed over the live slots, without the lock (what a
+ * reader on the host sees; a liveness test per slot in use). */
+uint64_t ledger_live_used(const struct ledger_handle *h, unsigned dev);
 
 #endif

@@ -1,17 +1,18 @@
 /* Working out the slices (contract: "The limit: which variables the shim reads"),
  * opening the container's ledger, and the per-process set-up.  Nothing here is
  * on the allocation hot path. */
-#define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "shim.h"
 
 struct shim_state g_shim = {.single_device = SHIM_MULTI_DEVICE, .ledger = {.fd = -1, .slot = -1}};
@@ -24,11 +25,14 @@ static uint64_t ctx_used_before[CGPU_MAX_DEVICES];
 
 #define SHIM_LEDGER_MOUNT "/var/run/cgpu"
 
-static void fail_line(const char *fmt, const char *a, const char *b)
+void shim_fail_line(const char *fmt, ...)
 {
-    fprintf(stderr, "cgpu: ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "; refusing to run without a GPU memory limit\n");
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "cgpu: %s; refusing to run without a GPU memory limit\n", msg);
 }
 
 /* ---- device enumeration, through CUDA or NVML ------------------------------- */
@@ -144,84 +148,6 @@ static int nvml_devices(struct device_info *out, int max)
     return got;
 }
 
-/* ---- the limit sources ------------------------------------------------------------ */
-
-enum { SRC_NONE = 0, SRC_OK = 1, SRC_BAD = -1 };
-
-static int parse_units(const char *name, const char *value, unsigned long long *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(value, &end, 10);
-    if (!*value || *end || errno || v == 0 || value[0] == '-') {
-        fail_line("%s=%s is malformed: expected a positive whole number", name, value);
-        return -1;
-    }
-    *out = v;
-    return 0;
-}
-
-/* A CONTAINER-over-DEV pair of variables: slice = floor(total * part / whole). */
-static int share_source(const char *part_var, const char *whole_var, uint64_t total, uint64_t *slice)
-{
-    const char *part = getenv(part_var), *whole = getenv(whole_var);
-    if (!part && !whole)
-        return SRC_NONE;
-    if (!part || !whole) {
-        fail_line("%s is set but %s is not", part ? part_var : whole_var, part ? whole_var : part_var);
-        return SRC_BAD;
-    }
-    unsigned long long p, w;
-    if (parse_units(part_var, part, &p) || parse_units(whole_var, whole, &w))
-        return SRC_BAD;
-    if (p > w) {
-        char msg[160];
-        snprintf(msg, sizeof msg, "%s=%s exceeds %s", part_var, part, whole_var);
-        fail_line("%s (%s)", msg, whole);
-        return SRC_BAD;
-    }
-    *slice = (uint64_t)((unsigned __int128)total * p / w);
-    return SRC_OK;
-}
-
-/* The slice of CUDA ordinal `i`: the first source present wins. */
-static int env_slice(int i, uint64_t total, uint64_t *slice)
-{
-    char name[48];
-    snprintf(name, sizeof name, "CGPU_MEM_LIMIT_%d", i);
-    const char *var = name, *value = getenv(name);
-    if (!value) {
-        var = "CGPU_MEM_LIMIT";
-        value = getenv(var);
-    }
-    if (value) {
-        unsigned long long v;
-        if (cgpu_parse_size(value, &v) != 0) {
-            fail_line("%s=%s is malformed: expected bytes or a size with KiB/MiB/GiB (or K/M/G)", var, value);
-            return SRC_BAD;
-        }
-        *slice = v;
-        return SRC_OK;
-    }
-    int rc = share_source("ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV", total, slice);
-    if (rc != SRC_NONE)
-        return rc;
-    return share_source("VOLCANO_GPU_ALLOCATED", "VOLCANO_GPU_MEMORY_TOTAL", total, slice);
-}
-
-static int any_limit_variable(void)
-{
-    extern char **environ;
-    static const char *const prefixes[] = {"CGPU_MEM_LIMIT", "ALIYUN_COM_GPU_MEM_CONTAINER=",
-                                           "ALIYUN_COM_GPU_MEM_DEV=", "VOLCANO_GPU_ALLOCATED=",
-                                           "VOLCANO_GPU_MEMORY_TOTAL="};
-    for (char **e = environ; e && *e; e++)
-        for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
-            if (strncmp(*e, prefixes[i], strlen(prefixes[i])) == 0)
-                return 1;
-    return 0;
-}
-
 /* ---- the ledger directory ------------------------------------------------------------ */
 
 static int ledger_dir(char *out, size_t n)
@@ -269,15 +195,17 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
 {
     if (limits_state != SHIM_UNINIT)
         return limits_state;
-    const char *disable = getenv("CGPU_DISABLE");
-    if (disable && (strcmp(disable, "true") == 0 || strcmp(disable, "1") == 0 || strcmp(disable, "yes") == 0))
+    extern char **environ;
+    struct cgpu_request req;
+    int env_rc = cgpu_request_from_env((const char *const *)environ, &req);
+    if (env_rc == CGPU_OK && req.kind == CGPU_REQ_DISABLED)
         return limits_state = SHIM_PASSTHROUGH;
 
     const char *ovh = getenv("CGPU_CONTEXT_OVERHEAD");
     if (ovh) {
         unsigned long long v = 0;
         if (strcmp(ovh, "0") != 0 && cgpu_parse_size(ovh, &v) != 0) {
-            fail_line("CGPU_CONTEXT_OVERHEAD=%s is malformed%s", ovh, "");
+            shim_fail_line("CGPU_CONTEXT_OVERHEAD=%.40s is malformed", ovh);
             return limits_state = SHIM_FAILED;
         }
         ctx_overhead_env = (long long)v;
@@ -289,12 +217,16 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
     struct cgpu_config cfg;
     int rc = cgpu_config_load(conf, &cfg);
     if (rc != CGPU_OK && !(rc == CGPU_ERR_IO && errno == ENOENT)) {
-        fail_line("%s%s", cfg.error, "");
+        shim_fail_line("%s", cfg.error);
         return limits_state = SHIM_FAILED;
     }
     limits_from_config = rc == CGPU_OK;
     if (rc != CGPU_OK) {
-        if (!any_limit_variable())
+        if (env_rc != CGPU_OK) {
+            shim_fail_line("%s", req.error);
+            return limits_state = SHIM_FAILED;
+        }
+        if (req.kind == CGPU_REQ_NONE)
             return limits_state = SHIM_PASSTHROUGH;
         struct device_info devs[SHIM_MAX_ORDINALS];
         int n = enumerate(devs, SHIM_MAX_ORDINALS);
@@ -302,14 +234,11 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
             return SHIM_UNINIT;
         memset(&cfg, 0, sizeof cfg);
         for (int i = 0; i < n; i++) {
-            uint64_t slice;
-            int src = env_slice(i, devs[i].total, &slice);
-            if (src == SRC_BAD)
-                return limits_state = SHIM_FAILED;
-            if (src == SRC_NONE)
+            unsigned long long slice;
+            if (cgpu_request_slice(&req, (unsigned)i, devs[i].total, &slice) != 0)
                 continue;
             if (cfg.nentries >= CGPU_MAX_DEVICES) {
-                fail_line("more than %d GPUs have a slice%s", "16", "");
+                shim_fail_line("more than %d GPUs have a slice", CGPU_MAX_DEVICES);
                 return limits_state = SHIM_FAILED;
             }
             memcpy(cfg.entries[cfg.nentries].uuid, devs[i].uuid, CGPU_UUID_LEN);
@@ -319,7 +248,7 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
             /* Only CUDA's own device list may settle "no slice anywhere" for good. */
             return authoritative ? (limits_state = SHIM_PASSTHROUGH) : SHIM_UNINIT;
         if (private_dir && ensure_private_dir(dir) != 0) {
-            fail_line("cannot use the ledger directory %s: %s", dir, strerror(errno));
+            shim_fail_line("cannot use the ledger directory %s: %s", dir, strerror(errno));
             return limits_state = SHIM_FAILED;
         }
         /* Inside a container, keep processes that lose their environment limited. */
@@ -333,7 +262,7 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
     if (rc == CGPU_OK)
         rc = ledger_ensure_devices(&g_shim.ledger, &cfg);
     if (rc != CGPU_OK) {
-        fail_line("cannot use the ledger %s: %s", path, cgpu_strerror(rc));
+        shim_fail_line("cannot use the ledger %s: %s", path, cgpu_strerror(rc));
         ledger_close(&g_shim.ledger);
         return limits_state = SHIM_FAILED;
     }
@@ -369,7 +298,7 @@ int shim_cuda_init(int driver_ready)
          * would run unlimited, so refuse instead. */
         for (int i = 0; i < n && limits_from_config && s == SHIM_LIMITED; i++)
             if (g_shim.devmap[i] < 0) {
-                fail_line("%s is visible but has no slice in " CGPU_CONFIG_NAME "%s", devs[i].uuid, "");
+                shim_fail_line("%s is visible but has no slice in " CGPU_CONFIG_NAME, devs[i].uuid);
                 s = SHIM_FAILED;
             }
         g_shim.single_device = n == 1 ? g_shim.devmap[0] : SHIM_MULTI_DEVICE;
@@ -384,7 +313,7 @@ int shim_cuda_init(int driver_ready)
             pthread_mutex_unlock(&init_mutex);
             return SHIM_UNINIT;
         }
-        fail_line("cannot list the GPUs through the CUDA driver%s%s", "", "");
+        shim_fail_line("cannot list the GPUs through the CUDA driver");
         s = SHIM_FAILED;
     }
     __atomic_store_n(&g_shim.state, s, __ATOMIC_RELEASE);
@@ -402,7 +331,7 @@ int shim_nvml_view(nvmlDevice_t device, uint64_t *limit, uint64_t *used)
     if (s == SHIM_UNINIT) {
         static int said;
         if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-            fail_line("cannot list the GPUs through NVML%s%s", "", "");
+            shim_fail_line("cannot list the GPUs through NVML");
         return SHIM_FAILED; /* a limit applies: never show the whole device */
     }
     if (s != SHIM_LIMITED)
@@ -415,9 +344,11 @@ int shim_nvml_view(nvmlDevice_t device, uint64_t *limit, uint64_t *used)
     int d = ledger_find_device(l, uuid);
     if (d < 0)
         return SHIM_PASSTHROUGH;
-    ledger_sweep(&g_shim.ledger); /* nvidia-smi must not show a dead process's memory */
-    *limit = l->devices[d].limit;
-    *used = ledger_used(l, (unsigned)d);
+    /* Never wait on another process (one may be stopped inside the lock): free dead
+     * slots only if the lock is free, and count what live processes hold. */
+    ledger_try_sweep(&g_shim.ledger);
+    *limit = g_shim.ledger.limit[d];
+    *used = ledger_live_used(&g_shim.ledger, (unsigned)d);
     return SHIM_LIMITED;
 }
 
@@ -470,9 +401,11 @@ uint64_t shim_context_overhead(int dev)
 void shim_forget_process(void)
 {
     pthread_mutex_init(&init_mutex, NULL);
+    ledger_forget_process();
     if (g_shim.ledger.l)
         ledger_close(&g_shim.ledger); /* the parent keeps its own liveness lock */
     memset(g_shim.contexts, 0, sizeof g_shim.contexts);
+    memset(g_shim.primary, 0, sizeof g_shim.primary);
     g_shim.single_device = SHIM_MULTI_DEVICE;
     limits_state = SHIM_UNINIT;
     __atomic_store_n(&g_shim.state, SHIM_UNINIT, __ATOMIC_RELEASE);

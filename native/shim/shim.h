@@ -1,4 +1,25 @@
-/* State shared by the shim's interposers (shim.c) and its set-up (limits.c). */
+/* Internal interfaces of libcgpu.so.
+ *
+ * Files and who calls whom.  Calls and includes run one way, downwards; nothing
+ * below calls anything above it:
+ *
+ *   hooks_mem.c hooks_vmm.c hooks_ctx.c hooks_info.c   the exported CUDA/NVML wrappers
+ *   entry.c                                            dlsym and cuGetProcAddress: the
+ *        |                                             hooks.def table -> the wrappers
+ *        v
+ *   charge.c/.h     reserve, track, untrack: the ledger plus this process's pointer table
+ *        v
+ *   limits.c        set-up: the slices (request.c or cgpu.conf), the ledger, NVML's view
+ *        v
+ *   request.c       the limit variables (the one parser; also in libcgpu_ledger.so)
+ *   ledger.c        the shared ledger file (and ledger_read.c: readers)  -> config.c
+ *   config.c        cgpu.conf and sizes
+ *   ptrtable.c      the per-process pointer table
+ *   resolve.c       the real driver and NVML (dlsym, handles, real functions)
+ *
+ * libcgpu_ledger.so (cffi) is ledger.c + ledger_read.c + config.c + request.c +
+ * ledger_test.c.  README.md says why the ledger is built as it is.
+ */
 #ifndef CGPU_SHIM_H
 #define CGPU_SHIM_H
 
@@ -6,6 +27,9 @@
 
 #include "cgpu_nvml.h"
 #include "ledger.h"
+#include "resolve.h"
+
+#define EXPORT __attribute__((visibility("default")))
 
 enum { SHIM_UNINIT = 0, SHIM_PASSTHROUGH = 1, SHIM_LIMITED = 2, SHIM_FAILED = 3 };
 #define SHIM_MAX_ORDINALS 64
@@ -16,6 +40,7 @@ struct shim_state {
     int single_device;       /* ledger index when the process sees one device, else SHIM_MULTI_DEVICE */
     int devmap[SHIM_MAX_ORDINALS]; /* CUDA ordinal -> ledger index, -1 = no slice */
     int contexts[CGPU_MAX_DEVICES]; /* live contexts of this process per ledger device */
+    void *primary[SHIM_MAX_ORDINALS]; /* each ordinal's primary context, once retained */
     struct ledger_handle ledger;
     int (*ctx_get_device)(int *); /* the real cuCtxGetDevice */
     int (*ctx_get_current)(void **); /* the real cuCtxGetCurrent */
@@ -35,9 +60,37 @@ uint64_t shim_context_overhead(int dev);
 int shim_nvml_view(nvmlDevice_t device, uint64_t *limit, uint64_t *used);
 /* In a forked child: drop the parent's slot and state. */
 void shim_forget_process(void);
+/* One line on stderr: "cgpu: <message>; refusing to run without a GPU memory limit". */
+__attribute__((format(printf, 1, 2))) void shim_fail_line(const char *fmt, ...);
 
-/* Real entry points, never the shim's own. */
-void *shim_driver_sym(const char *name);
-void *shim_nvml_sym(const char *name);
+/* SHIM_LIMITED, SHIM_PASSTHROUGH, SHIM_FAILED, or SHIM_UNINIT while a limit
+ * applies but the driver is not initialised; initialises on first use. */
+static inline int mode(void)
+{
+    int s = __atomic_load_n(&g_shim.state, __ATOMIC_ACQUIRE);
+    if (likely(s == SHIM_LIMITED))
+        return s;
+    if (s == SHIM_UNINIT)
+        s = shim_cuda_init(0);
+    return s;
+}
+
+/* Ledger index of the calling thread's current device: -1 when that device
+ * has no slice, -2 when there is no current context. */
+static inline int current_device(void)
+{
+    int single = g_shim.single_device;
+    if (likely(single != SHIM_MULTI_DEVICE))
+        return single;
+    int d;
+    if (!g_shim.ctx_get_device || g_shim.ctx_get_device(&d) != 0)
+        return -2;
+    return (d >= 0 && d < SHIM_MAX_ORDINALS) ? g_shim.devmap[d] : -1;
+}
+
+static inline int device_of_ordinal(int d)
+{
+    return (d >= 0 && d < SHIM_MAX_ORDINALS) ? g_shim.devmap[d] : -1;
+}
 
 #endif

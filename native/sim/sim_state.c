@@ -1,5 +1,6 @@
 /* The cross-process state file (CGPU_SIM_STATE), shared by both libraries. */
 #include "sim_common.h"
+#include "cgpu_procstat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,25 +17,9 @@
 /* /proc/<pid>/stat: state (field 3) and starttime (field 22).  0 if unreadable. */
 static int proc_stat(int pid, char *state, unsigned long long *start_time)
 {
-    char path[64], buf[1024];
+    char path[64];
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
-    if (!p || p[1] != ' ' || !p[2])
-        return 0;
-    *state = p[2];
-    p++; /* the space before field 3 */
-    for (int field = 3; field < 22 && p; field++)
-        p = strchr(p + 1, ' ');
-    *start_time = p ? strtoull(p + 1, NULL, 10) : 0;
-    return 1;
+    return cgpu_proc_stat(path, state, start_time);
 }
 
 unsigned long long sim_proc_start_time(int pid)
@@ -198,6 +183,12 @@ int sim_state_claim(struct sim_state *st)
         for (int d = 0; d < SIM_STATE_DEVICES; d++) {
             atomic_store(&s->used[d], 0);
             atomic_store(&s->contexts[d], 0);
+            atomic_store(&s->busy[d], 0);
+        }
+        for (int t = 0; t < SIM_SLOT_TL; t++) {
+            atomic_store(&s->tl_dev[t], 0);
+            for (int b = 0; b < SIM_TL_BUCKETS; b++)
+                atomic_store_explicit(&s->tl[t].b[b], 0, memory_order_relaxed);
         }
         atomic_store(&s->start_time, start);
         atomic_store(&s->pid, me);

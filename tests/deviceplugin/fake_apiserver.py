@@ -1,7 +1,8 @@
 """A local HTTP server that answers like the Kubernetes API server, from recorded JSON.
 
 It serves GET /api/v1/pods (honouring spec.nodeName and status.phase field selectors),
-PATCH of a pod (merging annotations) and PATCH of a node's status, and records each PATCH.
+PATCH of a pod (merging annotations) and PATCH of a node's status (merging capacity,
+allocatable and annotations), and records each PATCH.
 """
 
 from __future__ import annotations
@@ -142,8 +143,17 @@ class FakeApiServer:
                     return self._reply(200, reply)
                 if len(parts) == 5 and parts[2] == "nodes" and parts[4] == "status":
                     with api.lock:
-                        capacity = api.node.setdefault("status", {}).setdefault("capacity", {})
-                        capacity.update(body.get("status", {}).get("capacity", {}))
+                        status = api.node.setdefault("status", {})
+                        for part in ("capacity", "allocatable"):
+                            status.setdefault(part, {}).update(body.get("status", {}).get(part, {}))
+                        notes = api.node["metadata"].setdefault("annotations", {})
+                        for key, value in (
+                            body.get("metadata", {}).get("annotations") or {}
+                        ).items():
+                            if value is None:  # strategic merge patch: null removes the key
+                                notes.pop(key, None)
+                            else:
+                                notes[key] = value
                         reply = copy.deepcopy(api.node)
                     return self._reply(200, reply)
                 return self._not_found()

@@ -1,0 +1,176 @@
+"""Volcano's GPU-sharing contract (`volcano.sh/gpu-memory`): pure rules, no I/O.
+
+Volcano's scheduler picks the GPU and writes it on the pod (`volcano.sh/gpu-index`, with
+`volcano.sh/predicate-time`). The device plugin then matches each Allocate call to a pod the
+way Volcano's own plugin (volcano-sh/devices) does: among the pending pods on this node that
+ask for the resource and are not yet `volcano.sh/gpu-assigned`, oldest predicate time
+first, the first container asking for exactly the requested count. Quantities are MiB
+(times the unit's factor when the device list had to be coarsened, like Volcano's
+`--gpu-memory-factor`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+
+from cgpu.deviceplugin.inventory import GpuUnits, Inventory
+from cgpu.deviceplugin.limits import slices
+from cgpu.deviceplugin.placement import AllocationError
+from cgpu.deviceplugin.pods import ContainerRequest, PodInfo
+from cgpu.deviceplugin.units import MIB, Unit
+
+RESOURCE = "volcano.sh/gpu-memory"
+GPU_NUMBER = "volcano.sh/gpu-number"
+GPU_INDEX = "volcano.sh/gpu-index"
+PREDICATE_TIME = "volcano.sh/predicate-time"
+GPU_ASSIGNED = "volcano.sh/gpu-assigned"
+UNHEALTHY_IDS = "volcano.sh/gpu-unhealthy-ids"
+
+ENV_ALLOCATED = "VOLCANO_GPU_ALLOCATED"
+ENV_TOTAL = "VOLCANO_GPU_MEMORY_TOTAL"
+ENV_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+
+# Volcano sorts pods without a readable predicate time last (math.MaxUint64).
+NO_TIME = 2**64 - 1
+
+
+def _decimal(text: str) -> bool:
+    """Whether `text` is a plain non-negative decimal integer (ASCII digits only)."""
+    return text.isascii() and text.isdigit()
+
+
+def is_volcano(resource: str) -> bool:
+    """Whether the plugin serves Volcano's resource."""
+    return resource == RESOURCE
+
+
+def predicate_time(pod: PodInfo) -> int:
+    """The scheduler's predicate time in nanoseconds; unreadable or absent sorts last."""
+    raw = pod.annotations.get(PREDICATE_TIME, "")
+    return int(raw) if _decimal(raw) and int(raw) <= NO_TIME else NO_TIME
+
+
+def assigned(pod: PodInfo) -> bool:
+    """Volcano's rule: assigned when the annotation is present and not "false"."""
+    value = pod.annotations.get(GPU_ASSIGNED)
+    return value is not None and value != "false"
+
+
+def candidates(pods: Iterable[PodInfo]) -> list[PodInfo]:
+    """Pods still waiting for their GPU, oldest predicate time first."""
+    waiting = [
+        p
+        for p in pods
+        if p.phase == "Pending"
+        and not p.deleting
+        and not p.rejected
+        and p.requesting()
+        and not assigned(p)
+    ]
+    return sorted(waiting, key=lambda p: (predicate_time(p), p.created, p.namespace, p.name))
+
+
+def match(
+    pods: Iterable[PodInfo], units: int, allocated: set[tuple[str, str]]
+) -> tuple[PodInfo, ContainerRequest] | None:
+    """The container an Allocate of `units` is for: the first one, in candidate order, that
+    asks for exactly `units` and has not been served yet."""
+    for pod in candidates(pods):
+        for container in pod.requesting():
+            if (pod.uid, container.name) not in allocated and container.units == units:
+                return pod, container
+    return None
+
+
+def gpu_index(pod: PodInfo) -> int:
+    """The GPU index the scheduler wrote on the pod; AllocationError when absent or garbled."""
+    where = f"pod {pod.namespace}/{pod.name}"
+    raw = pod.annotations.get(GPU_INDEX)
+    if raw is None:
+        raise AllocationError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"{where} has no {GPU_INDEX} annotation: Volcano's scheduler (with "
+            "predicate.GPUSharingEnable) must place pods that ask for "
+            f"{RESOURCE}; was it scheduled by another scheduler?",
+        )
+    text = raw.strip()
+    if not _decimal(text):
+        detail = (
+            "names several GPUs; a gpu-memory container gets exactly one"
+            if "," in text
+            else "is not a GPU index"
+        )
+        raise AllocationError(
+            grpc.StatusCode.INVALID_ARGUMENT, f"{where}: annotation {GPU_INDEX}={raw!r} {detail}"
+        )
+    return int(text)
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What one container gets: a GPU and its MiB there."""
+
+    gpu: GpuUnits
+    units: int
+    unit: Unit
+
+    @property
+    def mib(self) -> int:
+        """The container's memory in MiB (VOLCANO_GPU_ALLOCATED)."""
+        return self.units * self.unit.mib
+
+    @property
+    def total_mib(self) -> int:
+        """The card's memory in MiB (VOLCANO_GPU_MEMORY_TOTAL)."""
+        return self.gpu.gpu.total_bytes // MIB
+
+    @property
+    def limit_bytes(self) -> int:
+        """The slice the shim works out from the two variables (total x ALLOCATED / TOTAL),
+        read back through the one limit parser."""
+        env = {ENV_ALLOCATED: str(self.mib), ENV_TOTAL: str(self.total_mib)}
+        return slices(env, [self.gpu.gpu])[self.gpu.gpu.uuid]
+
+    def environment(self) -> dict[str, str]:
+        """The variables Volcano's plugin sets (the seed's NVIDIA_VISIBLE_DEVICES is the index)."""
+        return {
+            ENV_VISIBLE: str(self.gpu.gpu.index),
+            ENV_ALLOCATED: str(self.mib),
+            ENV_TOTAL: str(self.total_mib),
+        }
+
+
+def grant(inventory: Inventory, pod: PodInfo, units: int) -> Grant:
+    """Check the pod's GPU and that `units` fit on it; AllocationError says what is wrong."""
+    index = gpu_index(pod)
+    where = f"pod {pod.namespace}/{pod.name}"
+    gpu = inventory.by_index(index)
+    if gpu is None:
+        have = ", ".join(str(g.gpu.index) for g in inventory.gpus) or "none"
+        raise AllocationError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"{where}: {GPU_INDEX}={index} names a GPU this node does not have "
+            f"(GPU indexes here: {have})",
+        )
+    if not inventory.healthy(gpu.gpu.uuid):
+        raise AllocationError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"{where}: {GPU_INDEX}={index} names GPU {gpu.gpu.uuid}, which is Unhealthy "
+            f"(listed in the node's {UNHEALTHY_IDS})",
+        )
+    if units > gpu.units:
+        raise AllocationError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"{where}: {units * inventory.unit.mib} MiB of {RESOURCE} do not fit on GPU "
+            f"{index} ({gpu.gpu.uuid}), which has {gpu.units * inventory.unit.mib} MiB",
+        )
+    return Grant(gpu, units, inventory.unit)
+
+
+def unhealthy_ids(inventory: Inventory) -> str | None:
+    """The node annotation's value: unhealthy GPU indexes, comma separated, or None."""
+    bad = [str(g.gpu.index) for g in inventory.gpus if not inventory.healthy(g.gpu.uuid)]
+    return ",".join(bad) or None

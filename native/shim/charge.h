@@ -1,0 +1,121 @@
+/* Charging: every allocation wrapper reserves on the ledger before the driver call,
+ * then tracks the object in this process's pointer table; every free untracks and
+ * credits.  The hot path is here, inline; nothing in it allocates or makes a syscall. */
+#ifndef CGPU_CHARGE_H
+#define CGPU_CHARGE_H
+
+#include <cuda.h>
+#include <stdint.h>
+
+#include "ptrtable.h"
+#include "shim.h"
+
+extern struct ptrtable g_table; /* guarded by the ledger lock */
+
+#define MiB (1ULL << 20)
+
+/* What an allocation of `bytes` really takes: large ones occupy whole 2 MiB
+ * pages, small ones are packed by the driver at 512-byte alignment. */
+static inline uint64_t charge_of(uint64_t bytes)
+{
+    if (bytes >= MiB)
+        return (bytes + 2 * MiB - 1) & ~(2 * MiB - 1);
+    return (bytes + 511) & ~511ULL;
+}
+
+/* The slow half of reserve: sweep dead processes, retry, else report. */
+CUresult charge_reserve_slow(int dev, uint64_t charge);
+
+/* Reserve `charge` on `dev` before calling the driver. */
+static inline CUresult reserve(int dev, uint64_t charge)
+{
+    if (unlikely(__atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) < 0) && shim_claim_slot() != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (likely(ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 0) == CGPU_OK))
+        return CUDA_SUCCESS;
+    return charge_reserve_slow(dev, charge);
+}
+
+static inline void unreserve(int dev, uint64_t charge)
+{
+    ledger_credit(&g_shim.ledger, (unsigned)dev, charge);
+}
+
+/* The calling thread's context: the driver frees a context's memory with it. */
+static inline void *current_context(void)
+{
+    void *ctx = NULL;
+    if (g_shim.ctx_get_current)
+        g_shim.ctx_get_current(&ctx);
+    return ctx;
+}
+
+/* Remember `key` and its charge.  If the table cannot grow, the entry is lost but
+ * the charge stays (until the process ends): over-counted, never under. */
+static inline void track(uint64_t key, int dev, uint64_t charge, void *ctx)
+{
+    ledger_lock(&g_shim.ledger);
+    (void)pt_insert(&g_table, key, (unsigned)dev, charge, ctx);
+    ledger_unlock(&g_shim.ledger);
+}
+
+/* Credit `charge` on `dev` to this process's slot.  Caller holds the ledger lock;
+ * the shape pt_remove_context wants. */
+void credit_locked(uint64_t key, unsigned dev, uint64_t charge);
+
+/* A tracked object, taken out of the table with its charge credited. */
+struct untracked {
+    int dev;
+    uint64_t charge;
+    void *ctx;
+};
+
+/* Forget `key` and credit its charge; returns whether it was known. */
+static inline int untrack(uint64_t key, struct untracked *out)
+{
+    unsigned dev = 0;
+    ledger_lock(&g_shim.ledger);
+    int found = pt_remove(&g_table, key, &dev, &out->charge, &out->ctx);
+    if (found)
+        ledger_credit_locked(&g_shim.ledger, dev, out->charge);
+    ledger_unlock(&g_shim.ledger);
+    out->dev = (int)dev;
+    return found;
+}
+
+/* Put back what untrack took when the driver refused the free. */
+void retrack(uint64_t key, const struct untracked *u);
+
+/* The common shape of every allocation wrapper. */
+#define CHARGED_ALLOC(dev_expr, bytes_expr, call, key_expr, ctx_expr)           \
+    do {                                                                       \
+        int m_ = mode();                                                       \
+        if (unlikely(m_ == SHIM_FAILED || m_ == SHIM_UNINIT))                  \
+            return CUDA_ERROR_NOT_INITIALIZED;                                 \
+        int dev_ = m_ == SHIM_LIMITED ? (dev_expr) : -1;                       \
+        if (dev_ < 0)                                                          \
+            return call;                                                       \
+        uint64_t charge_ = (bytes_expr);                                       \
+        CUresult rc_ = reserve(dev_, charge_);                                 \
+        if (rc_ != CUDA_SUCCESS)                                               \
+            return rc_;                                                        \
+        rc_ = call;                                                            \
+        if (rc_ == CUDA_SUCCESS)                                               \
+            track((key_expr), dev_, charge_, (ctx_expr));                      \
+        else                                                                   \
+            unreserve(dev_, charge_);                                          \
+        return rc_;                                                            \
+    } while (0)
+
+#define CHARGED_FREE(key_expr, call)                                           \
+    do {                                                                       \
+        struct untracked u_;                                                   \
+        if (mode() != SHIM_LIMITED || !untrack((key_expr), &u_))               \
+            return call;                                                       \
+        CUresult rc_ = call;                                                   \
+        if (unlikely(rc_ != CUDA_SUCCESS))                                     \
+            retrack((key_expr), &u_);                                          \
+        return rc_;                                                            \
+    } while (0)
+
+#endif

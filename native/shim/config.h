@@ -1,0 +1,16 @@
+/* The container config file (cgpu.conf) and sizes.  Depends on nothing else of the shim. */
+#ifndef CGPU_CONFIG_H
+#define CGPU_CONFIG_H
+
+#include "api.h"
+
+#define CGPU_CONFIG_NAME "cgpu.conf"
+
+/* Parse the text of a config file; `origin` names it in cfg->error. */
+int config_parse_text(const char *text, const char *origin, struct cgpu_config *cfg);
+/* Write `cfg` as `dir`/cgpu.conf unless one is there already. */
+int config_write_atomic(const char *dir, const struct cgpu_config *cfg);
+/* Whether `s` is a device UUID we accept: [A-Za-z0-9-]{1,95}. */
+int config_uuid_ok(const char *s);
+
+#endif

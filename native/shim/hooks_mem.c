@@ -1,0 +1,200 @@
+/* The allocation families of the CUDA driver API: classic, pitched, managed,
+ * stream-ordered, arrays and mipmapped arrays.  Each wrapper charges through
+ * charge.h; a free of a pointer the shim never saw still reaches the driver. */
+#include "charge.h"
+
+/* ---- allocation families ------------------------------------------------------ */
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc_v2)(dptr, bytesize), PT_KIND_PTR ^ *dptr, current_context());
+}
+
+EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
+{
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc)(dptr, bytesize), PT_KIND_PTR ^ *dptr, current_context());
+}
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                                   unsigned int ElementSizeBytes)
+{
+    CHARGED_ALLOC(current_device(), charge_of(((WidthInBytes + 511) & ~(size_t)511) * Height),
+                  REAL(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes),
+                  PT_KIND_PTR ^ *dptr, current_context());
+}
+
+EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                                unsigned int Height, unsigned int ElementSizeBytes)
+{
+    CHARGED_ALLOC(current_device(), charge_of(((uint64_t)(WidthInBytes + 511) & ~511ULL) * Height),
+                  REAL(cuMemAllocPitch)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes),
+                  PT_KIND_PTR ^ *dptr, current_context());
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAllocManaged)(dptr, bytesize, flags),
+                  PT_KIND_PTR ^ *dptr, current_context());
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFree_v2)(dptr));
+}
+
+EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr)
+{
+    CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFree)(dptr));
+}
+
+/* Stream-ordered allocation: charged at allocation, credited at the free call.
+ *
+ * A pool or a stream may belong to another device than the current context's.  A
+ * process that sees one device cannot get that wrong; with several, the device is
+ * read from the new pointer and the charge made afterwards: over the slice, the
+ * memory is handed back to the pool and the call fails. */
+static CUresult charge_async_after(CUresult rc, CUdeviceptr *dptr, size_t bytesize, CUstream stream,
+                                   CUresult (*free_async)(CUdeviceptr, CUstream))
+{
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    CUresult (*attr)(void *, CUpointer_attribute, CUdeviceptr) =
+        (CUresult(*)(void *, CUpointer_attribute, CUdeviceptr))shim_driver_sym("cuPointerGetAttribute");
+    int ordinal = -1;
+    if (!attr || attr(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *dptr) != CUDA_SUCCESS)
+        ordinal = -1;
+    int dev = ordinal >= 0 ? device_of_ordinal(ordinal) : current_device();
+    if (dev < 0)
+        return rc;
+    uint64_t charge = charge_of(bytesize);
+    if (reserve(dev, charge) != CUDA_SUCCESS) {
+        free_async(*dptr, stream);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    track(PT_KIND_PTR ^ *dptr, dev, charge, NULL);
+    return rc;
+}
+
+#define ASYNC_ALLOC(call, free_fn)                                                                  \
+    do {                                                                                           \
+        int m_ = mode();                                                                           \
+        if (m_ == SHIM_LIMITED && g_shim.single_device == SHIM_MULTI_DEVICE)                        \
+            return charge_async_after(call, dptr, bytesize, hStream, free_fn);                     \
+        CHARGED_ALLOC(current_device(), charge_of(bytesize), call, PT_KIND_PTR ^ *dptr, NULL);     \
+    } while (0)
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    ASYNC_ALLOC(REAL(cuMemAllocAsync)(dptr, bytesize, hStream), REAL(cuMemFreeAsync));
+}
+
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    ASYNC_ALLOC(REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream), REAL(cuMemFreeAsync_ptsz));
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+{
+    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync));
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                             CUstream hStream)
+{
+    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync_ptsz));
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFreeAsync)(dptr, hStream));
+}
+
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFreeAsync_ptsz)(dptr, hStream));
+}
+
+/* Arrays: the size follows from the descriptor. */
+static uint64_t format_bytes(CUarray_format f)
+{
+    switch (f) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        return 4;
+    default:
+        return 16; /* packed, block-compressed and video formats: charge generously */
+    }
+}
+
+/* Bytes of an array: each mipmap level halves width, height and depth, but not
+ * the layer count of a layered array. */
+static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f, unsigned channels,
+                            unsigned levels, unsigned flags)
+{
+    uint64_t total = 0;
+    int layered = (flags & CUDA_ARRAY3D_LAYERED) != 0;
+    if (levels == 0)
+        levels = 1;
+    for (unsigned l = 0; l < levels && l < 64; l++) {
+        uint64_t lw = w >> l ? w >> l : 1, lh = h >> l ? h >> l : 1;
+        uint64_t ld = layered ? (d ? d : 1) : (d >> l ? d >> l : 1);
+        total += lw * lh * ld;
+    }
+    return charge_of(total * format_bytes(f) * (channels ? channels : 1));
+}
+
+EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
+{
+    CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1, 0) : 0,
+                  REAL(cuArrayCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
+}
+
+EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
+{
+    CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1, 0) : 0,
+                  REAL(cuArrayCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
+}
+
+EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
+{
+    CHARGED_ALLOC(current_device(),
+                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1, desc->Flags) : 0,
+                  REAL(cuArray3DCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
+}
+
+EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
+{
+    CHARGED_ALLOC(current_device(),
+                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1, desc->Flags) : 0,
+                  REAL(cuArray3DCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
+}
+
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc,
+                                       unsigned int numMipmapLevels)
+{
+    CHARGED_ALLOC(current_device(),
+                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels,
+                                     numMipmapLevels, desc->Flags)
+                       : 0,
+                  REAL(cuMipmappedArrayCreate)(pHandle, desc, numMipmapLevels),
+                  PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)*pHandle, current_context());
+}
+
+EXPORT CUresult cuArrayDestroy(CUarray hArray)
+{
+    CHARGED_FREE(PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)hArray, REAL(cuArrayDestroy)(hArray));
+}
+
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+    CHARGED_FREE(PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)hMipmappedArray, REAL(cuMipmappedArrayDestroy)(hMipmappedArray));
+}
+

@@ -1,0 +1,195 @@
+/* Reading a ledger from outside (the exporter, `cgpu ledger`) and the rest of the
+ * public C API.  A reader never maps the file and never locks it: it copies the file
+ * with pread (a file that shrinks or holds garbage is an error code, never a fault),
+ * checks everything, and retries until the copy is one writer-free state. */
+#include <fcntl.h>
+#include <libgen.h>
+#include <sched.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "ledger.h"
+
+#define API __attribute__((visibility("default")))
+#define READ_TRIES 32
+
+API const char *cgpu_strerror(int code)
+{
+    switch (code) {
+    case CGPU_OK: return "ok";
+    case CGPU_ERR_IO: return "cannot open or map the file";
+    case CGPU_ERR_FOREIGN: return "not a cgpu ledger (bad magic)";
+    case CGPU_ERR_VERSION: return "cgpu ledger of an unsupported layout version";
+    case CGPU_ERR_TRUNCATED: return "truncated ledger";
+    case CGPU_ERR_CORRUPT: return "corrupt ledger";
+    case CGPU_ERR_FULL: return "no free device or process slot";
+    case CGPU_ERR_PARSE: return "malformed config or limit variable";
+    case CGPU_ERR_LIMIT: return "over the slice";
+    default: return "unknown error";
+    }
+}
+
+/* Everything a reader relies on, checked in its private copy of `n` bytes. */
+static int validate_copy(const struct ledger *c, ssize_t n)
+{
+    if (n < 16)
+        return CGPU_ERR_TRUNCATED;
+    if (memcmp(c->magic, CGPU_LEDGER_MAGIC_STR, 8) != 0)
+        return CGPU_ERR_FOREIGN;
+    if (c->version != CGPU_LEDGER_VERSION)
+        return CGPU_ERR_VERSION;
+    if ((size_t)n < sizeof *c)
+        return CGPU_ERR_TRUNCATED;
+    if (c->size != sizeof *c || c->ndevices > CGPU_MAX_DEVICES || c->active > CGPU_MAX_SLOTS)
+        return CGPU_ERR_CORRUPT;
+    for (unsigned d = 0; d < c->ndevices; d++)
+        if (!memchr(c->devices[d].uuid, 0, CGPU_UUID_LEN) || !config_uuid_ok(c->devices[d].uuid))
+            return CGPU_ERR_CORRUPT;
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
+        if (c->slots[s].in_use > 1)
+            return CGPU_ERR_CORRUPT;
+    return CGPU_OK;
+}
+
+/* One copy of the file, with the generation read before and after it. */
+static int read_once(int fd, struct ledger *copy, uint32_t *before, uint32_t *after)
+{
+    const off_t gen_at = (off_t)offsetof(struct ledger, gen);
+    int gen_ok = pread(fd, before, sizeof *before, gen_at) == (ssize_t)sizeof *before;
+    ssize_t n = pread(fd, copy, sizeof *copy, 0);
+    if (n < 0)
+        return CGPU_ERR_IO;
+    gen_ok = gen_ok && pread(fd, after, sizeof *after, gen_at) == (ssize_t)sizeof *after;
+    int rc = validate_copy(copy, n);
+    return rc == CGPU_OK && !gen_ok ? CGPU_ERR_TRUNCATED : rc; /* shrunk meanwhile */
+}
+
+/* The slices from the read-only cgpu.conf beside the ledger override the file's own. */
+static void limits_from_config(const char *path, const struct ledger *copy, struct cgpu_snapshot *out)
+{
+    char dir[4096], conf[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    snprintf(conf, sizeof conf, "%s/%s", dirname(dir), CGPU_CONFIG_NAME);
+    struct cgpu_config cfg;
+    if (cgpu_config_load(conf, &cfg) != CGPU_OK)
+        return;
+    for (unsigned i = 0; i < cfg.nentries; i++) {
+        int d = ledger_find_device(copy, cfg.entries[i].uuid);
+        if (d >= 0 && (unsigned)d < out->ndevices)
+            out->devices[d].limit = cfg.entries[i].limit;
+    }
+}
+
+/* Fill `out` from a validated copy.  `consistent`: the copy is one writer-free
+ * state; otherwise each device's total is taken from its (checked) total word,
+ * which a writer changes in one store, less what dead slots hold. */
+static int fill(const struct ledger_handle *h, const struct ledger *c, int consistent, struct cgpu_snapshot *out)
+{
+    uint64_t live[CGPU_MAX_DEVICES] = {0}, dead[CGPU_MAX_DEVICES] = {0};
+    out->version = c->version;
+    out->ndevices = c->ndevices;
+    for (unsigned d = 0; d < c->ndevices; d++) {
+        memcpy(out->devices[d].uuid, c->devices[d].uuid, CGPU_UUID_LEN);
+        out->devices[d].limit = c->devices[d].limit;
+        out->devices[d].peak = c->devices[d].peak;
+    }
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
+        const struct ledger_slot *slot = &c->slots[s];
+        if (!slot->in_use)
+            continue;
+        int is_dead = ledger_slot_is_dead(h, s);
+        struct cgpu_process_usage *p = is_dead ? NULL : &out->processes[out->nprocesses++];
+        out->dead += is_dead != 0; /* freed by the container's next process that needs it */
+        if (p) {
+            p->pid = slot->pid;
+            p->start_time = slot->start_time;
+        }
+        for (unsigned d = 0; d < c->ndevices; d++) {
+            uint64_t u = slot->used[d];
+            if (__builtin_add_overflow(is_dead ? dead[d] : live[d], u, is_dead ? &dead[d] : &live[d]))
+                return CGPU_ERR_CORRUPT;
+            if (p) {
+                p->used[d] = u;
+                out->devices[d].processes += u != 0;
+            }
+        }
+    }
+    for (unsigned d = 0; d < c->ndevices; d++) {
+        const struct ledger_device *dev = &c->devices[d];
+        int total_ok = dev->used == ~dev->used_check;
+        if (consistent || !total_ok)
+            out->devices[d].used = live[d];
+        else
+            out->devices[d].used = dev->used > dead[d] ? dev->used - dead[d] : 0;
+    }
+    return CGPU_OK;
+}
+
+API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
+{
+    memset(out, 0, sizeof *out);
+    struct ledger_handle h = {.l = NULL, .fd = -1, .slot = -1};
+    h.fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (h.fd < 0)
+        return CGPU_ERR_IO;
+    struct stat st;
+    struct ledger *copy = NULL;
+    int rc = fstat(h.fd, &st) == 0 && S_ISREG(st.st_mode) ? CGPU_OK : CGPU_ERR_IO;
+    if (rc == CGPU_OK && !(copy = malloc(sizeof *copy)))
+        rc = CGPU_ERR_IO;
+    int consistent = 0;
+    uint32_t before = 0, after = 0, last = 1;
+    for (int t = 0; rc == CGPU_OK; t++) {
+        rc = read_once(h.fd, copy, &before, &after);
+        if (rc != CGPU_OK)
+            break;
+        if (before == after && !(before & 1u) && copy->gen == before) {
+            consistent = 1;
+            break;
+        }
+        /* The same odd generation round after round: a writer stopped or died inside
+         * (nobody else can write meanwhile), so the copy is stable. */
+        if (before == after && before == last && t >= 4) {
+            consistent = 1;
+            break;
+        }
+        if (t >= READ_TRIES)
+            break; /* writers too busy: fill() takes each total from one word */
+        last = before == after ? before : 1;
+        sched_yield();
+    }
+    if (rc == CGPU_OK)
+        rc = fill(&h, copy, consistent, out);
+    if (rc == CGPU_OK)
+        limits_from_config(path, copy, out);
+    else
+        memset(out, 0, sizeof *out);
+    free(copy);
+    close(h.fd);
+    return rc;
+}
+
+uint64_t ledger_live_used(const struct ledger_handle *h, unsigned dev)
+{
+    uint64_t sum = 0;
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
+        if (__atomic_load_n(&h->l->slots[s].in_use, __ATOMIC_ACQUIRE) && !ledger_slot_is_dead(h, s))
+            sum += __atomic_load_n(&h->l->slots[s].used[dev], __ATOMIC_RELAXED);
+    return sum;
+}
+
+API int cgpu_ledger_init_file(const char *path, const struct cgpu_config *devices)
+{
+    struct ledger_handle h;
+    int rc = ledger_open(path, LEDGER_CREATE, &h);
+    if (rc != CGPU_OK)
+        return rc;
+    rc = ledger_ensure_devices(&h, devices);
+    ledger_close(&h);
+    return rc;
+}
