@@ -140,8 +140,9 @@ def release(holders: list[tuple[int, int]]) -> None:
 
 def time_scrapes(
     state_dir: Path, scrapes: int, host_view: bool
-) -> tuple[list[float], list[float], int, str]:
-    """(full scrape seconds, collect-only seconds, bytes of exposition text, exposition)."""
+) -> tuple[list[float], list[float], list[float], int, str]:
+    """(full scrape seconds, collect-only seconds, full scrape CPU seconds of this process,
+    bytes of exposition text, exposition)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     from cgpu.exporter.collector import CgpuCollector
@@ -153,15 +154,16 @@ def time_scrapes(
     registry = CollectorRegistry()
     registry.register(collector)
     text = generate_latest(registry).decode()  # warm-up: NVML init, meta.json cache
-    full, collect = [], []
+    full, collect, cpu = [], [], []
     for _ in range(scrapes):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         generate_latest(registry)
         full.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
         start = time.perf_counter()
         list(collector.collect())
         collect.append(time.perf_counter() - start)
-    return full, collect, len(text), text
+    return full, collect, cpu, len(text), text
 
 
 def host_view_summary(text: str) -> dict[str, float]:
@@ -222,7 +224,9 @@ def main() -> int:
             from cgpu.core.gpus import use_simulator
 
             use_simulator()
-            full, collect, size, text = time_scrapes(state_dir, args.scrapes, args.host_view)
+            full, collect, cpu, size, text = time_scrapes(
+                state_dir, args.scrapes, args.host_view
+            )
         finally:
             release(holders)
     result = {
@@ -235,6 +239,9 @@ def main() -> int:
         "exposition_bytes": size,
         "scrape": summary(full),
         "collect_only": summary(collect),
+        # CPU time of the scraping process: what the scrape costs, less what other programs on
+        # a busy machine take from it.
+        "scrape_cpu": summary(cpu),
         **({"seen": host_view_summary(text)} if args.host_view else {}),
         "target_ms": 50,
         "python": platform.python_version(),
