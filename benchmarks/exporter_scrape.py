@@ -6,8 +6,14 @@ charges each ledger from live child processes exactly as the shim does
 (`cgpu_ledger_test_charge`), points NVML at the simulator with G GPUs, and times full scrapes:
 collect plus rendering the text exposition, which is what an HTTP scrape costs minus the socket.
 
+With the host view (the default), each live process also allocates its memory through the
+simulator's libcuda, sharing one CGPU_SIM_STATE with the exporter, so NVML lists every process
+and each scrape attributes all of them to their containers (`cgpu.exporter.hostview`). The
+processes run in the host's namespaces, so they are placed by their ledger slots after the
+host rules found nothing: every rule is tried for every process.
+
     python benchmarks/exporter_scrape.py [--containers 200] [--gpus 8] [--procs 1] [--scrapes 50]
-                                         [--churn 0]
+                                         [--churn 0] [--no-host-view]
 
 It exits non-zero when the median scrape is over the 50 ms target.
 """
@@ -53,8 +59,32 @@ def make_containers(state_dir: Path, containers: int, gpus: int) -> list[Path]:
     return dirs
 
 
-def spawn_holders(dirs: list[Path], procs: int) -> list[tuple[int, int]]:
-    """Fork `procs` live processes per container, each charging its ledger; (pid, release fd)."""
+def allocate_on_gpu(index: int, size: int) -> int:
+    """In a fresh child: allocate `size` bytes on simulated GPU `index` through libcuda."""
+    import ctypes
+
+    from cgpu.core.paths import sim_lib_dir
+
+    cuda = ctypes.CDLL(str(sim_lib_dir() / "libcuda.so.1"))
+    dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
+    for call in (
+        lambda: cuda.cuInit(0),
+        lambda: cuda.cuDeviceGet(ctypes.byref(dev), index),
+        lambda: cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev),
+        lambda: cuda.cuCtxSetCurrent(ctx),
+        lambda: cuda.cuMemAlloc_v2(ctypes.byref(ptr), ctypes.c_size_t(size)),
+    ):
+        rc = call()
+        if rc != 0:
+            return int(rc)
+    return 0
+
+
+def spawn_holders(
+    dirs: list[Path], procs: int, gpus: int, on_gpu: bool
+) -> list[tuple[int, int]]:
+    """Fork `procs` live processes per container, each charging its ledger (and, `on_gpu`,
+    allocating the same through the simulator); (pid, release fd)."""
     from cgpu.core.layout import LEDGER_NAME
     from cgpu.core.native import load
 
@@ -68,7 +98,10 @@ def spawn_holders(dirs: list[Path], procs: int) -> list[tuple[int, int]]:
             pid = os.fork()
             if pid == 0:
                 try:
-                    rc = lib.cgpu_ledger_test_charge(ledger, 0, (64 + n % 64 + p) * MIB, 1)
+                    size = (64 + n % 64 + p) * MIB
+                    rc = lib.cgpu_ledger_test_charge(ledger, 0, size, 1)
+                    if rc == 0 and on_gpu:
+                        rc = allocate_on_gpu(n % gpus, size)
                     os.write(ready_w, b"0" if rc == 0 else b"1")
                     os.read(release_r, 1)
                 finally:
@@ -105,26 +138,47 @@ def release(holders: list[tuple[int, int]]) -> None:
         os.waitpid(pid, 0)
 
 
-def time_scrapes(state_dir: Path, scrapes: int) -> tuple[list[float], list[float], int]:
-    """(full scrape seconds, collect-only seconds, bytes of exposition text)."""
+def time_scrapes(
+    state_dir: Path, scrapes: int, host_view: bool
+) -> tuple[list[float], list[float], list[float], int, str]:
+    """(full scrape seconds, collect-only seconds, full scrape CPU seconds of this process,
+    bytes of exposition text, exposition)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     from cgpu.exporter.collector import CgpuCollector
+    from cgpu.exporter.hostview import Attributor
     from cgpu.exporter.nvml import NvmlSource
 
-    collector = CgpuCollector(state_dir, gpus=NvmlSource())
+    attributor = Attributor() if host_view else None
+    collector = CgpuCollector(state_dir, gpus=NvmlSource(), attributor=attributor)
     registry = CollectorRegistry()
     registry.register(collector)
-    size = len(generate_latest(registry))  # warm-up: NVML init, meta.json cache
-    full, collect = [], []
+    text = generate_latest(registry).decode()  # warm-up: NVML init, meta.json cache
+    full, collect, cpu = [], [], []
     for _ in range(scrapes):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         generate_latest(registry)
         full.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
         start = time.perf_counter()
         list(collector.collect())
         collect.append(time.perf_counter() - start)
-    return full, collect, size
+    return full, collect, cpu, len(text), text
+
+
+def host_view_summary(text: str) -> dict[str, float]:
+    """What the host view saw: bytes attributed to containers, and unattributed bytes."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    return {
+        "host_used_mib": sums.get("cgpu_container_gpu_memory_host_used_bytes", 0) / MIB,
+        "shim_used_mib": sums.get("cgpu_container_gpu_memory_used_bytes", 0) / MIB,
+        "unattributed_mib": sums.get("cgpu_gpu_memory_unattributed_bytes", 0) / MIB,
+    }
 
 
 def summary(samples: list[float]) -> dict[str, float]:
@@ -148,21 +202,31 @@ def main() -> int:
     parser.add_argument(
         "--churn", type=int, default=0, help="processes per container that came and went before"
     )
+    parser.add_argument(
+        "--no-host-view",
+        dest="host_view",
+        action="store_false",
+        help="no NVML processes and no attribution (the ledgers only)",
+    )
     args = parser.parse_args()
 
     os.environ["CGPU_SIM_DEVICES"] = str(args.gpus)
     os.environ["CGPU_SIM_UUIDS"] = ",".join(uuid_of(i) for i in range(args.gpus))
     os.environ["CGPU_SIM_MEMORY"] = "80GiB"
     with tempfile.TemporaryDirectory(prefix="cgpu-bench-") as tmp:
-        state_dir = Path(tmp)
+        os.environ["CGPU_SIM_STATE"] = str(Path(tmp) / "sim.state")
+        state_dir = Path(tmp) / "state"
         dirs = make_containers(state_dir, args.containers, args.gpus)
         churn(dirs, args.churn)
-        holders = spawn_holders(dirs, args.procs)  # before NVML: fork a single-threaded process
+        # Before NVML: fork from a single-threaded process.
+        holders = spawn_holders(dirs, args.procs, args.gpus, args.host_view)
         try:
             from cgpu.core.gpus import use_simulator
 
             use_simulator()
-            full, collect, size = time_scrapes(state_dir, args.scrapes)
+            full, collect, cpu, size, text = time_scrapes(
+                state_dir, args.scrapes, args.host_view
+            )
         finally:
             release(holders)
     result = {
@@ -171,9 +235,14 @@ def main() -> int:
         "live_processes": len(holders),
         "exited_processes": args.churn * args.containers,
         "scrapes": args.scrapes,
+        "host_view": args.host_view,
         "exposition_bytes": size,
         "scrape": summary(full),
         "collect_only": summary(collect),
+        # CPU time of the scraping process: what the scrape costs, less what other programs on
+        # a busy machine take from it.
+        "scrape_cpu": summary(cpu),
+        **({"seen": host_view_summary(text)} if args.host_view else {}),
         "target_ms": 50,
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs",

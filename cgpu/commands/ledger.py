@@ -56,9 +56,14 @@ def _targets(config: Config) -> list[tuple[str, Path]]:
     return [(d.name, d / LEDGER_NAME) for d in list_container_dirs(state_dir)]
 
 
+def _safe(text: str) -> str:
+    """`text` with control characters and undecodable bytes escaped, for a terminal."""
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
 def _print(key: str, meta: dict[str, object], snap: Snapshot) -> None:
     who = "/".join(str(meta[k]) for k in ("namespace", "pod", "container") if meta.get(k)) or key
-    print(f"{key}  ({who})")
+    print(_safe(f"{key}  ({who})"))
     for dev in snap.devices:
         pct = 100.0 * dev.used / dev.limit if dev.limit else 0.0
         print(
@@ -81,8 +86,9 @@ def show(config: Config) -> int:
     for key, path in _targets(config):
         try:
             snap = read_ledger(path)
-        except LedgerError as exc:
-            print(f"cgpu ledger: skipped {exc}", file=sys.stderr)
+        except (LedgerError, OSError, ValueError) as exc:
+            # Whatever a container left in place of its ledger: report it and go on.
+            print(f"cgpu ledger: skipped {_safe(str(exc))}", file=sys.stderr)
             status = 1
             continue
         meta = read_meta(path.parent)

@@ -3,6 +3,11 @@
 Each part that makes container directories (meta.json "source") says when one of its own is
 stale; this module lists the directories, asks the judge of each one's source, and removes
 those judged stale. Directories of a source with no judge are never touched.
+
+A container can put anything in its directory. meta.json is read with `read_meta` (a plain,
+small JSON object, known fields of the right type, else {}), and a judge that fails on an
+entry keeps that entry and goes on with the others: bad files never stop the loop, and never
+get a directory removed.
 """
 
 from __future__ import annotations
@@ -60,8 +65,11 @@ def sweep(
     removed = []
     for entry in entries(state_dir) if found is None else found:
         judge = judges.get(entry.source)
-        reason = judge(entry) if judge is not None else None
-        if reason and remove_container_dir(state_dir, entry.key):
-            log.info("removed container directory %s: %s", entry.key, reason)
-            removed.append(entry.key)
+        try:
+            reason = judge(entry) if judge is not None else None
+            if reason and remove_container_dir(state_dir, entry.key):
+                log.info("removed container directory %s: %s", entry.key, reason)
+                removed.append(entry.key)
+        except Exception:  # one odd directory must not stop the clean-up of the others
+            log.exception("cannot judge or remove container directory %s; kept", entry.key)
     return removed

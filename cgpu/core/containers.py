@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,13 +82,111 @@ def write_meta(container_dir: str | os.PathLike[str], meta: dict[str, Any]) -> N
     atomic_write(Path(container_dir) / META_NAME, json.dumps(meta, sort_keys=True) + "\n")
 
 
-def read_meta(container_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The container's meta.json, or {} when it is missing or unreadable."""
+META_MAX_BYTES = 64 * 1024
+
+
+class MetaError(ValueError):
+    """A meta.json that cannot be trusted: not a plain file, too large, or not a JSON object."""
+
+
+def _read_small_file(path: Path, limit: int) -> bytes:
+    """The bytes of a plain file of at most `limit` bytes, never following a symlink or blocking.
+
+    A container directory may hold anything in place of its files (a FIFO, a symlink to a
+    device, a directory, a file that grows while read): all of those raise MetaError.
+    """
     try:
-        data = json.loads((Path(container_dir) / META_NAME).read_text())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise MetaError(f"{path}: a symlink") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise MetaError(f"{path}: not a regular file")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise MetaError(f"{path}: larger than {limit} bytes")
+    return data
+
+
+def _typed(meta: dict[str, Any]) -> dict[str, Any]:
+    """`meta` without the known fields that have the wrong type (unknown fields are kept)."""
+    out = {}
+    for name, value in meta.items():
+        check = _FIELD_TYPES.get(name)
+        if check is None or check(value):
+            out[name] = value
+    return out
+
+
+def _is_str(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 63
+
+
+def _is_time(value: Any) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value) and value >= 0
+
+
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _is_str_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+_FIELD_TYPES = {
+    "key": _is_str,
+    "source": _is_str,
+    "namespace": _is_str,
+    "pod": _is_str,
+    "pod_uid": _is_str,
+    "container": _is_str,
+    "container_id": _is_str,
+    "device_ids": _is_str_list,
+    "annotations": _is_str_map,
+    "created": _is_time,
+    "init_pid": _is_count,
+    "init_start_time": _is_count,
+}
+
+
+def load_meta(container_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The container's meta.json; {} when it does not exist.
+
+    Raises MetaError when it exists but is not a JSON object in a plain file of at most
+    META_MAX_BYTES (whatever its bytes, size or type), OSError when it cannot be read. Known
+    fields of the wrong type are dropped, so readers may rely on the types of what is left.
+    """
+    path = Path(container_dir) / META_NAME
+    try:
+        data = _read_small_file(path, META_MAX_BYTES)
+    except FileNotFoundError:
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        meta = json.loads(data)
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, or absurd nesting
+        raise MetaError(f"{path}: not JSON ({type(exc).__name__})") from None
+    if not isinstance(meta, dict):
+        raise MetaError(f"{path}: not a JSON object")
+    return _typed(meta)
+
+
+def read_meta(container_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The container's meta.json, or {} when it is missing, unreadable or malformed."""
+    try:
+        return load_meta(container_dir)
+    except (OSError, MetaError):
+        return {}
 
 
 def list_container_dirs(state_dir: str | os.PathLike[str]) -> Iterator[Path]:

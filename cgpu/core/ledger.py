@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from cgpu.core.layout import UUID_RE
 from cgpu.core.native import load
+
+ERR_CORRUPT = -5  # CGPU_ERR_CORRUPT
 
 
 class LedgerError(Exception):
@@ -56,13 +59,26 @@ def _check(path: str, code: int) -> None:
         raise LedgerError(path, code, message)
 
 
+def _uuid(path: str, raw: bytes) -> str:
+    """A device UUID as the ledger holds it; LedgerError unless it is `[A-Za-z0-9-]{1,95}`.
+
+    The ledger is written from inside the container, so its bytes may be anything.
+    """
+    text = raw.decode("ascii", errors="replace")
+    if not UUID_RE.fullmatch(text):
+        raise LedgerError(path, ERR_CORRUPT, f"invalid device UUID {text[:100]!r}")
+    return text
+
+
 def read_ledger(path: str | os.PathLike[str]) -> Snapshot:
     """Snapshot a ledger without writing to it or taking its lock."""
     ffi, lib = load()
     spath = os.fspath(path)
     snap = ffi.new("struct cgpu_snapshot *")
-    _check(spath, lib.cgpu_ledger_snapshot(spath.encode(), snap))
-    uuids = [ffi.string(snap.devices[i].uuid).decode() for i in range(snap.ndevices)]
+    _check(spath, lib.cgpu_ledger_snapshot(os.fsencode(spath), snap))
+    if snap.ndevices > len(snap.devices) or snap.nprocesses > len(snap.processes):
+        raise LedgerError(spath, ERR_CORRUPT, "device or process count out of range")
+    uuids = [_uuid(spath, ffi.string(snap.devices[i].uuid)) for i in range(snap.ndevices)]
     devices = [
         DeviceUsage(
             uuid=uuids[i],

@@ -13,13 +13,36 @@ from types import FrameType
 from prometheus_client import CollectorRegistry
 from prometheus_client.process_collector import ProcessCollector
 
+from cgpu.core.config import ConfigError, parse_size
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.exporter.collector import CgpuCollector
+from cgpu.exporter.enforce import Enforcer
+from cgpu.exporter.hostview import Attributor
 from cgpu.exporter.nvml import NvmlSource
 from cgpu.exporter.podresources import DEFAULT_RESOURCE, DEFAULT_SOCKET, PodResourcesSource
 from cgpu.exporter.server import MetricsServer
 
 log = logging.getLogger("cgpu.exporter")
+
+
+DEFAULT_ALLOWANCE = 512 << 20
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1e7:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
 
 
 @dataclass(frozen=True)
@@ -33,6 +56,11 @@ class Config:
     resource_name: str = DEFAULT_RESOURCE
     nvml_retry: float = 30.0
     log_level: str = "INFO"
+    host_view: bool = True
+    over_slice_allowance: int = DEFAULT_ALLOWANCE
+    enforce: bool = False
+    enforce_grace: float = 30.0
+    enforce_interval: float = 5.0
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
@@ -45,6 +73,11 @@ class Config:
             resource_name=args.resource_name,
             nvml_retry=args.nvml_retry,
             log_level=args.log_level,
+            host_view=args.host_view,
+            over_slice_allowance=args.over_slice_allowance,
+            enforce=args.enforce,
+            enforce_grace=args.enforce_grace,
+            enforce_interval=args.enforce_interval,
         )
 
 
@@ -80,19 +113,67 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
+    parser.add_argument(
+        "--no-host-view",
+        dest="host_view",
+        action="store_false",
+        help="do not attribute NVML's GPU processes to containers (no host_used, over_slice)",
+    )
+    parser.add_argument(
+        "--over-slice-allowance",
+        type=_size,
+        default=DEFAULT_ALLOWANCE,
+        metavar="SIZE",
+        help="how far a container's host-observed use may exceed its slice before it is over "
+        "(context overhead and memory the driver takes outside the shim; default 512MiB)",
+    )
+    parser.add_argument(
+        "--enforce",
+        action="store_true",
+        help="SIGKILL the GPU processes of a container that stays over its slice for the grace "
+        "period (off by default)",
+    )
+    parser.add_argument(
+        "--enforce-grace",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a container must stay over its slice before --enforce kills (default 30)",
+    )
+    parser.add_argument(
+        "--enforce-interval",
+        type=_seconds,
+        default=5.0,
+        metavar="SECONDS",
+        help="how often --enforce checks (default 5)",
+    )
 
 
 def build_registry(config: Config) -> tuple[CollectorRegistry, CgpuCollector]:
     """A registry with the cgpu collector and the exporter's own process metrics."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
+    enforcer = None
+    if config.enforce:
+        enforcer = Enforcer(config.enforce_grace, config.over_slice_allowance)
     collector = CgpuCollector(
         config.state_dir,
         gpus=NvmlSource(retry_interval=config.nvml_retry),
         pods=PodResourcesSource(config.pod_resources_socket, config.resource_name),
+        attributor=Attributor() if config.host_view or config.enforce else None,
+        allowance=config.over_slice_allowance,
+        enforcer=enforcer,
     )
     registry.register(collector)
     return registry, collector
+
+
+def _check(collector: CgpuCollector) -> None:
+    """One enforcement check; an error is logged and the next check goes on."""
+    try:
+        collector.enforce()
+    except Exception:
+        log.exception("enforcement check failed")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -105,7 +186,7 @@ def serve(config: Config) -> int:
     logging.basicConfig(
         level=getattr(logging, config.log_level), format="%(asctime)s cgpu exporter: %(message)s"
     )
-    registry, _ = build_registry(config)
+    registry, collector = build_registry(config)
     where = f"{config.address}:{config.port}"
     try:
         server = MetricsServer(registry, config.address, config.port)
@@ -123,10 +204,14 @@ def serve(config: Config) -> int:
     host = f"[{config.address}]" if ":" in config.address else config.address
     # One line on stdout so that scripts (and the tests) can learn the port when --port 0.
     print(f"cgpu exporter: serving http://{host}:{server.port}/metrics", flush=True)
-    log.info(
-        "state dir %s, pod-resources socket %s", config.state_dir, config.pod_resources_socket
-    )
-    while not stop.wait(3600):
-        pass
+    log.info("state dir %s, pod-resources socket %s", config.state_dir, config.pod_resources_socket)
+    if config.enforce:
+        log.info(
+            "enforcing: kill after %.0fs over the slice (+%d bytes allowed), checking every %.1fs",
+            config.enforce_grace, config.over_slice_allowance, config.enforce_interval,
+        )  # fmt: skip
+    while not stop.wait(config.enforce_interval if config.enforce else 3600):
+        if config.enforce:
+            _check(collector)
     server.stop()
     return 0

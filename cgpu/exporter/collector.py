@@ -7,6 +7,7 @@ cumulative count of skipped ledgers.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -17,10 +18,14 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cgpu.exporter.labels import device_ids, resolve
+from cgpu.exporter.enforce import Enforcer, KillLabels, over_slice
+from cgpu.exporter.hostview import Attributor, HostView
+from cgpu.exporter.labels import Identity, device_ids, resolve
 from cgpu.exporter.nvml import GpuStatus, NvmlSource
 from cgpu.exporter.podresources import PodResourcesSource
-from cgpu.exporter.scan import ALL_REASONS, ContainerUsage, MetaCache, scan
+from cgpu.exporter.scan import ALL_REASONS, Caches, ScanResult, scan
+
+log = logging.getLogger(__name__)
 
 CONTAINER_LABELS = ["namespace", "pod", "container", "gpu_uuid", "gpu_index"]
 GPU_LABELS = ["gpu_uuid", "gpu_index"]
@@ -35,6 +40,25 @@ class _Slice:
     used: int = 0
     peak: int = 0
     processes: int = 0
+    host_used: int | None = None  # None: NVML gave no process list for this GPU
+    over: bool = False
+    ledger_ok: bool = True  # False: a directory's ledger is damaged; no ledger figures
+
+
+@dataclass
+class Observation:
+    """Everything one pass read: the containers, the GPUs and the host's view of their use."""
+
+    result: ScanResult
+    gpus: list[GpuStatus]
+    view: HostView
+    identities: dict[str, Identity]
+    index: dict[str, str]
+
+    def labels(self, key: str, uuid: str) -> KillLabels:
+        """The container series labels of a container directory on a GPU."""
+        ident = self.identities.get(key, Identity("", "", key))
+        return (ident.namespace, ident.pod, ident.container, uuid, self.index.get(uuid, ""))
 
 
 class _Families:
@@ -79,6 +103,23 @@ class _Families:
         self.gpu_containers = GaugeMetricFamily(
             "cgpu_gpu_containers", "Containers with a slice on this GPU.", labels=GPU_LABELS
         )
+        self.host_used = GaugeMetricFamily(
+            "cgpu_container_gpu_memory_host_used_bytes",
+            "GPU memory NVML on the host shows for the container's processes on this GPU, in "
+            "bytes, whether or not they went through the shim.",
+            labels=CONTAINER_LABELS,
+        )
+        self.over_slice = GaugeMetricFamily(
+            "cgpu_container_over_slice",
+            "1 when the container's host-observed use exceeds its slice by more than the "
+            "allowance (--over-slice-allowance), else 0.",
+            labels=CONTAINER_LABELS,
+        )
+        self.gpu_unattributed = GaugeMetricFamily(
+            "cgpu_gpu_memory_unattributed_bytes",
+            "GPU memory NVML shows for processes that belong to no cgpu container, in bytes.",
+            labels=GPU_LABELS,
+        )
         self.gpu_healthy = GaugeMetricFamily(
             "cgpu_gpu_healthy",
             "1 when NVML answered for this GPU at this scrape, 0 when the query failed.",
@@ -91,10 +132,13 @@ class _Families:
             self.used,
             self.peak,
             self.processes,
+            self.host_used,
+            self.over_slice,
             self.gpu_total,
             self.gpu_used,
             self.gpu_allocated,
             self.gpu_containers,
+            self.gpu_unattributed,
             self.gpu_healthy,
         ]
 
@@ -108,45 +152,82 @@ class CgpuCollector(Collector):
         gpus: NvmlSource | None = None,
         pods: PodResourcesSource | None = None,
         clock: Callable[[], float] = time.perf_counter,
+        attributor: Attributor | None = None,
+        allowance: int = 0,
+        enforcer: Enforcer | None = None,
     ) -> None:
         self._state_dir = state_dir
         self._gpus = gpus
         self._pods = pods
         self._clock = clock
-        self._metas = MetaCache()
+        self._attributor = attributor
+        self._allowance = allowance
+        self._enforcer = enforcer
+        self._caches = Caches()
         self._errors: Counter[str] = Counter({reason: 0 for reason in ALL_REASONS})
         self._lock = threading.Lock()
 
     def describe(self) -> Iterator[Metric]:
         """The families this collector serves, without reading anything."""
         yield from _Families().all()
-        yield from self._exporter_families(Counter(), 0.0)
+        yield from self._exporter_families(Counter(), 0.0, Counter())
+
+    def observe(self) -> Observation:
+        """One pass: the state dir, NVML (GPUs and their processes) and the labels."""
+        with self._lock:
+            return self._observe()
+
+    def enforce(self) -> list[int]:
+        """One enforcement check (no-op without an enforcer); returns the pids killed."""
+        if self._enforcer is None:
+            return []
+        with self._lock:
+            seen = self._observe()
+            return self._enforcer.check(seen.result.containers, seen.view, seen.labels)
+
+    def _observe(self) -> Observation:
+        result = scan(self._state_dir, self._caches)
+        gpus = self._gpus.gpus() if self._gpus is not None else []
+        view = HostView()
+        if self._attributor is not None and self._gpus is not None:
+            try:
+                view = self._attributor.attribute(result.containers, self._gpus.processes())
+            except Exception:  # the ledger series must not depend on the host view
+                log.exception("host view failed at this pass")
+        containers = result.containers
+        wanted = [i for c in containers for i in device_ids(c.meta)]
+        by_device = self._pods.devices(wanted) if self._pods is not None else {}
+        identities = {c.key: resolve(c.key, c.meta, by_device) for c in containers}
+        index = {g.uuid: str(g.index) for g in gpus}
+        return Observation(result, gpus, view, identities, index)
 
     def collect(self) -> Iterator[Metric]:
         """Read everything and yield the metric families of this scrape."""
         with self._lock:
             start = self._clock()
             families = _Families()
-            result = scan(self._state_dir, self._metas)
-            gpus = self._gpus.gpus() if self._gpus is not None else []
-            self._errors.update(result.skipped)
-            self._fill(families, result.containers, gpus)
+            seen = self._observe()
+            self._errors.update(seen.result.skipped)
+            self._fill(families, seen)
             elapsed = self._clock() - start
-            metrics = families.all() + list(self._exporter_families(result.skipped, elapsed))
+            kills = Counter(self._enforcer.kills) if self._enforcer is not None else Counter()
+            metrics = families.all() + list(
+                self._exporter_families(seen.result.skipped, elapsed, kills)
+            )
         yield from metrics
 
-    def _fill(
-        self, fam: _Families, containers: list[ContainerUsage], gpus: list[GpuStatus]
-    ) -> None:
-        wanted = [i for c in containers for i in device_ids(c.meta)]
-        by_device = self._pods.devices(wanted) if self._pods is not None else {}
-        index = {g.uuid: str(g.index) for g in gpus}
+    def _fill(self, fam: _Families, seen: Observation) -> None:
+        gpus, index, view = seen.gpus, seen.index, seen.view
+        over = {
+            (o.key, o.uuid)
+            for o in over_slice(seen.result.containers, view, self._allowance, False)
+        }
 
         # Merge directories that resolve to the same container on the same GPU (a restarted
         # container whose old directory is not yet removed), so no series is emitted twice.
         slices: dict[tuple[str, str, str, str], _Slice] = {}
-        for usage in containers:
-            ident = resolve(usage.key, usage.meta, by_device)
+        for usage in seen.result.containers:
+            ident = seen.identities[usage.key]
             for dev in usage.devices:
                 s = slices.setdefault(
                     (ident.namespace, ident.pod, ident.container, dev.uuid), _Slice()
@@ -155,15 +236,23 @@ class CgpuCollector(Collector):
                 s.used += dev.used
                 s.peak = max(s.peak, dev.peak)
                 s.processes += dev.processes
+                s.ledger_ok = s.ledger_ok and usage.ledger_ok
+                if dev.uuid in view.gpus:
+                    s.host_used = (s.host_used or 0) + view.used(usage.key, dev.uuid)
+                    s.over = s.over or (usage.key, dev.uuid) in over
 
         allocated: Counter[str] = Counter({g.uuid: 0 for g in gpus})
         members: Counter[str] = Counter({g.uuid: 0 for g in gpus})
         for (namespace, pod, container, uuid), s in slices.items():
             labels = [namespace, pod, container, uuid, index.get(uuid, "")]
-            fam.limit.add_metric(labels, s.limit)
-            fam.used.add_metric(labels, s.used)
-            fam.peak.add_metric(labels, s.peak)
-            fam.processes.add_metric(labels, s.processes)
+            if s.ledger_ok:
+                fam.limit.add_metric(labels, s.limit)
+                fam.used.add_metric(labels, s.used)
+                fam.peak.add_metric(labels, s.peak)
+                fam.processes.add_metric(labels, s.processes)
+            if s.host_used is not None:
+                fam.host_used.add_metric(labels, s.host_used)
+                fam.over_slice.add_metric(labels, 1 if s.over else 0)
             allocated[uuid] += s.limit
             members[uuid] += 1
 
@@ -171,6 +260,8 @@ class CgpuCollector(Collector):
             labels = [uuid, index.get(uuid, "")]
             fam.gpu_allocated.add_metric(labels, total)
             fam.gpu_containers.add_metric(labels, members[uuid])
+        for uuid in sorted(view.gpus):
+            fam.gpu_unattributed.add_metric([uuid, index.get(uuid, "")], view.unattributed[uuid])
         for g in gpus:
             labels = [g.uuid, str(g.index), g.model]
             fam.gpu_healthy.add_metric(labels, 1 if g.healthy else 0)
@@ -178,7 +269,18 @@ class CgpuCollector(Collector):
                 fam.gpu_total.add_metric(labels, g.total)
                 fam.gpu_used.add_metric(labels, g.used)
 
-    def _exporter_families(self, skipped: Counter[str], elapsed: float) -> Iterator[Metric]:
+    def _exporter_families(
+        self, skipped: Counter[str], elapsed: float, kills: Counter[KillLabels]
+    ) -> Iterator[Metric]:
+        killed = CounterMetricFamily(
+            "cgpu_enforcement_kills",
+            "Processes `cgpu exporter --enforce` SIGKILLed because their container stayed over "
+            "its slice (host-observed) for the grace period.",
+            labels=CONTAINER_LABELS,
+        )
+        for labels, count in sorted(kills.items()):
+            killed.add_metric(list(labels), count)
+        yield killed
         errors = CounterMetricFamily(
             "cgpu_ledger_errors",
             "Ledger or config files skipped because they were corrupt, truncated, foreign, of "

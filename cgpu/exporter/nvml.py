@@ -36,6 +36,40 @@ class GpuStatus:
 
 
 @dataclass(frozen=True)
+class GpuProcess:
+    """A host process holding memory on a GPU, as NVML lists it."""
+
+    pid: int
+    used: int  # bytes; 0 when NVML cannot tell (usedGpuMemory not available)
+
+
+# The process-list calls, newest first, as nvidia-ml-py names them; a driver without the newer
+# entry point answers NVML_ERROR_FUNCTION_NOT_FOUND and the next one is tried.
+PROCESS_CALLS = {
+    "compute": (
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlDeviceGetComputeRunningProcesses_v2",
+        "nvmlDeviceGetComputeRunningProcesses",
+    ),
+    "graphics": (
+        "nvmlDeviceGetGraphicsRunningProcesses_v3",
+        "nvmlDeviceGetGraphicsRunningProcesses_v2",
+        "nvmlDeviceGetGraphicsRunningProcesses",
+    ),
+}
+_FUNCTION_NOT_FOUND = 13  # NVML_ERROR_FUNCTION_NOT_FOUND
+# usedGpuMemory is NVML_VALUE_NOT_AVAILABLE (~0ULL) where the driver cannot tell.
+_NOT_AVAILABLE = (1 << 64) - 1
+
+
+def _used(info: Any) -> int:
+    value = getattr(info, "usedGpuMemory", None)
+    if not isinstance(value, int) or value < 0 or value >= _NOT_AVAILABLE:
+        return 0
+    return value
+
+
+@dataclass(frozen=True)
 class _Device:
     uuid: str
     index: int
@@ -64,6 +98,7 @@ class NvmlSource:
         self._devices: list[_Device] = []  # last known GPUs, kept while NVML is down
         self._next_try = 0.0
         self._last_error = ""
+        self._process_calls = {kind: list(names) for kind, names in PROCESS_CALLS.items()}
 
     @property
     def up(self) -> bool:
@@ -101,6 +136,50 @@ class NvmlSource:
             # after the retry interval; the GPUs stay listed as unhealthy meanwhile.
             self._shutdown("every GPU query failed")
         return result
+
+    def processes(self) -> dict[str, list[GpuProcess]]:
+        """{GPU uuid: its compute and graphics processes}, for the GPUs that answered.
+
+        Empty while NVML is down. A GPU whose list NVML refuses is left out (its host view
+        is unknown at this pass, not empty).
+        """
+        if not self._initialised:
+            return {}
+        result: dict[str, list[GpuProcess]] = {}
+        for dev in self._devices:
+            try:
+                found: dict[int, GpuProcess] = {}
+                for kind in PROCESS_CALLS:
+                    listed = self._list(kind, dev.handle)
+                    if listed is None and kind == "compute":
+                        raise LookupError("this NVML cannot list compute processes")
+                    for info in listed or []:
+                        pid = int(info.pid)
+                        if pid not in found or _used(info) > found[pid].used:
+                            found[pid] = GpuProcess(pid, _used(info))
+            except Exception as exc:  # NVMLError: GPU lost, not supported
+                log.debug("NVML process list failed for %s: %s", dev.uuid, exc)
+                continue
+            result[dev.uuid] = list(found.values())
+        return result
+
+    def _list(self, kind: str, handle: Any) -> list[Any] | None:
+        """One process list, through the newest call this NVML has; None when it has none."""
+        nvml = self._nvml
+        calls = self._process_calls[kind]
+        while calls:
+            call = getattr(nvml, calls[0], None)
+            try:
+                if call is None:
+                    raise AttributeError(calls[0])
+                return list(call(handle))
+            except AttributeError:
+                calls.pop(0)
+            except Exception as exc:
+                if getattr(exc, "value", None) != _FUNCTION_NOT_FOUND or len(calls) == 1:
+                    raise
+                calls.pop(0)
+        return None
 
     def uuid_to_index(self) -> dict[str, int]:
         """{uuid: NVML index} of the known GPUs (no NVML call)."""

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cgpu.core.config import ConfigError, load_config
-from cgpu.core.containers import list_container_dirs, read_meta
+from cgpu.core.containers import MetaError, list_container_dirs, load_meta
 from cgpu.core.layout import CONFIG_NAME, LEDGER_NAME, META_NAME
-from cgpu.core.ledger import DeviceUsage, LedgerError, read_ledger
+from cgpu.core.ledger import DeviceUsage, LedgerError, ProcessUsage, read_ledger
 
 log = logging.getLogger(__name__)
 
@@ -32,16 +31,31 @@ REASONS: dict[int, str] = {
     -4: "truncated",
     -5: "corrupt",
 }
-ALL_REASONS = ("foreign", "truncated", "corrupt", "version", "io", "config")
+# "meta": a meta.json that is not a small JSON object in a plain file (the container keeps its
+# series, labelled by its key); every other reason costs the container its series.
+ALL_REASONS = ("foreign", "truncated", "corrupt", "version", "io", "config", "meta")
+
+Stamp = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True)
 class ContainerUsage:
-    """One container directory as seen at this scrape."""
+    """One container directory as seen at this scrape.
+
+    `processes` are the ledger's live slots (pids in the container's pid namespace, as the
+    container wrote them); `ledger_id` is (st_dev, st_ino) of the host's ledger file, None
+    when there is none. `ledger_ok` is False for a container whose ledger could not be read
+    but whose `cgpu.conf` could: its slices are known (at 0 used), so the host view still
+    covers it (a container cannot hide from it by breaking its own ledger), but it has no
+    ledger figures.
+    """
 
     key: str
     meta: Mapping[str, Any]
     devices: tuple[DeviceUsage, ...]
+    processes: tuple[ProcessUsage, ...] = ()
+    ledger_id: tuple[int, int] | None = None
+    ledger_ok: bool = True
 
 
 @dataclass
@@ -52,79 +66,160 @@ class ScanResult:
     skipped: Counter[str] = field(default_factory=Counter)
 
 
-META_MAX_BYTES = 64 * 1024
+def _stamp(path: str) -> Stamp | None:
+    """What changes when a file is replaced or rewritten; None when there is no such file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-class MetaCache:
-    """meta.json contents, re-read only when the file's inode, size or mtime changes.
+class _FileCache:
+    """Parsed files, re-read only when their stamp (type, inode, size, mtime) changes."""
 
-    The container can write its own directory, so only a plain file of at most
-    META_MAX_BYTES is read; anything else counts as no metadata.
-    """
+    def __init__(self, name: str, parse: Callable[[Path], Any]) -> None:
+        self._name = name
+        self._parse = parse
+        self._entries: dict[Path, tuple[Stamp, Any]] = {}
 
-    def __init__(self) -> None:
-        self._entries: dict[str, tuple[tuple[int, int, int], Mapping[str, Any]]] = {}
-
-    def get(self, container_dir: Path) -> Mapping[str, Any]:
-        """The container's meta.json ({} when missing or unreadable)."""
-        path = str(container_dir / META_NAME)
-        try:
-            st = os.lstat(path)
-        except OSError:
-            self._entries.pop(path, None)
-            return {}
-        if not stat.S_ISREG(st.st_mode) or st.st_size > META_MAX_BYTES:
-            self._entries.pop(path, None)
-            return {}
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
-        cached = self._entries.get(path)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        meta = read_meta(container_dir)
-        self._entries[path] = (stamp, meta)
-        return meta
+    def get(self, container_dir: Path) -> Any:
+        """The parsed file (None when absent); raises what `parse` raises, and caches that too."""
+        stamp = _stamp(os.path.join(container_dir, self._name))
+        if stamp is None:
+            self._entries.pop(container_dir, None)
+            return None
+        cached = self._entries.get(container_dir)
+        if cached is None or cached[0] != stamp:
+            try:
+                value: Any = self._parse(container_dir)
+            except (MetaError, ConfigError) as exc:
+                value = exc
+            cached = (stamp, value)
+            self._entries[container_dir] = cached
+        if isinstance(cached[1], Exception):
+            raise cached[1]
+        return cached[1]
 
     def retain(self, container_dirs: list[Path]) -> None:
         """Forget the directories that are gone."""
-        keep = {str(d / META_NAME) for d in container_dirs}
+        keep = set(container_dirs)
         for path in [p for p in self._entries if p not in keep]:
             del self._entries[path]
 
 
-def _from_config(container_dir: Path) -> tuple[DeviceUsage, ...] | None:
-    """The slices of a container with no ledger yet, all at 0 used; None when it has no config."""
+class MetaCache(_FileCache):
+    """meta.json contents, re-read only when the file changes (see `load_meta`)."""
+
+    def __init__(self) -> None:
+        super().__init__(META_NAME, load_meta)
+
+
+class ConfigCache(_FileCache):
+    """cgpu.conf slices ({uuid: bytes}), re-read only when the file changes."""
+
+    def __init__(self) -> None:
+        super().__init__(CONFIG_NAME, lambda d: load_config(d / CONFIG_NAME))
+
+
+@dataclass
+class Caches:
+    """What a scan keeps between passes: parsed meta.json and cgpu.conf files."""
+
+    metas: MetaCache = field(default_factory=MetaCache)
+    configs: ConfigCache = field(default_factory=ConfigCache)
+
+    def retain(self, container_dirs: list[Path]) -> None:
+        """Forget the directories that are gone."""
+        self.metas.retain(container_dirs)
+        self.configs.retain(container_dirs)
+
+
+def _with_limits(
+    limits: Mapping[str, int], ledger: tuple[DeviceUsage, ...]
+) -> tuple[DeviceUsage, ...]:
+    """The config's devices and slices, with the use the ledger records for each.
+
+    The config is the host's (read-only in the container); the ledger is the container's own
+    file, so its device list and limits are never believed over the config.
+    """
+    by_uuid: dict[str, DeviceUsage] = {}
+    for dev in ledger:
+        by_uuid.setdefault(dev.uuid, dev)
+    out = []
+    for uuid, limit in limits.items():
+        dev = by_uuid.get(uuid)
+        used, peak, procs = (dev.used, dev.peak, dev.processes) if dev else (0, 0, 0)
+        out.append(DeviceUsage(uuid, limit, used, peak, procs))
+    return tuple(out)
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of whatever is at `path` (never followed), None when nothing is."""
     try:
-        limits = load_config(container_dir / CONFIG_NAME)
-    except ConfigError:
-        if not (container_dir / CONFIG_NAME).exists():
-            return None
-        raise
-    return tuple(DeviceUsage(uuid, limit, 0, 0, 0) for uuid, limit in limits.items())
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
-def read_container(container_dir: Path, meta: Mapping[str, Any]) -> ContainerUsage | None:
+def read_container(
+    container_dir: Path, meta: Mapping[str, Any], limits: Mapping[str, int] | None
+) -> ContainerUsage | None:
     """The container's usage, or None when the directory holds neither ledger nor config.
 
-    A ledger that does not exist yet, or lists no device yet, gives way to `cgpu.conf`.
-    Raises LedgerError for a ledger that exists but cannot be trusted, ConfigError for a
-    malformed config in its place.
+    `limits` is the parsed `cgpu.conf` (None when there is none): when present it decides the
+    devices and slices, and the ledger adds only their use. Raises LedgerError for a ledger
+    that exists but cannot be trusted (whatever is in its place).
     """
-    ledger = container_dir / LEDGER_NAME
+    ledger = os.path.join(container_dir, LEDGER_NAME)
     try:
-        devices: tuple[DeviceUsage, ...] | None = tuple(read_ledger(ledger).devices)
+        snap = read_ledger(ledger)
     except LedgerError as exc:
-        if exc.code != ERR_IO or ledger.exists():
+        if exc.code != ERR_IO or os.path.lexists(ledger):
             raise
-        devices = None
+        snap = None
+    ledger_id = None
+    devices: tuple[DeviceUsage, ...] = ()
+    processes: tuple[ProcessUsage, ...] = ()
+    if snap is not None:
+        devices, processes = tuple(snap.devices), tuple(snap.processes)
+        ledger_id = _file_id(ledger)
+    if limits is not None:
+        devices = _with_limits(limits, devices)
     if not devices:
-        devices = _from_config(container_dir)
-        if devices is None:
-            return None
-    return ContainerUsage(container_dir.name, meta, devices)
+        return None
+    return ContainerUsage(container_dir.name, meta, devices, processes, ledger_id)
 
 
-def scan(state_dir: str | os.PathLike[str], metas: MetaCache) -> ScanResult:
-    """Read every container directory under `state_dir`; never raises for one bad container."""
+def _one(container_dir: Path, caches: Caches, skipped: Counter[str]) -> ContainerUsage | None:
+    try:
+        meta = caches.metas.get(container_dir) or {}
+    except MetaError as exc:
+        skipped["meta"] += 1
+        log.debug("ignoring %s", exc)
+        meta = {}
+    limits = caches.configs.get(container_dir)
+    try:
+        return read_container(container_dir, meta, limits)
+    except LedgerError as exc:
+        if not limits:
+            raise
+        # Its ledger is damaged (perhaps on purpose): no ledger figures, but its slices and
+        # its GPU processes, as the host sees them, still count.
+        skipped[REASONS.get(exc.code, "corrupt")] += 1
+        log.debug("ledger figures skipped: %s", exc)
+        devices = _with_limits(limits, ())
+        ledger_id = _file_id(os.path.join(container_dir, LEDGER_NAME))
+        return ContainerUsage(container_dir.name, meta, devices, (), ledger_id, ledger_ok=False)
+
+
+def scan(state_dir: str | os.PathLike[str], caches: Caches) -> ScanResult:
+    """Read every container directory under `state_dir`; never raises for one bad container.
+
+    Whatever a container directory holds (any bytes, sizes, file types, changing at any
+    moment) costs only that container its series, counted in `skipped` by reason.
+    """
     result = ScanResult()
     try:
         dirs = list(list_container_dirs(state_dir))
@@ -134,7 +229,7 @@ def scan(state_dir: str | os.PathLike[str], metas: MetaCache) -> ScanResult:
         return result
     for container_dir in dirs:
         try:
-            usage = read_container(container_dir, metas.get(container_dir))
+            usage = _one(container_dir, caches, result.skipped)
         except LedgerError as exc:
             reason = REASONS.get(exc.code, "corrupt")
             result.skipped[reason] += 1
@@ -144,10 +239,17 @@ def scan(state_dir: str | os.PathLike[str], metas: MetaCache) -> ScanResult:
             result.skipped["config"] += 1
             log.debug("skipping config in %s: %s", container_dir, exc)
             continue
-        except OSError as exc:  # the directory vanished or is unreadable mid-scan
+        except FileNotFoundError:  # the directory went away mid-scan
+            continue
+        except OSError as exc:
+            result.skipped["io"] += 1
             log.debug("skipping %s: %s", container_dir, exc)
+            continue
+        except Exception:  # a bug must not cost the other containers their series
+            result.skipped["corrupt"] += 1
+            log.exception("skipping %s", container_dir)
             continue
         if usage is not None:
             result.containers.append(usage)
-    metas.retain(dirs)
+    caches.retain(dirs)
     return result

@@ -29,6 +29,10 @@ CONTRACT_METRICS = {
 # anything else under cgpu_ has a typo.
 SERVED = CONTRACT_METRICS | {
     "cgpu_container_gpu_memory_peak_bytes",
+    "cgpu_container_gpu_memory_host_used_bytes",
+    "cgpu_container_over_slice",
+    "cgpu_gpu_memory_unattributed_bytes",
+    "cgpu_enforcement_kills_total",
     "cgpu_gpu_healthy",
     "cgpu_ledger_errors_total",
     "cgpu_ledgers_skipped",
@@ -88,7 +92,12 @@ def test_alert_rules() -> None:
         "prometheusrule.yaml must carry the same groups as alerts.yaml"
     )
     alerts = {r["alert"]: r for r in _rules(plain)}
-    assert {"CgpuContainerNearSliceLimit", "CgpuGpuUnhealthy", "CgpuExporterDown"} <= set(alerts)
+    assert {
+        "CgpuContainerNearSliceLimit",
+        "CgpuContainerOverSlice",
+        "CgpuGpuUnhealthy",
+        "CgpuExporterDown",
+    } <= set(alerts)
     assert "0.95" in alerts["CgpuContainerNearSliceLimit"]["expr"]
     for rule in alerts.values():
         assert _metrics_in(rule["expr"]) <= SERVED, rule["expr"]
