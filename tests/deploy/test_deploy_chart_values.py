@@ -5,12 +5,14 @@ from __future__ import annotations
 import pytest
 import yaml
 from deploy_helpers import (
+    argv,
     container,
     find,
     flags,
     helm_template,
     helm_template_error,
     one,
+    parse_cgpu,
     pod_spec,
     validate,
 )
@@ -194,3 +196,30 @@ def test_priority_classes_default_to_system_and_can_be_replaced() -> None:
     validate(objs)
     assert pod_spec(one(objs, "DaemonSet", "cgpu-exporter"))["priorityClassName"] == "gpu-infra"
     assert "priorityClassName" not in pod_spec(one(objs, "Deployment", "cgpu-scheduler"))
+
+
+def test_exporter_host_view_and_enforcement_get_what_they_need() -> None:
+    """The host view needs the host's pids and SYS_PTRACE; --enforce also needs KILL; without the
+    host view the exporter runs in its own pid namespace with no capability at all."""
+
+    def exporter(*sets: str) -> tuple[dict, dict, list[str]]:
+        objs = helm_template(*sets)
+        validate(objs)
+        daemonset = one(objs, "DaemonSet", "cgpu-exporter")
+        cont = container(daemonset, "exporter")
+        parse_cgpu(argv(cont)[1:])
+        return pod_spec(daemonset), cont, argv(cont)
+
+    spec, cont, args = exporter()
+    assert spec.get("hostPID") is True
+    assert cont["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_PTRACE"]}
+    assert "--enforce" not in args and "--no-host-view" not in args
+
+    spec, cont, args = exporter("exporter.enforce.enabled=true", "exporter.enforce.graceSeconds=60")
+    assert cont["securityContext"]["capabilities"]["add"] == ["SYS_PTRACE", "KILL"]
+    assert "--enforce" in args and "--enforce-grace=60" in args
+
+    spec, cont, args = exporter("exporter.hostView=false")
+    assert "hostPID" not in spec
+    assert cont["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert "--no-host-view" in args
