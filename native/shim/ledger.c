@@ -528,6 +528,12 @@ void ledger_release_slot(struct ledger_handle *h)
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
     if (slot < 0)
         return;
+    /* What we still hold, the driver frees only once we are gone (when our files close):
+     * given back now, it could be charged to another process while we hold it.  Such a
+     * slot dies with us, as a killed process's does. */
+    for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
+        if (h->held[d])
+            return;
     /* An exit never waits long on another process (it may be stopped inside): after
      * ~20 ms the slot is left to die with us, and the next sweep returns its charges. */
     int locked = 0;

@@ -10,8 +10,9 @@
  *
  * stdin: "hold\n" stops the churn and prints "held BYTES" (what it holds now); then EOF
  * frees everything and prints "freed COUNT BAD OK REFUSED FORKS", and the process exits 0.
- * Any result other than success or CUDA_ERROR_OUT_OF_MEMORY prints "error ..." and
- * exits 3.
+ * Every CUDA_ERROR_OUT_OF_MEMORY writes "chaos-worker: refused" to stderr, after the
+ * line the shim writes when it is the one that refused.  Any other failure prints
+ * "error ..." and exits 3.
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -26,6 +27,7 @@
 
 #define MiB (1ULL << 20)
 #define MAX_HELD 64
+#define REFUSED "chaos-worker: refused"
 
 static uint64_t rng_state;
 
@@ -70,7 +72,9 @@ static void child(void)
     CUdeviceptr p;
     open_device();
     CUresult rc = cuMemAlloc(&p, random_size());
-    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_OUT_OF_MEMORY)
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+        fputs(REFUSED "\n", stderr);
+    else if (rc != CUDA_SUCCESS)
         fail("child-alloc", rc);
     switch (next_random() % 3) {
     case 0:
@@ -129,6 +133,7 @@ int main(int argc, char **argv)
                 sizes[n++] = size;
                 ok++;
             } else if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+                fputs(REFUSED "\n", stderr); /* after the shim's own line, if it refused */
                 refused++;
             } else {
                 fail("alloc", rc);

@@ -48,6 +48,10 @@ MAX_HELD = 6  # allocations a worker holds at most: 7 workers want ~4 GiB of a 1
 FORK_ONE_IN = 1000  # steps per forked child, on average
 LOCK_WORD_OFFSET = 24  # struct ledger: magic[8], version, size, ndevices, active, lock
 TIMEOUT = 60.0  # for anything that should take a moment: nothing may hang
+# The GPU has room for exactly the slice next to the neighbour: the driver refuses an
+# allocation only when the container would hold more than its slice.
+SIM = {"memory": "16GiB", "other_used": str(16 * GiB - SLICE - NEIGHBOUR_HOLDS)}
+OTHER_USED = int(SIM["other_used"])
 
 SAMPLER = """
 import sys
@@ -232,7 +236,7 @@ def neighbour(shim_env, native_build, tmp_path) -> Iterator[tuple[int, Path]]:
     ledger_dir = tmp_path / "neighbour"
     ledger_dir.mkdir()
     (ledger_dir / "cgpu.conf").write_text(f"version 1\ndevice {UUID} {NEIGHBOUR_SLICE}\n")
-    env = shim_env({"CGPU_LEDGER_DIR": str(ledger_dir), "CGPU_CONTEXT_OVERHEAD": "0"})
+    env = shim_env({"CGPU_LEDGER_DIR": str(ledger_dir), "CGPU_CONTEXT_OVERHEAD": "0"}, **SIM)
     cmd = [native_build / "cuda_probe", "dlsym", "init", "alloc", NEIGHBOUR_HOLDS, "ready", "wait"]
     proc = subprocess.Popen(
         list(map(str, cmd)), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
@@ -265,7 +269,7 @@ def check_frozen(container: Container, sampler: Sampler, neighbour_pid: int, fd:
             tally.failures.append(f"the container held {ours / MiB:.0f} MiB on the GPU")
         if sample.processes.get(neighbour_pid) != NEIGHBOUR_HOLDS:
             tally.failures.append(f"the neighbour's NVML reading changed: {sample}")
-        if sample.used != ours + NEIGHBOUR_HOLDS:
+        if sample.used != OTHER_USED + ours + NEIGHBOUR_HOLDS:
             tally.failures.append(f"NVML's device total is not its processes' sum: {sample}")
         tally.count("freeze")
         if int.from_bytes(os.pread(fd, 4, LOCK_WORD_OFFSET), "little"):
@@ -317,6 +321,20 @@ def stop_and_hold(container: Container) -> dict[int, int]:
     return held
 
 
+def refused_by_the_driver(logs: Path) -> list[str]:
+    """Workers' refusals that the shim did not make: the GPU was full, so the container
+    held more than its slice (each refusal of the shim writes its line before the
+    worker's; a kill between the two leaves one more of the shim's)."""
+    found = []
+    for path in sorted(logs.glob("*.err")):
+        text = path.read_text(errors="replace")
+        by_shim = text.count("cgpu: out of GPU memory slice")
+        seen = text.count("chaos-worker: refused")
+        if seen > by_shim:
+            found.append(f"{path.name}: {seen - by_shim} of {seen}")
+    return found
+
+
 def sanitizer_reports(logs: Path) -> list[str]:
     markers = ("AddressSanitizer", "ThreadSanitizer", "LeakSanitizer")
     return [
@@ -339,11 +357,11 @@ def test_chaos_never_exceeds_the_slice_and_ends_exact(
 
     (ledger_dir / "cgpu.conf").write_text(f"version 1\ndevice {UUID} {SLICE}\n")
     ledger = ledger_dir / "cgpu.ledger"
-    env = shim_env({"CGPU_CONTEXT_OVERHEAD": "0"})
+    env = shim_env({"CGPU_CONTEXT_OVERHEAD": "0"}, **SIM)
     logs = tmp_path / "logs"
     logs.mkdir()
     container = Container(chaos_worker, env, logs, random.Random(seed))
-    sampler = Sampler(sim_env(memory="16GiB"))
+    sampler = Sampler(sim_env(**SIM))
     stop = threading.Event()
     reader = threading.Thread(target=read_loop, args=(ledger, stop, tally), daemon=True)
     try:
@@ -389,7 +407,8 @@ def test_chaos_never_exceeds_the_slice_and_ends_exact(
         snap = read_ledger(ledger)
         assert snap.devices[0].used == 0 and snap.processes == [], f"seed {seed}: {snap}"
         sample = sampler.sample()
-        assert sample.used == NEIGHBOUR_HOLDS and set(sample.processes) == {neighbour_pid}
+        assert sample.used == OTHER_USED + NEIGHBOUR_HOLDS
+        assert set(sample.processes) == {neighbour_pid}
         assert read_ledger(neighbour_ledger) == neighbour_before
     finally:
         stop.set()
@@ -398,3 +417,5 @@ def test_chaos_never_exceeds_the_slice_and_ends_exact(
         sampler.close()
     reports = sanitizer_reports(logs)
     assert not reports, "\n".join(reports)
+    over = refused_by_the_driver(logs)
+    assert not over, f"seed {seed}: the driver refused what the ledger allowed: {over}"
