@@ -1,9 +1,9 @@
 /* A process of the container in the chaos test (test_chaos.py): it churns random
  * allocations through the driver, and so through the shim, until it is told to stop.
  *
- *   chaos_worker SEED MAX_HELD FORK_ONE_IN
+ *   chaos_worker SEED MAX_HELD FORK_ONE_IN [MAX_MIB]
  *
- * Each step allocates a random multiple of 2 MiB (2..192 MiB, so the shim's charge and
+ * Each step allocates a random multiple of 2 MiB (2..MAX_MIB MiB, 192 by default, so the shim's charge and
  * the simulator's are the same) while it holds fewer than MAX_HELD, or frees a random
  * one of its allocations.  One step in FORK_ONE_IN (on average) forks a child that
  * allocates and exits: after freeing, without freeing (exit), or without its destructors (_exit).
@@ -30,6 +30,7 @@
 #define REFUSED "chaos-worker: refused"
 
 static uint64_t rng_state;
+static uint64_t max_pages = 96; /* 2 MiB pages */
 
 static uint64_t next_random(void)
 {
@@ -42,7 +43,7 @@ static uint64_t next_random(void)
 
 static size_t random_size(void)
 {
-    return (size_t)(1 + next_random() % 96) * 2 * MiB;
+    return (size_t)(1 + next_random() % max_pages) * 2 * MiB;
 }
 
 static void fail(const char *what, CUresult rc)
@@ -96,13 +97,15 @@ static int stdin_ready(void)
 
 int main(int argc, char **argv)
 {
-    if (argc != 4) {
-        fprintf(stderr, "usage: chaos_worker SEED MAX_HELD FORK_ONE_IN\n");
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: chaos_worker SEED MAX_HELD FORK_ONE_IN [MAX_MIB]\n");
         return 2;
     }
     rng_state = strtoull(argv[1], NULL, 0) | 1;
     int max_held = atoi(argv[2]);
     uint64_t fork_one_in = strtoull(argv[3], NULL, 0);
+    if (argc == 5 && strtoull(argv[4], NULL, 0) >= 2)
+        max_pages = strtoull(argv[4], NULL, 0) / 2;
     if (max_held < 1 || max_held > MAX_HELD)
         max_held = MAX_HELD;
     setvbuf(stdout, NULL, _IOLBF, 0);

@@ -162,8 +162,15 @@ class Container:
     """The container's processes: workers in their own process groups (a worker and the
     child it forks are signalled together)."""
 
-    def __init__(self, exe: Path, env: dict[str, str], logs: Path, rng: random.Random) -> None:
-        self.exe, self.env, self.logs, self.rng = exe, env, logs, rng
+    def __init__(
+        self,
+        exe: Path,
+        env: dict[str, str],
+        logs: Path,
+        rng: random.Random,
+        args: tuple[int, ...] = (MAX_HELD, FORK_ONE_IN),
+    ) -> None:
+        self.exe, self.env, self.logs, self.rng, self.args = exe, env, logs, rng, args
         self.workers: list[Worker] = []
         self.started = 0
 
@@ -172,7 +179,7 @@ class Container:
         stderr = self.logs / f"worker-{self.started}.err"
         with stderr.open("wb") as err:
             proc = subprocess.Popen(
-                [str(self.exe), str(self.rng.getrandbits(63)), str(MAX_HELD), str(FORK_ONE_IN)],
+                [str(self.exe), str(self.rng.getrandbits(63)), *map(str, self.args)],
                 env=self.env,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
@@ -419,3 +426,34 @@ def test_chaos_never_exceeds_the_slice_and_ends_exact(
     assert not reports, "\n".join(reports)
     over = refused_by_the_driver(logs)
     assert not over, f"seed {seed}: the driver refused what the ledger allowed: {over}"
+
+
+@pytest.mark.parametrize("fork_one_in", [0, 4], ids=["frees", "exits"])
+def test_the_gpu_never_refuses_what_the_ledger_allowed(
+    shim_env, chaos_worker, ledger_dir, tmp_path, fork_one_in
+):
+    """Two ways the ledger gave bytes back before the driver did, so that the container
+    briefly held more than its slice: a free credited before the driver's free ("frees"),
+    and a clean exit that gave its slot back while the process still held memory (children
+    that exit without freeing: "exits").  The GPU has room for exactly the slice, so a
+    refusal that the shim did not make shows the container holding more."""
+    (ledger_dir / "cgpu.conf").write_text(f"version 1\ndevice {UUID} {SLICE}\n")
+    room = {"memory": "16GiB", "other_used": str(16 * GiB - SLICE)}
+    env = shim_env({"CGPU_CONTEXT_OVERHEAD": "0"}, **room)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    container = Container(chaos_worker, env, logs, random.Random(1), (2, fork_one_in, 512))
+    try:
+        container.workers = [container.spawn() for _ in range(3)]
+        time.sleep(3)
+        for worker in container.workers:
+            worker.proc.stdin.close()
+            line = read_line(worker.proc).split()
+            assert worker.proc.wait(TIMEOUT) == 0 and line[:3] == ["freed", line[1], "0"], line
+    finally:
+        container.kill_all()
+    text = "".join(path.read_text(errors="replace") for path in logs.glob("*.err"))
+    assert text.count("cgpu: out of GPU memory slice") > 0, "the slice was never full"
+    assert not sanitizer_reports(logs)
+    over = refused_by_the_driver(logs)
+    assert not over, f"the driver refused what the ledger allowed: {over}"
