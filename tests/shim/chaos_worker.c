@@ -74,7 +74,7 @@ static void child(void)
     open_device();
     CUresult rc = cuMemAlloc(&p, random_size());
     if (rc == CUDA_ERROR_OUT_OF_MEMORY)
-        fputs(REFUSED "\n", stderr);
+        fprintf(stderr, REFUSED " %d child\n", (int)getpid());
     else if (rc != CUDA_SUCCESS)
         fail("child-alloc", rc);
     switch (next_random() % 3) {
@@ -136,7 +136,7 @@ int main(int argc, char **argv)
                 sizes[n++] = size;
                 ok++;
             } else if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
-                fputs(REFUSED "\n", stderr); /* after the shim's own line, if it refused */
+                fprintf(stderr, REFUSED " %d %lu\n", (int)getpid(), step); /* after the shim's line, if it refused */
                 refused++;
             } else {
                 fail("alloc", rc);

@@ -428,28 +428,28 @@ def test_chaos_never_exceeds_the_slice_and_ends_exact(
     assert not over, f"seed {seed}: the driver refused what the ledger allowed: {over}"
 
 
-@pytest.mark.parametrize("fork_one_in", [0, 4], ids=["frees", "exits"])
-def test_the_gpu_never_refuses_what_the_ledger_allowed(
-    shim_env, chaos_worker, ledger_dir, tmp_path, fork_one_in
-):
-    """Two ways the ledger gave bytes back before the driver did, so that the container
-    briefly held more than its slice: a free credited before the driver's free ("frees"),
-    and a clean exit that gave its slot back while the process still held memory (children
-    that exit without freeing: "exits").  The GPU has room for exactly the slice, so a
-    refusal that the shim did not make shows the container holding more."""
+def churn_at_the_edge(env_for, chaos_worker, ledger_dir, logs, fork_one_in, disturb=None):
+    """Three workers churn at the edge of a slice on a GPU with room for exactly the slice,
+    for 3 s, while `disturb(container)` runs every few ms; then they exit cleanly.  Any
+    refusal that the shim did not make shows the container holding more than its slice."""
     (ledger_dir / "cgpu.conf").write_text(f"version 1\ndevice {UUID} {SLICE}\n")
     room = {"memory": "16GiB", "other_used": str(16 * GiB - SLICE)}
-    env = shim_env({"CGPU_CONTEXT_OVERHEAD": "0"}, **room)
-    logs = tmp_path / "logs"
+    env = env_for({"CGPU_CONTEXT_OVERHEAD": "0"}, **room)
     logs.mkdir()
     container = Container(chaos_worker, env, logs, random.Random(1), (2, fork_one_in, 512))
     try:
         container.workers = [container.spawn() for _ in range(3)]
-        time.sleep(3)
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            if disturb:
+                disturb(container)
+            time.sleep(0.005)
         for worker in container.workers:
             worker.proc.stdin.close()
             line = read_line(worker.proc).split()
             assert worker.proc.wait(TIMEOUT) == 0 and line[:3] == ["freed", line[1], "0"], line
+        snap = read_ledger(ledger_dir / "cgpu.ledger")
+        assert snap.devices[0].used == 0 and snap.processes == [], snap
     finally:
         container.kill_all()
     text = "".join(path.read_text(errors="replace") for path in logs.glob("*.err"))
@@ -457,3 +457,38 @@ def test_the_gpu_never_refuses_what_the_ledger_allowed(
     assert not sanitizer_reports(logs)
     over = refused_by_the_driver(logs)
     assert not over, f"the driver refused what the ledger allowed: {over}"
+
+
+@pytest.mark.parametrize("fork_one_in", [0, 4], ids=["frees", "exits"])
+def test_bytes_come_back_only_once_the_driver_freed_them(
+    shim_env, chaos_worker, ledger_dir, tmp_path, fork_one_in
+):
+    """A free was credited before the driver's free ("frees"), and a clean exit gave its
+    slot back while the process still held memory ("exits": children that exit without
+    freeing): for a moment the container held more than its slice."""
+    churn_at_the_edge(shim_env, chaos_worker, ledger_dir, tmp_path / "logs", fork_one_in)
+
+
+def test_a_killed_process_is_freed_only_once_it_has_exited(
+    shim_env, chaos_worker, ledger_dir, tmp_path
+):
+    """A killed process's slot was freed when its files closed, before it had finished
+    exiting and so before the driver had its memory back."""
+
+    def kill_one(container: Container) -> None:
+        container.replace(container.rng.randrange(len(container.workers)))
+
+    churn_at_the_edge(shim_env, chaos_worker, ledger_dir, tmp_path / "logs", 0, kill_one)
+
+
+def test_a_total_zeroed_under_a_charge_does_not_stick(shim_env, chaos_worker, ledger_dir, tmp_path):
+    """The total was checked, then read again: a zero written between the two reads was
+    taken as the total and stamped valid, and the slice over-committed."""
+    _, lib = load()
+    path = str(ledger_dir / "cgpu.ledger").encode()
+
+    def zero_used(container: Container) -> None:
+        for _ in range(200):
+            lib.cgpu_ledger_test_poke(path, b"used", 0, 0, 0)
+
+    churn_at_the_edge(shim_env, chaos_worker, ledger_dir, tmp_path / "logs", 0, zero_used)
