@@ -10,7 +10,7 @@
  *
  * stdin: "hold\n" stops the churn and prints "held BYTES" (what it holds now); then EOF
  * frees everything and prints "freed COUNT BAD OK REFUSED FORKS", and the process exits 0.
- * Every CUDA_ERROR_OUT_OF_MEMORY writes "chaos-worker: refused" to stderr, after the
+ * Every CUDA_ERROR_OUT_OF_MEMORY writes "chaos-worker: refused PID ..." to stderr, after the
  * line the shim writes when it is the one that refused.  Any other failure prints
  * "error ..." and exits 3.
  */
