@@ -29,9 +29,8 @@ void credit_locked(uint64_t key, unsigned dev, uint64_t charge)
     ledger_credit_locked(&g_shim.ledger, dev, charge);
 }
 
-/* Unless the slot was already given back at exit: then nothing may be charged. */
+/* The charge was never credited (see untrack): only the table entry comes back. */
 void retrack(uint64_t key, const struct untracked *u)
 {
-    if (ledger_charge(&g_shim.ledger, (unsigned)u->dev, u->charge, 1) == CGPU_OK)
-        track(key, u->dev, u->charge, u->ctx);
+    track(key, u->dev, u->charge, u->ctx);
 }

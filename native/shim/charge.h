@@ -70,14 +70,14 @@ struct untracked {
     void *ctx;
 };
 
-/* Forget `key` and credit its charge; returns whether it was known. */
+/* Forget `key`; returns whether it was known.  Its charge stays until the driver has
+ * freed the memory (unreserve after the call): credited before, the bytes could be
+ * charged and allocated by another process while this one still holds them. */
 static inline int untrack(uint64_t key, struct untracked *out)
 {
     unsigned dev = 0;
     ledger_lock(&g_shim.ledger);
     int found = pt_remove(&g_table, key, &dev, &out->charge, &out->ctx);
-    if (found)
-        ledger_credit_locked(&g_shim.ledger, dev, out->charge);
     ledger_unlock(&g_shim.ledger);
     out->dev = (int)dev;
     return found;
@@ -113,7 +113,9 @@ void retrack(uint64_t key, const struct untracked *u);
         if (mode() != SHIM_LIMITED || !untrack((key_expr), &u_))               \
             return call;                                                       \
         CUresult rc_ = call;                                                   \
-        if (unlikely(rc_ != CUDA_SUCCESS))                                     \
+        if (likely(rc_ == CUDA_SUCCESS))                                       \
+            unreserve(u_.dev, u_.charge); /* the memory is gone: only now */   \
+        else                                                                   \
             retrack((key_expr), &u_);                                          \
         return rc_;                                                            \
     } while (0)

@@ -68,26 +68,25 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     if (mode() != SHIM_LIMITED)
         return REAL(cuMemRelease)(handle);
     /* Drop our reference first: once the driver frees the handle it may hand the same
-     * value to another thread's cuMemCreate. */
+     * value to another thread's cuMemCreate.  The charge goes only once the driver has
+     * freed the memory: credited before, another process could take bytes we still hold. */
     ledger_lock(&g_shim.ledger);
     struct pt_entry *e = pt_find(&g_table, PT_KIND_HANDLE ^ handle);
-    struct pt_entry saved = e ? *e : (struct pt_entry){0};
-    if (e)
-        handle_unref_locked(handle);
+    uint64_t key = e ? e->key : 0, bytes = 0;
+    unsigned dev = 0;
+    int last = 0;
+    if (e && e->aux > 1)
+        e->aux--; /* still mapped: the memory lives on */
+    else if (e)
+        last = pt_remove(&g_table, key, &dev, &bytes, NULL);
     ledger_unlock(&g_shim.ledger);
     CUresult rc = REAL(cuMemRelease)(handle);
-    if (rc != CUDA_SUCCESS && saved.key) { /* refused: put the reference back */
+    if (rc == CUDA_SUCCESS && last)
+        unreserve((int)dev, bytes);
+    if (rc != CUDA_SUCCESS && key) { /* refused: put the reference back */
         ledger_lock(&g_shim.ledger);
-        if (!handle_ref_locked(handle)) {
-            ledger_unlock(&g_shim.ledger);
-            unsigned dev = pt_entry_dev(&saved);
-            if (ledger_charge(&g_shim.ledger, dev, pt_entry_bytes(&saved), 1) == CGPU_OK)
-                track(saved.key, (int)dev, pt_entry_bytes(&saved), NULL);
-            ledger_lock(&g_shim.ledger);
-            struct pt_entry *back = pt_find(&g_table, saved.key);
-            if (back)
-                back->aux = 1;
-        }
+        if (!handle_ref_locked(handle) && pt_insert(&g_table, key, dev, bytes, NULL) == 0)
+            pt_find(&g_table, key)->aux = 1;
         ledger_unlock(&g_shim.ledger);
     }
     return rc;

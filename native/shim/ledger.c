@@ -151,12 +151,30 @@ static int byte_free(int fd, uint64_t byte)
     return fl.l_type == F_UNLCK;
 }
 
-/* Whether slot `s`'s owner is gone: nobody else holds its liveness lock. */
+/* Whether the process that claimed `slot` is still on its way out: its files (its
+ * liveness lock with them) are closed, but it is not yet a zombie, so the driver may
+ * still hold its memory.  A pid of another namespace names another process, whose start
+ * time differs. */
+static int still_exiting(const struct ledger_slot *slot)
+{
+    char path[32], state;
+    unsigned long long start;
+    int pid = __atomic_load_n(&slot->pid, __ATOMIC_RELAXED);
+    if (pid <= 0)
+        return 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    return cgpu_proc_stat(path, &state, &start) && start == __atomic_load_n(&slot->start_time, __ATOMIC_RELAXED) &&
+           state != 'Z' && state != 'X';
+}
+
+/* Whether slot `s`'s owner is gone: nobody else holds its liveness lock, and (for a
+ * handle that maps the file: the container's processes, which free slots) its process
+ * has finished exiting. */
 int ledger_slot_is_dead(const struct ledger_handle *h, unsigned s)
 {
     if ((int)s == __atomic_load_n(&h->slot, __ATOMIC_RELAXED))
         return 0;
-    return byte_free(h->fd, CGPU_LIVENESS_BASE + s);
+    return byte_free(h->fd, CGPU_LIVENESS_BASE + s) && !(h->l && still_exiting(&h->l->slots[s]));
 }
 
 /* ---- the lock ------------------------------------------------------------------ */
@@ -354,12 +372,25 @@ static __attribute__((noinline)) void heal(struct ledger_handle *h, int slot)
     repair(h->l);
 }
 
-/* Whether device `dev`'s total or our slot was changed behind our back. */
-static inline int tampered(const struct ledger_handle *h, int slot, unsigned dev)
+/* Whether device `dev`'s total, read as `used`, or our slot was changed behind our back. */
+static inline int tampered(const struct ledger_handle *h, int slot, unsigned dev, uint64_t used)
 {
     const struct ledger_device *d = &h->l->devices[dev];
-    uint64_t used = d->used;
     return used != ~d->used_check || h->l->slots[slot].used[dev] != h->held[dev] || used < h->held[dev];
+}
+
+/* Device `dev`'s total, checked and read once (a second read could see a write that
+ * came after the check), healed first if it was changed.  Under the lock.  Returns 0
+ * when the file keeps changing under us (*used is then unset). */
+static inline int checked_used(struct ledger_handle *h, int slot, unsigned dev, uint64_t *used)
+{
+    for (int tries = 0; tries < 3; tries++) {
+        *used = __atomic_load_n(&h->l->devices[dev].used, __ATOMIC_RELAXED);
+        if (likely(!tampered(h, slot, dev, *used)))
+            return 1;
+        heal(h, slot);
+    }
+    return 0;
 }
 
 /* ---- devices --------------------------------------------------------------- */
@@ -528,6 +559,12 @@ void ledger_release_slot(struct ledger_handle *h)
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
     if (slot < 0)
         return;
+    /* What we still hold, the driver frees only once we are gone (when our files close):
+     * given back now, it could be charged to another process while we hold it.  Such a
+     * slot dies with us, as a killed process's does. */
+    for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
+        if (h->held[d])
+            return;
     /* An exit never waits long on another process (it may be stopped inside): after
      * ~20 ms the slot is left to die with us, and the next sweep returns its charges. */
     int locked = 0;
@@ -556,9 +593,11 @@ int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int for
         ledger_unlock(h);
         return CGPU_ERR_FULL;
     }
-    if (unlikely(tampered(h, slot, dev)))
-        heal(h, slot);
-    uint64_t used = d->used, limit = h->limit[dev];
+    uint64_t used, limit = h->limit[dev];
+    if (unlikely(!checked_used(h, slot, dev, &used))) {
+        ledger_unlock(h);
+        return CGPU_ERR_LIMIT; /* fail closed */
+    }
     if (!force && (bytes > limit || used > limit - bytes)) {
         ledger_unlock(h);
         return CGPU_ERR_LIMIT;
@@ -578,13 +617,17 @@ void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
     if (slot < 0)
         return; /* the slot was given back at exit already */
-    if (unlikely(tampered(h, slot, dev)))
-        heal(h, slot);
+    uint64_t used;
+    int checked = checked_used(h, slot, dev, &used);
     if (bytes > h->held[dev])
         bytes = h->held[dev]; /* never credit what this process did not charge */
     h->held[dev] -= bytes;
-    l->slots[slot].used[dev] -= bytes;
-    set_used(&l->devices[dev], l->devices[dev].used - bytes);
+    if (unlikely(!checked)) {
+        heal(h, slot); /* the slot from our own record, and the totals from the slots */
+        return;
+    }
+    l->slots[slot].used[dev] -= bytes; /* used >= what we held >= bytes: checked */
+    set_used(&l->devices[dev], used - bytes);
 }
 
 void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)

@@ -38,8 +38,8 @@ int sim_pid_alive(int pid, unsigned long long start_time)
         return 0;
     char state;
     unsigned long long start;
-    if (!proc_stat(pid, &state, &start))
-        return 1; /* another pid namespace or no /proc: trust kill() */
+    if (!proc_stat(pid, &state, &start)) /* gone since kill(), or another pid namespace */
+        return !(kill(pid, 0) != 0 && errno == ESRCH);
     if (state == 'Z' || state == 'X')
         return 0;
     if (start_time && start != start_time)
