@@ -11,8 +11,9 @@ The rule:
   container name), which each allocator finds by matching the request to the pod spec;
 - standalone (no pod information), a half joins the most recent directory on the same GPU
   that lacks the other half and was made less than `window` seconds ago. Its limit: a
-  memory-only container followed within the window by a compute-only container on the same
-  GPU is taken for one container. Run the plugin with the API server when pods mix them.
+  container asking for one resource only, followed within the window by another container
+  asking for the other only, on the same GPU, is taken for one container. Run the plugin
+  with the API server when pods mix them.
 
 The first half makes the directory; the second rewrites it under the same key (the
 container has not started yet), so the config holds both lines.
@@ -90,8 +91,8 @@ class Pairing:
             meta = read_meta(directory)
             if meta.get("source") != SOURCE_DEVICE_PLUGIN:
                 continue
-            if not (meta.get("pod_uid") and meta.get("container")):
-                continue
+            if not (meta.get("pod_uid") and meta.get("container")) or "limits" not in meta:
+                continue  # standalone, or made before compute shares existed
             indexes, uuids = meta.get("gpu_indexes") or [], meta.get("gpu_uuids") or []
             gpus = [
                 known.get(str(u)) or GPU(index=int(i), uuid=str(u), name="", total_bytes=0)
@@ -239,8 +240,12 @@ class Pairing:
                 self._write(slot)
 
     def _new(self, identity: Identity | None, gpus: list[GPU]) -> Slot:
+        now = time.monotonic()
+        for key, old in list(self._slots.items()):  # standalone slots past pairing
+            if old.identity is None and now - old.created > self.window:
+                del self._slots[key]
         key = f"dp-{int(time.time())}-{secrets.token_hex(6)}"
-        slot = Slot(key=key, gpus=list(gpus), identity=identity, created=time.monotonic())
+        slot = Slot(key=key, gpus=list(gpus), identity=identity, created=now)
         self._slots[key] = slot
         return slot
 

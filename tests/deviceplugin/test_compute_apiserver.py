@@ -172,3 +172,17 @@ def test_a_compute_share_needs_a_one_gpu_container(with_pods) -> None:
         plugin.client.allocate(mem_ids(0, 2) + mem_ids(1, 2))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "a compute share applies to a one-GPU container" in err.value.details()
+
+
+def test_the_second_half_finds_the_directory_after_a_plugin_restart(with_pods) -> None:
+    pods = [pod("both", "uid-both", [container("main", 4, 50)])]
+    plugin, _ = with_pods(pods)
+    (m_resp,) = plugin.client.allocate(mem_ids(0, 4))
+    plugin.proc.terminate()
+    assert plugin.proc.wait(timeout=10) == 0
+
+    again, server = with_pods(pods)
+    (c_resp,) = again.client_for(COMPUTE).allocate(core_ids(0, 50))
+    assert directory(c_resp) == directory(m_resp)
+    assert conf(c_resp) == ["version 1", f"device {UUIDS[0]} {4 * GIB}", f"compute {UUIDS[0]} 50"]
+    assert len(assigned_patches(server)) == 1
