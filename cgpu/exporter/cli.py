@@ -123,7 +123,9 @@ def serve(config: Config) -> int:
     host = f"[{config.address}]" if ":" in config.address else config.address
     # One line on stdout so that scripts (and the tests) can learn the port when --port 0.
     print(f"cgpu exporter: serving http://{host}:{server.port}/metrics", flush=True)
-    log.info("state dir %s, pod-resources socket %s", config.state_dir, config.pod_resources_socket)
+    log.info(
+        "state dir %s, pod-resources socket %s", config.state_dir, config.pod_resources_socket
+    )
     while not stop.wait(3600):
         pass
     server.stop()

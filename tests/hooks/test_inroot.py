@@ -95,3 +95,4 @@ def test_read_small_never_blocks_or_leaves(hostile: tuple[Path, Path]) -> None:
 def test_refuses_pseudo_filesystems() -> None:
     with Root("/proc") as r, pytest.raises(PermissionError, match="on proc"):
         r.lookup("/cgpu-test-should-not-exist", create="file")
+

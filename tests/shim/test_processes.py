@@ -96,18 +96,8 @@ def test_dead_process_slot_is_swept_by_readers(shim_env, native_build, ledger_di
 
 def test_forked_child_shares_the_slice_but_not_the_parents_memory(shim_env, probe, ledger_dir):
     env = shim_env({"CGPU_MEM_LIMIT": "1GiB"})
-    r = probe(
-        env,
-        "direct",
-        "init",
-        "alloc",
-        800 * MiB,
-        "fork-alloc",
-        300 * MiB,
-        "fork-alloc",
-        100 * MiB,
-        "info",
-    )
+    r = probe(env, "direct", "init", "alloc", 800 * MiB, "fork-alloc", 300 * MiB,
+              "fork-alloc", 100 * MiB, "info")
     assert r.returncode == 0, r.stderr
     assert [line[0] for line in r.lines("child-alloc")] == ["2", "0"]
     # The child exited: only the parent's 800 MiB remain charged.
