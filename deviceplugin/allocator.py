@@ -111,9 +111,10 @@ class Allocator:
 
     def compute_request(self, identity: Identity) -> int:
         """The container's compute request (0: none, or no compute resource served)."""
-        found = [c.units for c in self.requests(identity[0], self.settings.compute_resource)]
-        names = [c.name for c in self.requests(identity[0], self.settings.compute_resource)]
-        return found[names.index(identity[1])] if identity[1] in names else 0
+        for request in self.requests(identity[0], self.settings.compute_resource):
+            if request.name == identity[1]:
+                return request.units
+        return 0
 
     def compute_complete(self, pod_uid: str) -> bool:
         """Whether every container of the pod has the compute share it asks for."""
