@@ -13,13 +13,13 @@ from typing import Any
 import grpc
 
 from cgpu.core import injection
-from cgpu.core.config import slice_bytes
 from cgpu.core.containers import create_container_dir, list_container_dirs, read_meta
 from cgpu.core.layout import KEY_ANNOTATION, SOURCE_DEVICE_PLUGIN
 from cgpu.deviceplugin import placement
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.inventory import Inventory
 from cgpu.deviceplugin.kube import KubeClient, KubeError
+from cgpu.deviceplugin.limits import share_env, unit_slices
 from cgpu.deviceplugin.mps import MpsInjection
 from cgpu.deviceplugin.pairing import COMPUTE, MEMORY, Identity, Pairing, Slot
 from cgpu.deviceplugin.placement import AllocationError, Placement
@@ -165,10 +165,7 @@ class Allocator:
             placed = placement.check(self.inventory, ids, self.settings.resource, gpu_count, pinned)
             if pinned:
                 self._warn_if_moved(ids, placed, pod)
-            limits = {
-                g.gpu.uuid: slice_bytes(g.gpu.total_bytes, placed.units_per_gpu, g.units)
-                for g in placed.gpus
-            }
+            limits = unit_slices(placed.units_per_gpu, [(g.gpu, g.units) for g in placed.gpus])
             identity = (match[0].uid, match[1].name) if match else None
             self._check_one_gpu(identity, placed)
             key, directory, slot = self.pairing.add_memory(
@@ -294,8 +291,7 @@ class Allocator:
         envs = {
             "NVIDIA_VISIBLE_DEVICES": ",".join(g.gpu.uuid for g in placed.gpus),
             "ALIYUN_COM_GPU_MEM_IDX": ",".join(str(g.gpu.index) for g in placed.gpus),
-            "ALIYUN_COM_GPU_MEM_CONTAINER": str(placed.units_per_gpu),
-            "ALIYUN_COM_GPU_MEM_DEV": str(placed.gpus[0].units),
+            **share_env(placed.units_per_gpu, placed.gpus[0].units),
             **injection.environment(),
         }
         if pod is not None:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from cgpu.core.config import slice_bytes
 from cgpu.deviceplugin.inventory import GpuUnits, Inventory
+from cgpu.deviceplugin.limits import slices
 from cgpu.deviceplugin.placement import AllocationError
 from cgpu.deviceplugin.pods import ContainerRequest, PodInfo
 from cgpu.deviceplugin.units import MIB, Unit
@@ -129,8 +129,10 @@ class Grant:
 
     @property
     def limit_bytes(self) -> int:
-        """The slice, by the shim's rule for the two variables: total x ALLOCATED / TOTAL."""
-        return slice_bytes(self.gpu.gpu.total_bytes, self.mib, self.total_mib)
+        """The slice the shim works out from the two variables (total x ALLOCATED / TOTAL),
+        read back through the one limit parser."""
+        env = {ENV_ALLOCATED: str(self.mib), ENV_TOTAL: str(self.total_mib)}
+        return slices(env, [self.gpu.gpu])[self.gpu.gpu.uuid]
 
     def environment(self) -> dict[str, str]:
         """The variables Volcano's plugin sets (the seed's NVIDIA_VISIBLE_DEVICES is the index)."""

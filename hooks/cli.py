@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from cgpu.core import gpus
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.hooks.emit import cgpu_argv
 from cgpu.hooks.errors import RequestError, one_line
@@ -29,6 +30,7 @@ class Config:
     hooks_dir: str = DEFAULT_HOOKS_DIR  # install only
     stage: str = STAGES[0]  # install only
     cgpu: str | None = None  # install only
+    simulate: bool = False  # the simulated GPU's NVML, for hosts without a driver
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
@@ -39,14 +41,22 @@ class Config:
             hooks_dir=getattr(args, "dir", DEFAULT_HOOKS_DIR),
             stage=getattr(args, "stage", STAGES[0]),
             cgpu=getattr(args, "cgpu", None),
+            simulate=bool(getattr(args, "simulate", False)),
         )
 
 
-def _state_dir_option(parser: argparse.ArgumentParser, default: object) -> None:
+def _common_options(parser: argparse.ArgumentParser, default: object) -> None:
+    """--state-dir and --simulate; sub-actions take them too (SUPPRESS: the parent's stand)."""
     parser.add_argument(
         "--state-dir",
         default=default,
         help=f"where container directories live (default {DEFAULT_STATE_DIR})",
+    )
+    parser.add_argument(
+        "--simulate",
+        action="store_true",
+        default=argparse.SUPPRESS if default is argparse.SUPPRESS else False,
+        help="read GPUs from cgpu's simulated GPU (hosts without a driver: tests, demos)",
     )
 
 
@@ -56,14 +66,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         "With no ACTION, cgpu hook is a prestart/createRuntime hook: it reads the OCI state on "
         "stdin (and removes the container's directory when the state says stopped)."
     )
-    _state_dir_option(parser, DEFAULT_STATE_DIR)
+    _common_options(parser, DEFAULT_STATE_DIR)
     sub = parser.add_subparsers(dest="action", metavar="[ACTION]")
     stop = sub.add_parser("poststop", help="remove a stopped container's directory")
-    _state_dir_option(stop, argparse.SUPPRESS)
+    _common_options(stop, argparse.SUPPRESS)
     swp = sub.add_parser("sweep", help="remove the directories of containers that are gone")
-    _state_dir_option(swp, argparse.SUPPRESS)
+    _common_options(swp, argparse.SUPPRESS)
     inst = sub.add_parser("install", help="write the hooks.d file for podman and CRI-O")
-    _state_dir_option(inst, argparse.SUPPRESS)
+    _common_options(inst, argparse.SUPPRESS)
     inst.add_argument("--dir", default=DEFAULT_HOOKS_DIR, help=f"default {DEFAULT_HOOKS_DIR}")
     inst.add_argument("--stage", choices=STAGES, default=STAGES[0], help="default %(default)s")
     inst.add_argument("--cgpu", help="the cgpu executable the runtime runs (default: this one)")
@@ -79,9 +89,14 @@ def hook(config: Config) -> int:
     state_dir = config.state_dir
     try:
         if config.action == "install":
-            path = install(config.hooks_dir, cgpu_argv(config.cgpu), str(state_dir), config.stage)
+            path = install(
+                config.hooks_dir, cgpu_argv(config.cgpu), str(state_dir), config.stage,
+                simulate=config.simulate,
+            )
             print(path)
             return 0
+        if config.simulate:
+            gpus.use_simulator()
         if config.action == "sweep":
             for key in sweep(state_dir):
                 print(f"removed {key}")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 
-from cgpu.core.config import slice_bytes
 from cgpu.core.gpus import GPU
 from cgpu.core.layout import UUID_RE as _UUID_RE
+from cgpu.core.limits import MAX_ORDINALS, Fixed, Share, slice_for
 from cgpu.hooks.errors import RequestError
-from cgpu.hooks.request import Fixed, Request
 
 _INDEX_RE = re.compile(r"^[0-9]{1,4}$")
 CDI_DEVICE_RE = re.compile(r"^CGPU_CDI_DEVICE_[0-9]{1,4}$")
@@ -72,17 +71,22 @@ def cuda_order(env: dict[str, str], visible: list[GPU]) -> list[GPU]:
     return order
 
 
-def slices(request: Request, visible: list[GPU], env: dict[str, str]) -> dict[str, int]:
-    """The slice in bytes of each GPU the container sees, by UUID."""
-    if not isinstance(request, Fixed):
-        return {g.uuid: slice_bytes(g.total_bytes, request.units, request.of) for g in visible}
-    limits = {g.uuid: request.default for g in visible if request.default is not None}
-    order = cuda_order(env, visible)
-    for ordinal, size in request.by_ordinal.items():
-        if ordinal >= len(order):
-            raise RequestError(
-                f"CGPU_MEM_LIMIT_{ordinal}: the container has no device {ordinal} "
-                f"({len(order)} visible)"
-            )
-        limits[order[ordinal].uuid] = size
-    return limits
+def slices(request: Fixed | Share, visible: list[GPU], env: dict[str, str]) -> dict[str, int]:
+    """The slice in bytes of each GPU the container sees, by UUID, as the shim computes it.
+
+    A GPU at CUDA ordinal i gets `slice_for(request, i, total)`: CGPU_MEM_LIMIT_<i>, else
+    CGPU_MEM_LIMIT, else the share. A GPU the container sees but CUDA_VISIBLE_DEVICES hides
+    (a process may unset it) gets what an ordinal without its own limit gets. A limit for an
+    ordinal the container does not have limits nothing, as in the shim.
+    """
+    limits: dict[str, int] = {}
+    for gpu in visible:
+        # MAX_ORDINALS is past every CGPU_MEM_LIMIT_<i>: the default or the share applies.
+        fallback = slice_for(request, MAX_ORDINALS, gpu.total_bytes)
+        if fallback is not None:
+            limits[gpu.uuid] = fallback
+    for ordinal, gpu in enumerate(cuda_order(env, visible)):
+        size = slice_for(request, ordinal, gpu.total_bytes)
+        if size is not None:
+            limits[gpu.uuid] = size
+    return {g.uuid: limits[g.uuid] for g in visible if g.uuid in limits}

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 
 class RequestError(ValueError):
-    """The container asked for something malformed; the message names the variable."""
+    """The container asked for something malformed; the message names the variable.
+
+    `variable` is the limit variable at fault when the limit parser refused it, else None.
+    """
+
+    def __init__(self, message: str, variable: str | None = None) -> None:
+        super().__init__(message)
+        self.variable = variable
 
 
 def one_line(exc: BaseException) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from cgpu.core.containers import (
     read_meta,
     remove_container_dir,
 )
-from cgpu.core.gpus import list_gpus
+from cgpu.core.gpus import GPU, list_gpus
 from cgpu.core.layout import KEY_ANNOTATION, SOURCE_HOOK
 from cgpu.core.paths import shim_path
 from cgpu.core.procfs import start_time
@@ -22,7 +23,7 @@ from cgpu.hooks.devices import container_gpus, slices
 from cgpu.hooks.errors import RequestError
 from cgpu.hooks.inject import Plan
 from cgpu.hooks.oci import State, labels, read_spec
-from cgpu.hooks.request import disabled, parse_request
+from cgpu.hooks.request import parse_request
 
 INJECT_TIMEOUT_S = 60
 # Run the injector isolated (-I: no PYTHON* variables, no user site, no cwd on sys.path),
@@ -52,6 +53,20 @@ def run_injector(plan: Plan) -> None:
         raise InjectError(lines[-1] if lines else f"the injector exited with {proc.returncode}")
 
 
+def requested_slices(
+    env: dict[str, str], gpus: Callable[[], list[GPU]] = list_gpus
+) -> dict[str, int]:
+    """The slice of each GPU the container sees, by UUID; empty when it asks for none.
+
+    The limit variables are read by the shim's own parser, so this is what the shim in the
+    container enforces. Raises RequestError, naming the variable, when they are malformed.
+    """
+    request = parse_request(env)
+    if request is None:
+        return {}  # no limit variable, or CGPU_DISABLE
+    return slices(request, container_gpus(env, gpus()), env)
+
+
 def prestart(state: State, state_dir: Path) -> str | None:
     """Give the container its slice; returns its directory, or None when it asked for none.
 
@@ -59,10 +74,10 @@ def prestart(state: State, state_dir: Path) -> str | None:
     directory is made before the injection and removed again if the injection fails.
     """
     spec = read_spec(state.bundle)
-    if disabled(spec.env) or KEY_ANNOTATION in {**state.annotations, **spec.annotations}:
-        return None  # opted out, or the device plugin has already given it a slice
-    request = parse_request(spec.env)
-    if request is None:
+    if KEY_ANNOTATION in {**state.annotations, **spec.annotations}:
+        return None  # the device plugin gave it a slice: its cgpu.conf wins in the shim
+    limits = requested_slices(spec.env)
+    if not limits:
         return None
     if state.pid <= 1:
         raise RequestError(
@@ -75,9 +90,6 @@ def prestart(state: State, state_dir: Path) -> str | None:
         "init_start_time": start_time(state.pid),
         **labels({**state.annotations, **spec.annotations}),
     }
-    limits = slices(request, container_gpus(spec.env, list_gpus()), spec.env)
-    if not limits:
-        return None
     shim = shim_path()
     if not shim.is_file():
         raise RuntimeError(f"the shim is not installed at {shim}")

@@ -13,7 +13,14 @@ STAGES = ("createRuntime", "prestart")
 HOOK_TIMEOUT_S = 30
 
 
-def hooks_d_entry(argv: list[str], state_dir: str, stage: str) -> dict[str, Any]:
+def hook_args(state_dir: str, simulate: bool) -> list[str]:
+    """The options every `cgpu hook` call that cgpu writes carries."""
+    return ["--state-dir", state_dir, *(["--simulate"] if simulate else [])]
+
+
+def hooks_d_entry(
+    argv: list[str], state_dir: str, stage: str, simulate: bool = False
+) -> dict[str, Any]:
     """One hooks.d entry running `cgpu hook` at `stage` and at poststop.
 
     The 1.0.0 format can match annotations, commands and bind mounts but not environment
@@ -22,12 +29,15 @@ def hooks_d_entry(argv: list[str], state_dir: str, stage: str) -> dict[str, Any]
     """
     return {
         "version": "1.0.0",
-        "hook": oci_hook(argv, "hook", "--state-dir", state_dir, timeout=HOOK_TIMEOUT_S),
+        "hook": oci_hook(argv, "hook", *hook_args(state_dir, simulate), timeout=HOOK_TIMEOUT_S),
         "when": {"always": True},
         "stages": [stage, "poststop"],
     }
 
 
-def install(directory: str, argv: list[str], state_dir: str, stage: str) -> Path:
+def install(
+    directory: str, argv: list[str], state_dir: str, stage: str, simulate: bool = False
+) -> Path:
     """Write `<directory>/cgpu.json`; returns its path."""
-    return write_json(Path(directory) / HOOK_FILE, hooks_d_entry(argv, state_dir, stage))
+    entry = hooks_d_entry(argv, state_dir, stage, simulate)
+    return write_json(Path(directory) / HOOK_FILE, entry)

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in runc busybox-static prometheus cmake gcc make; do
+for pkg in runc busybox-static podman prometheus cmake gcc g++ make; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -50,4 +50,7 @@ for name in ("helm", "kubectl"):
 PY
   rm -rf "$tmp"
 fi
+
+# The CUDA and NVML clients tests/clients runs (pinned in tests/clients/requirements.txt).
+bash scripts/install-clients.sh
 echo "setup: cgpu installed in $(pwd)/.venv ($(.venv/bin/cgpu shim-path))"

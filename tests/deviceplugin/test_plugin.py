@@ -13,6 +13,7 @@ from cgpu.core import paths
 from cgpu.core.config import load_config, slice_bytes
 from cgpu.core.containers import containers_root
 from cgpu.core.ledger import read_ledger
+from cgpu.core.limits import parse_env, slice_for
 
 RES = "aliyun.com/gpu-mem"
 
@@ -91,6 +92,8 @@ def test_allocate_env_and_mounts_on_disk(start_plugin) -> None:
     expected = slice_bytes(16130 << 20, 4, 15)
     assert expected >> 20 == 4301  # the seed's figure for 4 of 15 units on a V100
     assert load_config(ledger_dir / "cgpu.conf") == {UUIDS[1]: expected}
+    # cgpu.conf holds what the shim's own parser makes of the variables the container gets.
+    assert slice_for(parse_env(envs), 0, 16130 << 20) == expected
     snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert [(d.uuid, d.limit, d.used) for d in snap.devices] == [(UUIDS[1], expected, 0)]
     assert snap.processes == []

@@ -11,28 +11,31 @@ import pytest
 from cgpu.core.gpus import GPU
 from cgpu.hooks.devices import container_gpus, cuda_order, slices
 from cgpu.hooks.errors import RequestError
+from cgpu.hooks.hook import requested_slices
 from cgpu.hooks.oci import labels, read_spec, read_state
-from cgpu.hooks.request import Fixed, Share, disabled, parse_request
+from cgpu.hooks.request import Fixed, Share, parse_request
 
 GIB = 1 << 30
 GPUS = [GPU(i, f"GPU-5eed0000-0000-4000-8000-00000000000{i}", "sim", 16 * GIB) for i in range(3)]
+ALIYUN_4_OF_15 = {"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "15"}
 
 
 def test_no_variables_is_no_request() -> None:
     assert parse_request({"PATH": "/bin", "NVIDIA_VISIBLE_DEVICES": "all"}) is None
+    assert requested_slices({"PATH": "/bin"}, lambda: GPUS) == {}
 
 
 def test_sources_in_the_shims_order() -> None:
-    env = {
-        "CGPU_MEM_LIMIT": "2GiB",
-        "CGPU_MEM_LIMIT_1": "1024M",
-        "ALIYUN_COM_GPU_MEM_CONTAINER": "x",  # ignored: a higher source is present
-    }
-    assert parse_request(env) == Fixed(default=2 * GIB, by_ordinal={1: GIB})
-    env = {"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "15"}
-    assert parse_request({**env, "VOLCANO_GPU_ALLOCATED": "x"}) == Share(4, 15)
-    env = {"VOLCANO_GPU_ALLOCATED": "2048", "VOLCANO_GPU_MEMORY_TOTAL": "16384"}
-    assert parse_request(env) == Share(2048, 16384)
+    env = {"CGPU_MEM_LIMIT": "2GiB", "CGPU_MEM_LIMIT_1": "1024M", **ALIYUN_4_OF_15}
+    # The share is kept for ordinals without a fixed size of their own (none here).
+    assert parse_request(env) == Fixed(default=2 * GIB, by_ordinal={1: GIB}, share=Share(4, 15))
+    volcano = {"VOLCANO_GPU_ALLOCATED": "2048", "VOLCANO_GPU_MEMORY_TOTAL": "16384"}
+    assert parse_request({**ALIYUN_4_OF_15, **volcano}) == Share(4, 15)
+    assert parse_request(volcano) == Share(2048, 16384)
+
+
+UNITS, OF = "ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV"
+VOLCANO_UNITS, VOLCANO_OF = "VOLCANO_GPU_ALLOCATED", "VOLCANO_GPU_MEMORY_TOTAL"
 
 
 @pytest.mark.parametrize(
@@ -41,25 +44,35 @@ def test_sources_in_the_shims_order() -> None:
         ({"CGPU_MEM_LIMIT": "lots"}, "CGPU_MEM_LIMIT"),
         ({"CGPU_MEM_LIMIT": "0"}, "CGPU_MEM_LIMIT"),
         ({"CGPU_MEM_LIMIT_2": "1QiB"}, "CGPU_MEM_LIMIT_2"),
-        ({"ALIYUN_COM_GPU_MEM_CONTAINER": "4"}, "ALIYUN_COM_GPU_MEM_DEV"),
-        ({"ALIYUN_COM_GPU_MEM_CONTAINER": "-1", "ALIYUN_COM_GPU_MEM_DEV": "4"}, "_CONTAINER"),
-        ({"ALIYUN_COM_GPU_MEM_CONTAINER": "5", "ALIYUN_COM_GPU_MEM_DEV": "4"}, "_CONTAINER"),
-        ({"ALIYUN_COM_GPU_MEM_CONTAINER": "1", "ALIYUN_COM_GPU_MEM_DEV": "0"}, "_DEV"),
-        (
-            {"VOLCANO_GPU_ALLOCATED": "1.5", "VOLCANO_GPU_MEMORY_TOTAL": "4"},
-            "VOLCANO_GPU_ALLOCATED",
-        ),
+        ({"CGPU_MEM_LIMIT_16": "1GiB"}, "CGPU_MEM_LIMIT_16"),  # ordinals are 0-15
+        ({UNITS: "4"}, OF),
+        ({UNITS: "-1", OF: "4"}, UNITS),
+        ({UNITS: "5", OF: "4"}, UNITS),
+        ({UNITS: "1", OF: "0"}, OF),
+        ({VOLCANO_UNITS: "1.5", VOLCANO_OF: "4"}, VOLCANO_UNITS),
+        # Refused even though a higher source overrides it: the shim refuses it too.
+        ({"CGPU_MEM_LIMIT": "2GiB", UNITS: "x", OF: "15"}, UNITS),
     ],
 )
 def test_malformed_values_name_the_variable(env: dict[str, str], named: str) -> None:
     with pytest.raises(RequestError, match=named) as info:
         parse_request(env)
+    assert info.value.variable == named
     assert "\n" not in str(info.value)
 
 
-def test_disable_is_gpushares_escape_hatch() -> None:
-    assert disabled({"CGPU_DISABLE": "true"})
-    assert not disabled({"CGPU_DISABLE": "false"})
+@pytest.mark.parametrize("value", ["true", "TRUE", " True ", "1", "yes", "Yes"])
+def test_disable_is_gpushares_escape_hatch(value: str) -> None:
+    # CGPU_DISABLE wins over everything, malformed variables included.
+    env = {"CGPU_DISABLE": value, "CGPU_MEM_LIMIT": "lots", **ALIYUN_4_OF_15}
+    assert parse_request(env) is None
+    assert requested_slices(env, lambda: GPUS) == {}
+
+
+@pytest.mark.parametrize("value", ["false", "0", "no", "", "on"])
+def test_other_disable_values_keep_the_limit(value: str) -> None:
+    env = {"CGPU_DISABLE": value, "CGPU_MEM_LIMIT": "1GiB"}
+    assert requested_slices(env, lambda: GPUS[:1]) == {GPUS[0].uuid: GIB}
 
 
 def test_visible_devices() -> None:
@@ -91,12 +104,31 @@ def test_slices() -> None:
     v100 = [GPU(0, "GPU-v100", "V100", 16130 << 20)]
     assert slices(Share(4, 15), v100, {}) == {"GPU-v100": (16130 << 20) * 4 // 15}
     assert slices(Share(4, 15), v100, {})["GPU-v100"] >> 20 == 4301
+    # CGPU_MEM_LIMIT_<i> is by CUDA ordinal: with CUDA_VISIBLE_DEVICES=1, ordinal 0 is GPU 1.
     request = Fixed(default=GIB, by_ordinal={0: 2 * GIB})
     env = {"CUDA_VISIBLE_DEVICES": "1"}
     assert slices(request, GPUS[:2], env) == {GPUS[0].uuid: GIB, GPUS[1].uuid: 2 * GIB}
     assert slices(Fixed(None, {1: GIB}), GPUS, {}) == {GPUS[1].uuid: GIB}
-    with pytest.raises(RequestError, match="CGPU_MEM_LIMIT_3"):
-        slices(Fixed(None, {3: GIB}), GPUS, {})
+    # A limit for an ordinal the container does not have limits nothing (as in the shim).
+    assert slices(Fixed(None, {3: GIB}), GPUS, {}) == {}
+
+
+def test_fixed_falls_back_to_the_share() -> None:
+    env = {"CGPU_MEM_LIMIT_1": "1GiB", **ALIYUN_4_OF_15}
+    share = 16 * GIB * 4 // 15
+    assert requested_slices(env, lambda: GPUS) == {
+        GPUS[0].uuid: share,
+        GPUS[1].uuid: GIB,
+        GPUS[2].uuid: share,
+    }
+
+
+def test_requested_slices_follow_the_visible_devices() -> None:
+    env = {"CGPU_MEM_LIMIT": "2GiB", "CGPU_MEM_LIMIT_0": "1GiB", "NVIDIA_VISIBLE_DEVICES": "2"}
+    assert requested_slices(env, lambda: GPUS) == {GPUS[2].uuid: GIB}
+    with pytest.raises(RequestError, match="NVIDIA_VISIBLE_DEVICES") as info:
+        requested_slices({**env, "NVIDIA_VISIBLE_DEVICES": "7"}, lambda: GPUS)
+    assert info.value.variable is None
 
 
 def _state(**fields: object) -> io.BytesIO:

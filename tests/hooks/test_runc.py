@@ -78,8 +78,12 @@ def test_container_without_variables_is_untouched(make_bundle: MakeBundle, state
     ("env", "message"),
     [
         ({"ALIYUN_COM_GPU_MEM_CONTAINER": "two", "ALIYUN_COM_GPU_MEM_DEV": "8"},
-         "cgpu hook: ALIYUN_COM_GPU_MEM_CONTAINER: expected a positive integer, got 'two'"),
-        ({"CGPU_MEM_LIMIT": "4 GB"}, "cgpu hook: CGPU_MEM_LIMIT: malformed size '4 GB'"),
+         "cgpu hook: ALIYUN_COM_GPU_MEM_CONTAINER=two is malformed: expected a positive whole "
+         "number"),
+        ({"CGPU_MEM_LIMIT": "4 GB"}, "cgpu hook: CGPU_MEM_LIMIT=4 GB is malformed"),
+        # Malformed even though CGPU_MEM_LIMIT overrides it: the shim would refuse it too.
+        ({"CGPU_MEM_LIMIT": "1GiB", "VOLCANO_GPU_ALLOCATED": "1"},
+         "cgpu hook: VOLCANO_GPU_ALLOCATED is set but VOLCANO_GPU_MEMORY_TOTAL is not"),
         ({"CGPU_MEM_LIMIT": "1GiB", "NVIDIA_VISIBLE_DEVICES": "7"},
          "cgpu hook: NVIDIA_VISIBLE_DEVICES: no GPU '7' on this host"),
     ],

@@ -89,7 +89,7 @@ def test_cdi_spec_limits_the_device_it_names(
     make_bundle: Callable[..., Bundle], state_dir: Path, sim_dir: Path, tmp_path: Path
 ) -> None:
     spec = _cdi_spec(state_dir, sim_dir, tmp_path / "cdi" / "cgpu.json")
-    assert (spec["cdiVersion"], spec["kind"]) == ("0.6.0", "cgpu.io/gpu-mem")
+    assert (spec["cdiVersion"], spec["kind"]) == ("0.5.0", "cgpu.io/gpu-mem")
     uuids = [d["name"] for d in spec["devices"] if d["name"].startswith("GPU-")]
     assert [d["name"] for d in spec["devices"]] == ["all", "0", uuids[0], "1", uuids[1]]
     assert len(uuids) == int(SIM_ENV["CGPU_SIM_DEVICES"])
