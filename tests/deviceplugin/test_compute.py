@@ -164,3 +164,22 @@ def test_both_sockets_come_back_after_a_kubelet_restart(start_plugin) -> None:
     assert len(plugin.client_for(COMPUTE).devices()) == 200
     assert_exits_cleanly(plugin)
     assert not (plugin.kubelet.directory / "cgpu-gpu-core.percentage.sock").exists()
+
+
+def test_a_refused_request_undoes_only_its_own_half(start_plugin) -> None:
+    plugin = start_plugin(memory="16GiB")
+    compute = plugin.client_for(COMPUTE)
+    (m_resp,) = plugin.client.allocate(mem_ids(0, 0, 1))
+    before = conf_lines(m_resp)
+    # Two containers in one request: the first joins the memory's directory, the second is
+    # refused, so the whole request is undone: the compute line goes, the slice stays.
+    err = rpc_error(lambda: compute.allocate(core_ids(0, 20), core_ids(0, 10, 20) + core_ids(1, 5)))
+    assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert conf_lines(m_resp) == before
+    assert [d.name for d in (plugin.state_dir / "containers").iterdir()] == [
+        m_resp["annotations"]["cgpu.io/container-key"]
+    ]
+    # The memory's directory still takes its compute half afterwards.
+    (c_resp,) = compute.allocate(core_ids(0, 20))
+    assert directory(c_resp) == directory(m_resp)
+    assert conf_lines(c_resp)[-1] == f"compute {UUIDS[0]} 20"
