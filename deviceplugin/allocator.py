@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +20,8 @@ from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.inventory import Inventory
 from cgpu.deviceplugin.kube import KubeClient, KubeError
 from cgpu.deviceplugin.limits import share_env, unit_slices
+from cgpu.deviceplugin.mps import MpsInjection
+from cgpu.deviceplugin.pairing import COMPUTE, MEMORY, Identity, Pairing, Slot
 from cgpu.deviceplugin.placement import AllocationError, Placement
 from cgpu.deviceplugin.pods import (
     ASSIGNED_ANNOTATION,
@@ -44,21 +45,34 @@ class Settings:
     resource: str
     shim: Path
     preload: Path
+    compute_resource: str | None = None  # also served: containers may ask for both
+    mps: MpsInjection | None = None  # --isolation mps
 
 
 Match = tuple[PodInfo, ContainerRequest]
+COMPUTE_LIMIT_ENV = "CGPU_COMPUTE_LIMIT"
 
 
 class Allocator:
     """Serves the two allocation calls; safe to call from several gRPC threads."""
 
-    def __init__(self, inventory: Inventory, settings: Settings, kube: KubeClient | None) -> None:
+    def __init__(
+        self,
+        inventory: Inventory,
+        settings: Settings,
+        kube: KubeClient | None,
+        pairing: Pairing | None = None,
+    ) -> None:
         self.inventory = inventory
         self.settings = settings
         self.kube = kube
-        self._lock = threading.Lock()
+        self.pairing = pairing or Pairing(
+            settings.state_dir, [g.gpu for g in inventory.gpus], mps=settings.mps is not None
+        )
+        self._lock = self.pairing.lock
         self._allocated = self._recover()
         self._pod_gpus: dict[str, set[int]] = {}
+        self._pod_json: dict[str, dict[str, Any]] = {}
 
     def _recover(self) -> set[tuple[str, str]]:
         """(pod uid, container) pairs already served, from the container directories."""
@@ -66,7 +80,8 @@ class Allocator:
         for directory in list_container_dirs(self.settings.state_dir):
             meta = read_meta(directory)
             ours = meta.get("source") == SOURCE_DEVICE_PLUGIN
-            if ours and meta.get("pod_uid") and meta.get("container"):
+            memory = meta.get("limits") is not None or "limits" not in meta
+            if ours and memory and meta.get("pod_uid") and meta.get("container"):
                 served.add((str(meta["pod_uid"]), str(meta["container"])))
         return served
 
@@ -77,12 +92,36 @@ class Allocator:
         pending pods are ever matched.
         """
         assert self.kube is not None
-        pods = [parse_pod(p, self.settings.resource) for p in self.kube.pending_pods()]
+        raw = self.kube.pending_pods()
+        self._pod_json = {str((p.get("metadata") or {}).get("uid", "")): p for p in raw}
+        pods = [parse_pod(p, self.settings.resource) for p in raw]
         if prune:
             pending = {p.uid for p in pods}
             self._allocated = {(uid, c) for uid, c in self._allocated if uid in pending}
             self._pod_gpus = {uid: g for uid, g in self._pod_gpus.items() if uid in pending}
+            self.pairing.forget(pending)
         return pods
+
+    def requests(self, pod_uid: str, resource: str | None) -> list[ContainerRequest]:
+        """The containers of a pod (as last listed) that ask for `resource`."""
+        pod_json = self._pod_json.get(pod_uid)
+        if pod_json is None or not resource:
+            return []
+        return parse_pod(pod_json, resource).requesting()
+
+    def compute_request(self, identity: Identity) -> int:
+        """The container's compute request (0: none, or no compute resource served)."""
+        for request in self.requests(identity[0], self.settings.compute_resource):
+            if request.name == identity[1]:
+                return request.units
+        return 0
+
+    def compute_complete(self, pod_uid: str) -> bool:
+        """Whether every container of the pod has the compute share it asks for."""
+        return all(
+            self.pairing.served((pod_uid, c.name), COMPUTE)
+            for c in self.requests(pod_uid, self.settings.compute_resource)
+        )
 
     def _lookup(self, units: int, prune: bool = False) -> Match | None:
         """The pod container this request is for, when an API server is reachable."""
@@ -106,6 +145,11 @@ class Allocator:
                 gpu_count, pinned = match[0].gpu_count, match[0].pinned
             except PodError as err:
                 log.warning("%s", err)
+        if not pinned and gpu_count == 1:
+            # The container's compute share, allocated first, decides the GPU.
+            identity = (match[0].uid, match[1].name) if match else None
+            partner = self.pairing.gpu_of(identity, MEMORY)
+            pinned = [partner.index] if partner is not None else []
         return placement.preferred(self.inventory, available, must_include, size, gpu_count, pinned)
 
     def allocate(self, ids: Sequence[str]) -> api.ContainerAllocateResponse:
@@ -122,7 +166,15 @@ class Allocator:
             if pinned:
                 self._warn_if_moved(ids, placed, pod)
             limits = unit_slices(placed.units_per_gpu, [(g.gpu, g.units) for g in placed.gpus])
-            key, directory = self._create(limits, self._meta(ids, placed, match))
+            identity = (match[0].uid, match[1].name) if match else None
+            self._check_one_gpu(identity, placed)
+            key, directory, slot = self.pairing.add_memory(
+                identity,
+                [g.gpu for g in placed.gpus],
+                limits,
+                list(ids),
+                self._meta(ids, placed, match),
+            )
             if match is not None:
                 self._served(match, placed)
             log.info(
@@ -132,7 +184,27 @@ class Allocator:
                 ",".join(g.gpu.uuid for g in placed.gpus),
                 directory,
             )
-            return self._response(key, directory, placed, pod)
+            return self._response(key, directory, placed, pod, slot)
+
+    def _check_one_gpu(self, identity: Identity | None, placed: Placement) -> None:
+        """MPS, and a compute share, need a one-GPU container."""
+        if self.settings.mps is not None:
+            self.settings.mps.check_one_gpu(len(placed.gpus))
+        if identity is not None and len(placed.gpus) > 1 and self.compute_request(identity):
+            raise AllocationError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the container asks for {self.settings.compute_resource} and spreads over "
+                f"{len(placed.gpus)} GPUs (aliyun.com/gpu-count): a compute share applies to "
+                "a one-GPU container",
+            )
+
+    def memory_served(self, identity: Identity) -> bool:
+        """Whether the container has its memory (from this plugin run or a directory)."""
+        return identity in self._allocated or self.pairing.served(identity, MEMORY)
+
+    def rollback(self, key: str) -> None:
+        """Undo this allocator's part of a container directory (a failed Allocate)."""
+        self.pairing.release(key, MEMORY)
 
     def _create(self, limits: dict[str, int], meta: dict[str, Any]) -> tuple[str, Path]:
         """A new container directory with these slices: (key, path)."""
@@ -149,7 +221,11 @@ class Allocator:
         pod, container = match
         self._allocated.add((pod.uid, container.name))
         self._pod_gpus.setdefault(pod.uid, set()).update(g.gpu.index for g in placed.gpus)
-        if self.kube is not None and pod_complete(pod, self._allocated):
+        if (
+            self.kube is not None
+            and pod_complete(pod, self._allocated)
+            and self.compute_complete(pod.uid)
+        ):
             self._mark_assigned(pod)
 
     def _mounts(self, directory: Path) -> list[api.Mount]:
@@ -205,7 +281,12 @@ class Allocator:
             log.warning("could not mark pod %s/%s assigned: %s", pod.namespace, pod.name, err)
 
     def _response(
-        self, key: str, directory: Path, placed: Placement, pod: PodInfo | None
+        self,
+        key: str,
+        directory: Path,
+        placed: Placement,
+        pod: PodInfo | None,
+        slot: Slot | None = None,
     ) -> api.ContainerAllocateResponse:
         envs = {
             "NVIDIA_VISIBLE_DEVICES": ",".join(g.gpu.uuid for g in placed.gpus),
@@ -215,6 +296,27 @@ class Allocator:
         }
         if pod is not None:
             envs["ALIYUN_COM_GPU_MEM_POD"] = str(pod.total_units)
+        mounts = self._mounts(directory)
+        if slot is not None:
+            envs.update(self.slot_environment(slot))
+            mounts += self.slot_mounts(slot)
         return api.ContainerAllocateResponse(
-            envs=envs, mounts=self._mounts(directory), annotations={KEY_ANNOTATION: key}
+            envs=envs, mounts=mounts, annotations={KEY_ANNOTATION: key}
         )
+
+    def slot_environment(self, slot: Slot) -> dict[str, str]:
+        """The variables both halves of a container answer with (the kubelet merges them)."""
+        uuid = slot.gpus[0].uuid
+        envs: dict[str, str] = {}
+        mps = self.settings.mps
+        if mps is not None:
+            memory = slot.limits.get(uuid) if slot.limits else None
+            envs.update(mps.environment(uuid, memory, slot.compute))
+        elif slot.compute is not None:
+            envs[COMPUTE_LIMIT_ENV] = str(slot.compute)
+        return envs
+
+    def slot_mounts(self, slot: Slot) -> list[api.Mount]:
+        """The MPS mounts of the container's GPU, in MPS mode."""
+        mps = self.settings.mps
+        return mps.mounts(slot.gpus[0].uuid) if mps is not None else []

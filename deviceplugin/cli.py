@@ -12,9 +12,12 @@ from types import FrameType
 from cgpu.core import paths
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.deviceplugin.config import (
+    DEFAULT_COMPUTE_RESOURCE,
     DEFAULT_KUBELET_DIR,
+    DEFAULT_MPS_ROOT,
     DEFAULT_POD_RESOURCES_SOCKET,
     DEFAULT_RESOURCE,
+    ISOLATIONS,
     Config,
 )
 
@@ -102,6 +105,27 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=600.0,
         metavar="SECONDS",
         help="minimum age of a directory before cleanup may remove it (default: %(default)s)",
+    )
+    add(
+        "--compute-resource",
+        default=DEFAULT_COMPUTE_RESOURCE,
+        help="also advertise this resource, 100 units per GPU, for a container's share of a "
+        'GPU\'s compute (default: %(default)s; "" for none; never in Volcano mode)',
+    )
+    add(
+        "--isolation",
+        choices=ISOLATIONS,
+        default="shim",
+        help="shim: the shim enforces memory and compute; mps: containers also use their GPU's "
+        "MPS control daemon (cgpu mps-daemon), which enforces the compute share and a pinned "
+        "memory limit (default: %(default)s)",
+    )
+    add(
+        "--mps-root",
+        type=Path,
+        default=DEFAULT_MPS_ROOT,
+        help="the host directory of cgpu mps-daemon's pipe, log and shm directories "
+        "(default: %(default)s)",
     )
     add("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 

@@ -11,6 +11,9 @@ from cgpu.core.containers import DEFAULT_STATE_DIR
 DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
 DEFAULT_RESOURCE = "aliyun.com/gpu-mem"
 DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+DEFAULT_COMPUTE_RESOURCE = "aliyun.com/gpu-core.percentage"
+DEFAULT_MPS_ROOT = "/run/cgpu/mps"
+ISOLATIONS = ("shim", "mps")
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,9 @@ class Config:
     cleanup_interval: float = 30.0
     cleanup_grace: float = 600.0
     log_level: str = "INFO"
+    compute_resource: str = DEFAULT_COMPUTE_RESOURCE  # "" serves no compute resource
+    isolation: str = "shim"
+    mps_root: Path = Path(DEFAULT_MPS_ROOT)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
@@ -48,4 +54,7 @@ class Config:
             cleanup_interval=args.cleanup_interval,
             cleanup_grace=args.cleanup_grace,
             log_level=args.log_level,
+            compute_resource=args.compute_resource,
+            isolation=args.isolation,
+            mps_root=args.mps_root,
         )

@@ -39,20 +39,95 @@ class GpuUnits:
         return [device_id(self.prefix or self.gpu.uuid, n) for n in range(self.units)]
 
 
-class Inventory:
-    """GPUs, their units and health; watchers wait on `changed` for a new `version`."""
+class Health:
+    """Per-GPU health, shared by every resource of the plugin (memory and compute units).
 
-    def __init__(self, gpus: Iterable[GPU], unit: Unit, index_ids: bool = False) -> None:
+    A GPU is Healthy when no source (XID events, the MPS daemon) holds it Unhealthy.
+    Watchers wait on `changed` for a new `version`.
+    """
+
+    def __init__(self, uuids: Iterable[str]) -> None:
+        self._bad: dict[str, set[str]] = {uuid: set() for uuid in uuids}
+        self.version = 0
+        self.changed = threading.Condition()
+
+    def healthy(self, uuid: str) -> bool:
+        """Whether no source holds the GPU Unhealthy (False for an unknown GPU)."""
+        with self.changed:
+            return uuid in self._bad and not self._bad[uuid]
+
+    def set(self, uuid: str, healthy: bool, source: str) -> bool:
+        """Record one source's view; returns whether the GPU's health changed."""
+        with self.changed:
+            if uuid not in self._bad:
+                return False
+            before = not self._bad[uuid]
+            if healthy:
+                self._bad[uuid].discard(source)
+            else:
+                self._bad[uuid].add(source)
+            if before == (not self._bad[uuid]):
+                return False
+            self.version += 1
+            self.changed.notify_all()
+            return True
+
+    def states(self) -> tuple[int, dict[str, bool]]:
+        """(version, {uuid: healthy})."""
+        with self.changed:
+            return self.version, {uuid: not bad for uuid, bad in self._bad.items()}
+
+    def bump(self) -> None:
+        """Wake every watcher."""
+        with self.changed:
+            self.version += 1
+            self.changed.notify_all()
+
+
+XID = "xid"
+
+
+class Inventory:
+    """GPUs, their units and health; watchers wait on `changed` for a new `version`.
+
+    `per_gpu` fixes the units of every GPU (the compute resource's 100) instead of counting
+    memory units, and `tag` goes between the GPU and the unit number in the IDs
+    (`<uuid>-<tag>-<n>`). Inventories built with the same `health` share it.
+    """
+
+    def __init__(
+        self,
+        gpus: Iterable[GPU],
+        unit: Unit,
+        index_ids: bool = False,
+        *,
+        per_gpu: int | None = None,
+        tag: str = "",
+        health: Health | None = None,
+    ) -> None:
         self.unit = unit
         self.index_ids = index_ids
         self.gpus = [
-            GpuUnits(gpu, unit.units_of(gpu.total_bytes), id_prefix(gpu, index_ids)) for gpu in gpus
+            GpuUnits(
+                gpu,
+                unit.units_of(gpu.total_bytes) if per_gpu is None else per_gpu,
+                id_prefix(gpu, index_ids) + (f"-{tag}" if tag else ""),
+            )
+            for gpu in gpus
         ]
         self._by_uuid = {g.gpu.uuid: g for g in self.gpus}
         self._by_id = {ident: (g, n) for g in self.gpus for n, ident in enumerate(g.ids())}
-        self._healthy = {g.gpu.uuid: True for g in self.gpus}
-        self.version = 0
-        self.changed = threading.Condition()
+        self.health = health or Health(g.gpu.uuid for g in self.gpus)
+
+    @property
+    def version(self) -> int:
+        """Bumped on every health change (of any inventory sharing the health)."""
+        return self.health.version
+
+    @property
+    def changed(self) -> threading.Condition:
+        """Notified on every health change."""
+        return self.health.changed
 
     def by_uuid(self, uuid: str) -> GpuUnits | None:
         """The GPU with this UUID, if advertised."""
@@ -83,24 +158,16 @@ class Inventory:
 
     def healthy(self, uuid: str) -> bool:
         """Whether the GPU is advertised Healthy."""
-        with self.changed:
-            return self._healthy.get(uuid, False)
+        return self.health.healthy(uuid)
 
-    def set_health(self, uuid: str, healthy: bool) -> bool:
-        """Mark a GPU; returns whether that changed anything (and wakes the watchers)."""
-        with self.changed:
-            if uuid not in self._healthy or self._healthy[uuid] == healthy:
-                return False
-            self._healthy[uuid] = healthy
-            self.version += 1
-            self.changed.notify_all()
-            return True
+    def set_health(self, uuid: str, healthy: bool, source: str = XID) -> bool:
+        """Mark a GPU for one source; returns whether its health changed (and wakes the
+        watchers)."""
+        return self.health.set(uuid, healthy, source)
 
     def snapshot(self) -> tuple[int, list[tuple[str, str]]]:
         """(version, [(device ID, health)]) for every advertised device."""
-        with self.changed:
-            version = self.version
-            health = dict(self._healthy)
+        version, health = self.health.states()
         devices = [
             (ident, HEALTHY if health[g.gpu.uuid] else UNHEALTHY)
             for g in self.gpus
@@ -116,6 +183,4 @@ class Inventory:
 
     def bump(self) -> None:
         """Wake every watcher (used on shutdown)."""
-        with self.changed:
-            self.version += 1
-            self.changed.notify_all()
+        self.health.bump()

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 
-from cgpu.core.podresources import PodResources
+from cgpu.core.podresources import Owner, PodResources
 from cgpu.deviceplugin import cleanup, kubelet
 from cgpu.deviceplugin.allocator import Allocator
 from cgpu.deviceplugin.health import HealthWatcher
 from cgpu.deviceplugin.inventory import Inventory
 from cgpu.deviceplugin.kube import KubeClient
 from cgpu.deviceplugin.nodestatus import NodeStatus
-from cgpu.deviceplugin.server import DevicePluginService, start_server
+from cgpu.deviceplugin.server import Allocates, DevicePluginService, start_server
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +38,26 @@ class Options:
     cleanup_grace: float
 
 
+@dataclass(frozen=True)
+class Endpoint:
+    """One resource the plugin serves: its own socket, registration and device list."""
+
+    socket_name: str
+    resource: str
+    inventory: Inventory
+    allocator: Allocates
+
+
+class Watcher(Protocol):
+    """A background health source."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class Plugin:
-    """Owns the gRPC server and the background threads."""
+    """Owns the gRPC servers (one per resource) and the background threads."""
 
     def __init__(
         self,
@@ -47,20 +67,31 @@ class Plugin:
         health: HealthWatcher | None,
         pod_resources: PodResources | None,
         kube: KubeClient | None,
+        extra: Sequence[Endpoint] = (),
+        watchers: Sequence[Watcher] = (),
+        extra_pod_resources: Sequence[PodResources] = (),
     ) -> None:
         self.options = options
         self.inventory = inventory
         self.allocator = allocator
         self.health = health
+        self.watchers: list[Watcher] = [*([health] if health else []), *watchers]
         self.pod_resources = pod_resources
+        self.extra_pod_resources = list(extra_pod_resources)
         self.kube = kube
         self.node = NodeStatus(kube, inventory, options.resource) if kube else None
         self.stop = threading.Event()
         self.registrations = 0
+        main = Endpoint(options.socket_name, options.resource, inventory, allocator)
+        self.endpoints = [main, *extra]
 
     @property
     def socket_path(self) -> Path:
         return self.options.kubelet_dir / self.options.socket_name
+
+    def path(self, endpoint: Endpoint) -> Path:
+        """The socket of one endpoint."""
+        return self.options.kubelet_dir / endpoint.socket_name
 
     @property
     def kubelet_socket(self) -> Path:
@@ -68,8 +99,8 @@ class Plugin:
 
     def run(self) -> int:
         """Serve until `stop` is set; returns the exit status."""
-        if self.health is not None:
-            self.health.start()
+        for watcher in self.watchers:
+            watcher.start()
         cleaner = threading.Thread(target=self._cleanup_loop, name="cleanup", daemon=True)
         cleaner.start()
         if self.node is not None:
@@ -79,48 +110,64 @@ class Plugin:
                 self._serve_once()
         finally:
             self.inventory.bump()
-            if self.health is not None:
-                self.health.stop()
-            self.socket_path.unlink(missing_ok=True)
+            for watcher in self.watchers:
+                watcher.stop()
+            for endpoint in self.endpoints:
+                self.path(endpoint).unlink(missing_ok=True)
         return 0
 
     def _serve_once(self) -> None:
-        """Serve and register, then wait until the kubelet restarts or we are stopped."""
-        service = DevicePluginService(self.inventory, self.allocator, self.stop)
-        server = start_server(service, self.socket_path)
-        mine = kubelet.identity(self.socket_path)
-        log.info("serving %s on %s", self.options.resource, self.socket_path)
+        """Serve and register every resource, then wait until the kubelet restarts, one of
+        our sockets disappears, or we are stopped."""
+        servers, mine = [], {}
+        for endpoint in self.endpoints:
+            service = DevicePluginService(endpoint.inventory, endpoint.allocator, self.stop)
+            servers.append(start_server(service, self.path(endpoint)))
+            mine[endpoint.socket_name] = kubelet.identity(self.path(endpoint))
+            log.info("serving %s on %s", endpoint.resource, self.path(endpoint))
         try:
-            theirs = self._register()
+            theirs = self._register_all()
             while not self.stop.wait(POLL):
                 if kubelet.identity(self.kubelet_socket) != theirs:
                     log.warning("kubelet.sock was recreated: the kubelet restarted; re-registering")
                     return
-                if kubelet.identity(self.socket_path) != mine:
-                    log.warning("our socket %s was removed; serving again", self.socket_path)
-                    return
+                for endpoint in self.endpoints:
+                    if kubelet.identity(self.path(endpoint)) != mine[endpoint.socket_name]:
+                        log.warning("our socket %s was removed; serving again", self.path(endpoint))
+                        return
         finally:
-            server.stop(grace=0.5).wait(2)
+            for server in servers:
+                server.stop(grace=0.5).wait(2)
 
-    def _register(self) -> kubelet.FileIdentity | None:
-        """Register, retrying until it works; returns the kubelet socket it worked on."""
+    def _register_all(self) -> kubelet.FileIdentity | None:
+        """Register every resource on the same kubelet; returns its socket's identity."""
+        while not self.stop.is_set():
+            theirs = self._register(self.endpoints[0])
+            if theirs is None:
+                return None
+            if all(self._register(e) == theirs for e in self.endpoints[1:]):
+                # The kubelet may zero extended capacity when it re-registers its node.
+                threading.Thread(target=self._publish_node, daemon=True).start()
+                return theirs
+            log.warning("the kubelet restarted while registering; registering again")
+        return None
+
+    def _register(self, endpoint: Endpoint) -> kubelet.FileIdentity | None:
+        """Register one resource, retrying until it works; returns the kubelet socket it
+        worked on."""
         while not self.stop.is_set():
             theirs = kubelet.identity(self.kubelet_socket)
             if theirs is not None:
                 try:
-                    kubelet.register(
-                        self.kubelet_socket, self.options.socket_name, self.options.resource
-                    )
+                    kubelet.register(self.kubelet_socket, endpoint.socket_name, endpoint.resource)
                 except (grpc.RpcError, grpc.FutureTimeoutError) as err:
                     detail = err.details() if isinstance(err, grpc.RpcError) else "timed out"
                     log.warning("registration with the kubelet failed: %s; retrying", detail)
                 else:
                     self.registrations += 1
-                    # The kubelet may zero extended capacity when it re-registers its node.
-                    threading.Thread(target=self._publish_node, daemon=True).start()
                     log.info(
                         "registered %s with the kubelet at %s",
-                        self.options.resource,
+                        endpoint.resource,
                         self.kubelet_socket,
                     )
                     return theirs
@@ -144,10 +191,15 @@ class Plugin:
         """One cleanup pass; nothing is removed when pod-resources cannot be read."""
         if self.pod_resources is None:
             return []
-        listing = self.pod_resources.owners()
-        if listing is None:
-            return []
-        devices, pods = listing
+        devices: dict[Owner, set[str]] = {}
+        pods: set[tuple[str, str]] = set()
+        for source in [self.pod_resources, *self.extra_pod_resources]:
+            listing = source.owners()
+            if listing is None:
+                return []
+            for owner, ids in listing[0].items():
+                devices.setdefault(owner, set()).update(ids)
+            pods |= listing[1]
         return cleanup.sweep(
             self.allocator.settings.state_dir, devices, pods, self.options.cleanup_grace
         )

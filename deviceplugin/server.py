@@ -5,15 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 
-from cgpu.core.containers import remove_container_dir
 from cgpu.core.layout import KEY_ANNOTATION
-from cgpu.deviceplugin.allocator import Allocator
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
 from cgpu.deviceplugin.inventory import Inventory
@@ -24,10 +23,22 @@ log = logging.getLogger(__name__)
 WATCH_POLL = 1.0
 
 
+class Allocates(Protocol):
+    """What the service needs of an allocator (memory, Volcano or compute)."""
+
+    def preferred(
+        self, available: Sequence[str], must_include: Sequence[str], size: int
+    ) -> list[str]: ...
+
+    def allocate(self, ids: Sequence[str]) -> api.ContainerAllocateResponse: ...
+
+    def rollback(self, key: str) -> None: ...
+
+
 class DevicePluginService(api_grpc.DevicePluginServicer):
     """ListAndWatch from the inventory; allocation calls go to the allocator."""
 
-    def __init__(self, inventory: Inventory, allocator: Allocator, stopping: threading.Event):
+    def __init__(self, inventory: Inventory, allocator: Allocates, stopping: threading.Event):
         self.inventory = inventory
         self.allocator = allocator
         self.stopping = stopping
@@ -84,9 +95,7 @@ class DevicePluginService(api_grpc.DevicePluginServicer):
                 responses.append(self.allocator.allocate(list(req.devices_ids)))
         except Exception as err:
             for done in responses:  # all or nothing
-                remove_container_dir(
-                    self.allocator.settings.state_dir, done.annotations[KEY_ANNOTATION]
-                )
+                self.allocator.rollback(done.annotations[KEY_ANNOTATION])
             if not isinstance(err, AllocationError):
                 log.exception("Allocate failed")
                 err = AllocationError(grpc.StatusCode.INTERNAL, f"allocation failed: {err}")

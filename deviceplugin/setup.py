@@ -11,10 +11,14 @@ from cgpu.core.gpus import GPU, GPUError
 from cgpu.core.podresources import PodResources
 from cgpu.deviceplugin import gpus, hostfiles, kube, volcano
 from cgpu.deviceplugin.allocator import Allocator, Settings
+from cgpu.deviceplugin.cli import socket_name as socket_file
+from cgpu.deviceplugin.compute import UNITS_PER_GPU, ComputeAllocator, compute_inventory
 from cgpu.deviceplugin.config import Config
 from cgpu.deviceplugin.health import HealthWatcher
 from cgpu.deviceplugin.inventory import Inventory, id_prefix
-from cgpu.deviceplugin.plugin import Options, Plugin
+from cgpu.deviceplugin.mps import MpsHealthWatcher, MpsInjection
+from cgpu.deviceplugin.pairing import Pairing
+from cgpu.deviceplugin.plugin import Endpoint, Options, Plugin
 from cgpu.deviceplugin.units import choose_unit
 from cgpu.deviceplugin.volcano_allocator import VolcanoAllocator
 
@@ -82,9 +86,37 @@ def build(config: Config, socket_name: str) -> Plugin:
             f"{volcano.GPU_INDEX} and the node's {volcano.GPU_NUMBER}): pass --kubeconfig, "
             "set KUBECONFIG, or run in-cluster"
         )
-    settings = Settings(state_dir, config.resource_name, shim, preload)
-    allocator = (VolcanoAllocator if volcano_mode else Allocator)(inventory, settings, client)
+    mps = MpsInjection(config.mps_root.resolve()) if config.isolation == "mps" else None
+    if volcano_mode and mps is not None:
+        raise SetupError(
+            "--isolation mps is not available with --resource-name volcano.sh/gpu-memory"
+        )
+    compute = config.compute_resource if not volcano_mode else ""
+    if compute and compute == config.resource_name:
+        raise SetupError(f"--compute-resource {compute} is the memory resource's name")
+    settings = Settings(state_dir, config.resource_name, shim, preload, compute or None, mps)
+    pairing = Pairing(state_dir, found, mps=mps is not None)
+    allocator = (VolcanoAllocator if volcano_mode else Allocator)(
+        inventory, settings, client, pairing
+    )
     health = HealthWatcher(inventory, config.health_recovery, config.ignore_xid)
+    extra, extra_pod_resources = [], []
+    if compute:
+        compute_units = compute_inventory(inventory)
+        extra.append(
+            Endpoint(
+                socket_file(compute),
+                compute,
+                compute_units,
+                ComputeAllocator(compute_units, allocator, compute),
+            )
+        )
+        extra_pod_resources.append(PodResources(config.pod_resources_socket, compute))
+        log.info("also advertising %s: %d per GPU", compute, UNITS_PER_GPU)
+    watchers = []
+    if mps is not None:
+        watchers.append(MpsHealthWatcher(inventory, mps.root))
+        log.info("isolation: MPS, daemons under %s", mps.root)
     options = Options(
         kubelet_dir=config.kubelet_dir,
         socket_name=socket_name,
@@ -93,7 +125,17 @@ def build(config: Config, socket_name: str) -> Plugin:
         cleanup_grace=config.cleanup_grace,
     )
     pod_resources = PodResources(config.pod_resources_socket, config.resource_name)
-    return Plugin(options, inventory, allocator, health, pod_resources, client)
+    return Plugin(
+        options,
+        inventory,
+        allocator,
+        health,
+        pod_resources,
+        client,
+        extra=extra,
+        watchers=watchers,
+        extra_pod_resources=extra_pod_resources,
+    )
 
 
 def memory_base(config: Config, found: list[GPU]) -> str:

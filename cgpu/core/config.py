@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from cgpu.core.files import atomic_write
@@ -10,6 +11,7 @@ from cgpu.core.layout import CONFIG_NAME, UUID_RE
 from cgpu.core.native import load
 
 MAX_DEVICES = 16
+MAX_COMPUTE_PERCENT = 100
 
 
 class ConfigError(ValueError):
@@ -39,8 +41,11 @@ def validate_uuid(uuid: str) -> str:
     return uuid
 
 
-def render_config(limits: dict[str, int]) -> str:
-    """The text of a config file for {uuid: bytes}."""
+def render_config(limits: Mapping[str, int], compute: Mapping[str, int] | None = None) -> str:
+    """The text of a config file for {uuid: bytes}, and {uuid: percent} compute shares.
+
+    A compute line names a device that has a `device` line, with a percentage from 1 to 100.
+    """
     if not limits or len(limits) > MAX_DEVICES:
         raise ConfigError(f"a config needs 1 to {MAX_DEVICES} devices, got {len(limits)}")
     lines = ["# cgpu container config", "version 1"]
@@ -48,12 +53,25 @@ def render_config(limits: dict[str, int]) -> str:
         if limit <= 0:
             raise ConfigError(f"invalid slice {limit} for {uuid}")
         lines.append(f"device {validate_uuid(uuid)} {int(limit)}")
+    for uuid, percent in (compute or {}).items():
+        if uuid not in limits:
+            raise ConfigError(f"compute share for {uuid!r}, which has no device line")
+        if isinstance(percent, bool) or not 1 <= int(percent) <= MAX_COMPUTE_PERCENT:
+            raise ConfigError(f"invalid compute share {percent!r} for {uuid}: 1 to 100 percent")
+        lines.append(f"compute {uuid} {int(percent)}")
     return "\n".join(lines) + "\n"
 
 
-def write_config(directory: str | os.PathLike[str], limits: dict[str, int]) -> Path:
-    """Atomically write `cgpu.conf` into `directory`; returns its path."""
-    return atomic_write(Path(directory) / CONFIG_NAME, render_config(limits))
+def write_config(
+    directory: str | os.PathLike[str],
+    limits: Mapping[str, int],
+    compute: Mapping[str, int] | None = None,
+) -> Path:
+    """Atomically write `cgpu.conf` into `directory`; returns its path.
+
+    `compute` ({uuid: percent}) adds `compute <uuid> <percent>` lines after the device lines.
+    """
+    return atomic_write(Path(directory) / CONFIG_NAME, render_config(limits, compute))
 
 
 def load_config(path: str | os.PathLike[str]) -> dict[str, int]:

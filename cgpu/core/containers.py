@@ -51,8 +51,11 @@ def create_container_dir(
     key: str,
     limits: dict[str, int],
     meta: dict[str, Any],
+    compute: dict[str, int] | None = None,
 ) -> Path:
     """Make `<state>/containers/<key>/` with its config, an empty ledger and meta.json.
+
+    `compute` ({uuid: percent}) adds the compute shares to the config.
 
     The directory is built under a temporary name and renamed into place, so a failure
     never leaves a half-made container behind.
@@ -64,7 +67,7 @@ def create_container_dir(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(mode=0o755)
     try:
-        write_config(staging, limits)
+        write_config(staging, limits, compute)
         init_ledger(staging / LEDGER_NAME, limits)
         os.chmod(staging / LEDGER_NAME, 0o666)
         write_meta(staging, {"key": key, "created": time.time(), **meta})

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from fake_kubelet import FakeKubelet
-from plugin_harness import UUIDS, RunningPlugin
+from plugin_harness import UUIDS, RunningPlugin, resources_served
 
 
 @pytest.fixture
@@ -31,7 +31,12 @@ def start_plugin(
     """Start `cgpu device-plugin` against a fake kubelet; keyword args become CGPU_SIM_*."""
     running: list[RunningPlugin] = []
 
-    def start(*args: str, extra_env: dict[str, str] | None = None, **sim: object) -> RunningPlugin:
+    def start(
+        *args: str,
+        extra_env: dict[str, str] | None = None,
+        registrations: int | None = None,
+        **sim: object,
+    ) -> RunningPlugin:
         sim.setdefault("devices", 2)
         sim.setdefault("uuids", ",".join(UUIDS[: int(str(sim["devices"]))]))
         kubelet_dir = dp_root / "device-plugins"
@@ -53,8 +58,10 @@ def start_plugin(
         ]  # fmt: skip
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        expected = registrations if registrations is not None else resources_served(args)
         try:
-            registration = kubelet.wait_registration(len(kubelet.registrations) + 1, 20)
+            registration = kubelet.wait_registration(1, 20)
+            kubelet.wait_registration(expected, 20)
         except AssertionError:
             proc.kill()
             kubelet.stop()

@@ -14,6 +14,18 @@ from fake_kubelet import FakeKubelet, PluginClient
 
 REPO = Path(__file__).resolve().parents[2]
 UUIDS = [f"GPU-c0ffee00-0000-4000-8000-00000000000{i}" for i in range(8)]
+COMPUTE = "aliyun.com/gpu-core.percentage"
+
+
+def resources_served(args: tuple[str, ...]) -> int:
+    """How many resources a plugin started with `args` registers (memory, and compute unless
+    it is turned off or in Volcano mode)."""
+    flat = " ".join(args)
+    if "volcano.sh/gpu-memory" in flat or "--compute-resource=" in args:
+        return 1
+    if "--compute-resource" in args and args[args.index("--compute-resource") + 1] == "":
+        return 1
+    return 2
 
 
 @dataclass
@@ -45,6 +57,14 @@ class RunningPlugin:
     def reconnect(self) -> PluginClient:
         """A new client on the plugin's socket."""
         client = self.kubelet.plugin(self.registration["endpoint"])
+        self.clients.append(client)
+        return client
+
+    def client_for(self, resource: str) -> PluginClient:
+        """A client on the socket the plugin registered for `resource` (the latest one)."""
+        found = [r for r in self.kubelet.registrations if r["resource_name"] == resource]
+        assert found, f"{resource} was not registered: {self.kubelet.registrations}"
+        client = self.kubelet.plugin(found[-1]["endpoint"])
         self.clients.append(client)
         return client
 

@@ -27,8 +27,9 @@ def test_plugin_reregisters_within_seconds(start_plugin) -> None:
 
 def test_plugin_waits_for_a_late_kubelet(start_plugin) -> None:
     plugin = start_plugin(memory="4GiB")
+    before = len(plugin.kubelet.registrations)
     plugin.kubelet.stop()
     time.sleep(1.5)  # no kubelet at all for a while
     plugin.kubelet.start()
-    plugin.kubelet.wait_registration(2, timeout=5)
+    plugin.kubelet.wait_registration(before + 2, timeout=5)
     assert len(plugin.reconnect().devices()) == 8

@@ -163,6 +163,14 @@ extenders:
 {{- fail "resourceName volcano.sh/gpu-memory is placed by Volcano's scheduler: set scheduler.enabled=false" -}}
 {{- end -}}
 {{- end -}}
+{{- if eq .Values.isolation "mps" -}}
+{{- if not .Values.mps.enabled -}}
+{{- fail "isolation=mps needs the MPS control daemons: set mps.enabled=true" -}}
+{{- end -}}
+{{- if eq .Values.resourceName "volcano.sh/gpu-memory" -}}
+{{- fail "isolation=mps is not available with resourceName volcano.sh/gpu-memory" -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.scheduler.enabled (eq .Values.scheduler.mode "extender") (gt (int .Values.scheduler.replicas) 1) -}}
 {{- fail "scheduler.mode=extender runs one extender (scheduler.replicas=1): kube-scheduler calls one Service, and one extender must decide every bind" -}}
 {{- end -}}

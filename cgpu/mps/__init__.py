@@ -1,0 +1,1 @@
+"""`cgpu mps-daemon`: one NVIDIA MPS control daemon per GPU, supervised, with published health."""
