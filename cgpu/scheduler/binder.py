@@ -52,11 +52,12 @@ class BindError(Exception):
 
 @dataclass(frozen=True)
 class BindResult:
-    """Where the pod went (no GPUs for a pod that asks for no GPU memory)."""
+    """Where the pod went (no GPUs for a pod that asks for no GPU memory or compute)."""
 
     node: str
     gpus: tuple[int, ...]
     per_gpu: int
+    compute: int = 0
 
 
 def annotations_for(gpus: tuple[int, ...], total: int, dev_units: int) -> dict[str, str]:
@@ -125,7 +126,7 @@ class Binder:
             request = gpu_request(pod)
         except SpecError as err:
             raise BindError(f"pod {namespace}/{name}: {err}", "bad_pod") from err
-        if request.total <= 0:
+        if not request.wants_gpu:
             self._create_binding(namespace, name, uid, node_name)
             return BindResult(node_name, (), 0)
         node = self.state.nodes.get(node_name)
@@ -136,7 +137,7 @@ class Binder:
             verdict = place(node.view, request, policy)
             if not verdict.fits:
                 raise BindError(f"node {node_name}: {verdict.reason}", "no_fit")
-            holding = Holding(namespace, name, verdict.gpus, request.per_gpu)
+            holding = Holding(namespace, name, verdict.gpus, request.per_gpu, request.compute)
             self.state.assume(node_name, uid, holding, self.assume_timeout)
             dev_units = node.view.per_gpu
         bound = False
@@ -159,7 +160,7 @@ class Binder:
             bound = True
         finally:
             self.state.settle(node_name, uid, bound, self.assume_timeout)
-        return BindResult(node_name, verdict.gpus, request.per_gpu)
+        return BindResult(node_name, verdict.gpus, request.per_gpu, request.compute)
 
     def _annotate(
         self, pod: dict[str, Any], namespace: str, name: str, uid: str, notes: dict[str, str]

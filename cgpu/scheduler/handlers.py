@@ -105,7 +105,7 @@ class Handlers:
         except SpecError as err:
             unresolvable.update(dict.fromkeys(names, str(err)))
             request = None
-        if request is not None and request.total <= 0:
+        if request is not None and not request.wants_gpu:
             passed = list(names)
         elif request is not None:
             if not self.synced():
@@ -152,7 +152,7 @@ class Handlers:
         for name in names:
             node = self.state.nodes.get(name)
             value = 0
-            if node is not None and request.total > 0:
+            if node is not None and request.wants_gpu:
                 view = node.view
                 if check(view, request).fits:
                     value = score(view, request, node_policy)

@@ -8,6 +8,8 @@ from typing import Any
 
 MEM_RESOURCE = "aliyun.com/gpu-mem"
 COUNT_RESOURCE = "aliyun.com/gpu-count"  # a node capacity, and a pod label
+COMPUTE_RESOURCE = "aliyun.com/gpu-core.percentage"  # percent of one GPU's compute
+COMPUTE_PER_GPU = 100
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
 POD_TOTAL = "ALIYUN_COM_GPU_MEM_POD"
 DEV = "ALIYUN_COM_GPU_MEM_DEV"
@@ -45,31 +47,68 @@ def quantity(raw: Any, what: str) -> int:
     return int(match.group(1)) * _SUFFIX[match.group(2) or ""]
 
 
-def container_units(pod: dict[str, Any]) -> list[int]:
-    """aliyun.com/gpu-mem of each (non-init) container: its limit, else its request."""
+def _container_amounts(pod: dict[str, Any], resource: str) -> list[int]:
+    """`resource` of each (non-init) container: its limit, else its request."""
     units = []
     for container in (pod.get("spec") or {}).get("containers") or []:
         resources = (container or {}).get("resources") or {}
-        raw = (resources.get("limits") or {}).get(MEM_RESOURCE)
+        raw = (resources.get("limits") or {}).get(resource)
         if raw is None:
-            raw = (resources.get("requests") or {}).get(MEM_RESOURCE)
+            raw = (resources.get("requests") or {}).get(resource)
         name = (container or {}).get("name", "?")
-        units.append(0 if raw is None else quantity(raw, f"container {name} {MEM_RESOURCE}"))
+        units.append(0 if raw is None else quantity(raw, f"container {name} {resource}"))
     return units
+
+
+def container_units(pod: dict[str, Any]) -> list[int]:
+    """aliyun.com/gpu-mem of each (non-init) container: its limit, else its request."""
+    return _container_amounts(pod, MEM_RESOURCE)
+
+
+def container_compute(pod: dict[str, Any]) -> list[int]:
+    """aliyun.com/gpu-core.percentage of each (non-init) container, each at most 100."""
+    percents = _container_amounts(pod, COMPUTE_RESOURCE)
+    containers = (pod.get("spec") or {}).get("containers") or []
+    for container, percent in zip(containers, percents, strict=True):
+        if percent > COMPUTE_PER_GPU:
+            name = (container or {}).get("name", "?")
+            raise SpecError(
+                f"container {name} asks for {percent} {COMPUTE_RESOURCE}: a container gets at "
+                f"most {COMPUTE_PER_GPU} (one GPU's compute)"
+            )
+    return percents
+
+
+def pod_compute(pod: dict[str, Any]) -> int:
+    """The pod's compute on its GPU (the sum over its containers), SpecError past 100."""
+    total = sum(container_compute(pod))
+    if total > COMPUTE_PER_GPU:
+        raise SpecError(
+            f"the pod's containers ask for {total} {COMPUTE_RESOURCE} in all: they share one "
+            f"GPU, which has {COMPUTE_PER_GPU}"
+        )
+    return total
 
 
 @dataclass(frozen=True)
 class GpuRequest:
-    """A pod's GPU memory: `total` units over `count` GPUs, `per_gpu` on each."""
+    """A pod's GPU memory: `total` units over `count` GPUs, `per_gpu` on each; and `compute`
+    percent of its (single) GPU's compute."""
 
     total: int
     count: int
     node_policy: str | None = None
     gpu_policy: str | None = None
+    compute: int = 0
 
     @property
     def per_gpu(self) -> int:
         return self.total // self.count
+
+    @property
+    def wants_gpu(self) -> bool:
+        """Whether the pod asks for GPU memory or compute (else the extender lets it pass)."""
+        return self.total > 0 or self.compute > 0
 
 
 def _policy(annotations: dict[str, str], key: str) -> str | None:
@@ -97,9 +136,19 @@ def gpu_request(pod: dict[str, Any]) -> GpuRequest:
         raise SpecError(
             f"{MEM_RESOURCE}={total} does not split evenly over {COUNT_RESOURCE}={count} GPUs"
         )
+    compute = pod_compute(pod)
+    if compute and count > 1:
+        raise SpecError(
+            f"{COMPUTE_RESOURCE}={compute} with {COUNT_RESOURCE}={count}: a compute share "
+            "applies to a one-GPU container"
+        )
     annotations = meta.get("annotations") or {}
     return GpuRequest(
-        total, count, _policy(annotations, NODE_POLICY), _policy(annotations, GPU_POLICY)
+        total,
+        count,
+        _policy(annotations, NODE_POLICY),
+        _policy(annotations, GPU_POLICY),
+        compute,
     )
 
 
@@ -116,11 +165,14 @@ def pinned_indexes(annotations: dict[str, str]) -> tuple[int, ...] | None:
 
 @dataclass(frozen=True)
 class NodeGpus:
-    """A node's GPUs as it advertises them: `count` GPUs of `per_gpu` units."""
+    """A node's GPUs as it advertises them: `count` GPUs of `per_gpu` units, each with
+    `compute_per_gpu` percent of compute (0: the node advertises no compute resource)."""
 
     count: int
     per_gpu: int
     error: str | None = None
+    compute_per_gpu: int = 0
+    compute_error: str | None = None  # why the node takes no compute, when not simply absent
 
     @property
     def total(self) -> int:
@@ -149,4 +201,19 @@ def node_gpus(node: dict[str, Any]) -> NodeGpus:
         return NodeGpus(0, 0, f"node capacity {err}")
     if count < 1 or mem < 1:
         return NodeGpus(0, 0, f"node advertises {mem} {MEM_RESOURCE} on {count} GPUs")
-    return NodeGpus(count, mem // count)
+    compute, compute_error = _node_compute(status, count)
+    return NodeGpus(count, mem // count, None, compute, compute_error)
+
+
+def _node_compute(status: dict[str, Any], count: int) -> tuple[int, str | None]:
+    """Percent of compute per GPU the node advertises (0 when none), and why 0 if malformed.
+
+    Malformed fails closed: no compute pod goes to that node, memory pods still do."""
+    raw = _resource(status, COMPUTE_RESOURCE)
+    if raw is None:
+        return 0, None
+    try:
+        compute = quantity(raw, COMPUTE_RESOURCE)
+    except SpecError as err:
+        return 0, f"node capacity {err}"
+    return min(compute // count, COMPUTE_PER_GPU), None

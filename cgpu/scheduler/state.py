@@ -22,9 +22,11 @@ from .podspec import (
     POD_TOTAL,
     NodeGpus,
     SpecError,
+    container_compute,
     container_units,
     node_gpus,
     pinned_indexes,
+    pod_compute,
 )
 
 TERMINAL = ("Succeeded", "Failed")
@@ -32,12 +34,14 @@ TERMINAL = ("Succeeded", "Failed")
 
 @dataclass
 class Holding:
-    """Units one pod holds on a node: `per_gpu` on each of `gpus` (empty = no index yet)."""
+    """Units one pod holds on a node: `per_gpu` on each of `gpus` (empty = no index yet), and
+    `compute` percent of its GPU's compute (a compute share is on one GPU)."""
 
     namespace: str
     name: str
     gpus: tuple[int, ...]
     per_gpu: int
+    compute: int = 0
     assumed: bool = False
     deadline: float = 0.0  # when an assumption not yet confirmed expires
     in_flight: bool = False  # a bind is still talking to the API server
@@ -63,21 +67,34 @@ class NodeState:
         """Recompute the published view (caller holds self.lock)."""
         count, per_gpu = self.gpus.count, self.gpus.per_gpu
         used = [0] * count
-        unplaced = 0
+        compute_used = [0] * count
+        unplaced = compute_unplaced = 0
         for holding in self.holdings.values():
             if not holding.gpus:
                 unplaced += holding.total
+                compute_unplaced += holding.compute
             for gpu in holding.gpus:
                 if gpu < count:
                     used[gpu] += holding.per_gpu
+                    compute_used[gpu] += holding.compute
         error = self.gpus.error if self.known else "node is unknown to the API server"
         free = tuple(per_gpu - u for u in used)
-        self.view = NodeView(per_gpu, free, unplaced, error)
+        compute = self.gpus.compute_per_gpu
+        self.view = NodeView(
+            per_gpu,
+            free,
+            unplaced,
+            error,
+            compute,
+            tuple(compute - u for u in compute_used) if compute else (),
+            compute_unplaced,
+            self.gpus.compute_error,
+        )
 
 
 @dataclass(frozen=True)
 class PodRecord:
-    """The parts of a pod the extender keeps (only pods asking for aliyun.com/gpu-mem)."""
+    """The parts of a pod the extender keeps (only pods asking for GPU memory or compute)."""
 
     uid: str
     namespace: str
@@ -100,7 +117,7 @@ def _node_ip(node: dict[str, Any]) -> str:
     return ""
 
 
-def _holding_of(pod: dict[str, Any], units: list[int]) -> Holding:
+def _holding_of(pod: dict[str, Any], units: list[int], compute: int) -> Holding:
     meta = pod.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     gpus = pinned_indexes(annotations) or ()
@@ -108,9 +125,22 @@ def _holding_of(pod: dict[str, Any], units: list[int]) -> Holding:
     raw_total = str(annotations.get(POD_TOTAL, "")).strip()
     if raw_total.isdigit():
         total = int(raw_total)
+    namespace, name = meta.get("namespace", ""), meta.get("name", "")
     if gpus:
-        return Holding(meta.get("namespace", ""), meta.get("name", ""), gpus, total // len(gpus))
-    return Holding(meta.get("namespace", ""), meta.get("name", ""), (), total)
+        return Holding(namespace, name, gpus, total // len(gpus), compute)
+    return Holding(namespace, name, (), total, compute)
+
+
+def _pod_compute(pod: dict[str, Any]) -> int:
+    """The pod's compute percent; a malformed one holds nothing (the scheduler cannot place
+    it), while one past 100 that a node runs anyway holds what it asked."""
+    try:
+        return pod_compute(pod)
+    except SpecError:
+        try:
+            return sum(container_compute(pod))
+        except SpecError:
+            return 0
 
 
 class ClusterState:
@@ -165,14 +195,15 @@ class ClusterState:
 
     # --- pods ----------------------------------------------------------------------------
     def observe_pod(self, obj: dict[str, Any]) -> None:
-        """A pod was added or changed; pods asking for no GPU memory are ignored."""
+        """A pod was added or changed; pods asking for no GPU memory or compute are ignored."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
         try:
             units = container_units(obj)
+            compute = _pod_compute(obj)
         except SpecError:
-            units = []  # malformed: the scheduler cannot place it; it holds nothing here
-        if sum(units) <= 0:
+            units, compute = [], 0  # malformed: the scheduler cannot place it; holds nothing
+        if sum(units) <= 0 and compute <= 0:
             self.forget_pod(uid)
             return
         spec = obj.get("spec") or {}
@@ -201,7 +232,7 @@ class ClusterState:
             if record.node:
                 node = self._node(record.node)
                 with node.lock:
-                    node.holdings[uid] = _holding_of(obj, units)
+                    node.holdings[uid] = _holding_of(obj, units, compute)
                     node.refresh()
                 self._confirm(uid, record.node)
 
@@ -324,27 +355,35 @@ class ClusterState:
                 holdings = sorted(node.holdings.values(), key=lambda h: (h.namespace, h.name))
                 view = node.view
             devs = []
+            compute = bool(view.compute_per_gpu)
             for gpu, free in enumerate(view.free):
-                pods = [
-                    {"name": h.name, "namespace": h.namespace, "usedGPU": h.per_gpu}
-                    for h in holdings
-                    if gpu in h.gpus
-                ]
-                devs.append(
-                    {
-                        "id": gpu,
-                        "totalGPU": view.per_gpu,
-                        "usedGPU": view.per_gpu - free,
-                        "pods": pods,
-                    }
-                )
-            nodes.append(
-                {
-                    "name": name,
-                    "totalGPU": view.capacity,
-                    "usedGPU": sum(d["usedGPU"] for d in devs),
-                    "pendingGPU": view.unplaced,
-                    "devs": devs,
+                pods = []
+                for h in holdings:
+                    if gpu in h.gpus:
+                        pod = {"name": h.name, "namespace": h.namespace, "usedGPU": h.per_gpu}
+                        if compute:
+                            pod["usedCompute"] = h.compute
+                        pods.append(pod)
+                dev = {
+                    "id": gpu,
+                    "totalGPU": view.per_gpu,
+                    "usedGPU": view.per_gpu - free,
+                    "pods": pods,
                 }
-            )
+                if compute:
+                    dev["totalCompute"] = view.compute_per_gpu
+                    dev["usedCompute"] = view.compute_per_gpu - view.compute_left(gpu)
+                devs.append(dev)
+            entry = {
+                "name": name,
+                "totalGPU": view.capacity,
+                "usedGPU": sum(d["usedGPU"] for d in devs),
+                "pendingGPU": view.unplaced,
+                "devs": devs,
+            }
+            if compute:
+                entry["totalCompute"] = view.compute_capacity
+                entry["usedCompute"] = sum(d["usedCompute"] for d in devs)
+                entry["pendingCompute"] = view.compute_unplaced
+            nodes.append(entry)
         return {"nodes": nodes}
