@@ -127,6 +127,11 @@ def test_default_install_has_every_default_part() -> None:
     assert not find(objs, "DaemonSet", "cgpu-hook-installer"), "the hook installer is opt-in"
 
 
+def test_scheduler_config_manages_compute_only_when_the_chart_advertises_it() -> None:
+    cfg = _scheduler_config(helm_template("computeResourceName="))
+    (ext,) = cfg["extenders"]
+    assert ext["managedResources"] == [{"name": "aliyun.com/gpu-mem", "ignoredByScheduler": False}]
+
 def test_profile_mode_scheduler_config_and_sidecar_agree() -> None:
     objs = helm_template()
     cfg = _scheduler_config(objs)
@@ -138,7 +143,10 @@ def test_profile_mode_scheduler_config_and_sidecar_agree() -> None:
         "bind",
     )
     assert ext["nodeCacheCapable"] is True and ext["enableHTTPS"] is False
-    assert ext["managedResources"] == [{"name": "aliyun.com/gpu-mem", "ignoredByScheduler": False}]
+    assert ext["managedResources"] == [
+        {"name": "aliyun.com/gpu-mem", "ignoredByScheduler": False},
+        {"name": "aliyun.com/gpu-core.percentage", "ignoredByScheduler": False},
+    ]
 
     deploy = one(objs, "Deployment", "cgpu-scheduler")
     sidecar = flags(container(deploy, "extender"))

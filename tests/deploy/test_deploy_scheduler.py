@@ -67,7 +67,10 @@ def test_scheduler_configs_have_the_extender(path: Path) -> None:
     )
     assert ext["enableHTTPS"] is False
     assert ext["nodeCacheCapable"] is True
-    assert ext["managedResources"] == [{"name": "aliyun.com/gpu-mem", "ignoredByScheduler": False}]
+    assert ext["managedResources"] == [
+        {"name": "aliyun.com/gpu-mem", "ignoredByScheduler": False},
+        {"name": "aliyun.com/gpu-core.percentage", "ignoredByScheduler": False},
+    ]
     assert ext.get("ignorable", False) is False, "a GPU pod must not be placed without the extender"
 
 

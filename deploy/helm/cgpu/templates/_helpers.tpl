@@ -151,6 +151,10 @@ extenders:
     managedResources:
       - name: {{ .Values.resourceName }}
         ignoredByScheduler: false
+      {{- if .Values.computeResourceName }}
+      - name: {{ .Values.computeResourceName }}
+        ignoredByScheduler: false
+      {{- end }}
 {{- end -}}
 
 {{/* Checks across values that values.schema.json cannot express. */}}
