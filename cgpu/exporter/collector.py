@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cgpu.core.ledger import DeviceUsage
 from cgpu.exporter.enforce import Enforcer, KillLabels, over_slice
 from cgpu.exporter.hostview import Attributor, HostView
 from cgpu.exporter.labels import Identity, device_ids, resolve
@@ -43,6 +44,8 @@ class _Slice:
     host_used: int | None = None  # None: NVML gave no process list for this GPU
     over: bool = False
     ledger_ok: bool = True  # False: a directory's ledger is damaged; no ledger figures
+    compute_limit: int = 0  # percent of the GPU's time; 0: no compute limit
+    compute_used: float = 0.0  # percent of the GPU's time lately, as the shim measured it
 
 
 @dataclass
@@ -120,6 +123,19 @@ class _Families:
             "GPU memory NVML shows for processes that belong to no cgpu container, in bytes.",
             labels=GPU_LABELS,
         )
+        self.compute_limit = GaugeMetricFamily(
+            "cgpu_container_gpu_compute_limit_percent",
+            "The container's compute share of this GPU, in percent of its time (containers "
+            "with a compute limit only).",
+            labels=CONTAINER_LABELS,
+        )
+        self.compute_used = GaugeMetricFamily(
+            "cgpu_container_gpu_compute_used_percent",
+            "The container's use of this GPU's time over about the last second, in percent, as "
+            "its shim measured it (containers with a compute limit only: nothing measures the "
+            "others).",
+            labels=CONTAINER_LABELS,
+        )
         self.gpu_healthy = GaugeMetricFamily(
             "cgpu_gpu_healthy",
             "1 when NVML answered for this GPU at this scrape, 0 when the query failed.",
@@ -132,6 +148,8 @@ class _Families:
             self.used,
             self.peak,
             self.processes,
+            self.compute_limit,
+            self.compute_used,
             self.host_used,
             self.over_slice,
             self.gpu_total,
@@ -141,6 +159,17 @@ class _Families:
             self.gpu_unattributed,
             self.gpu_healthy,
         ]
+
+
+def _compute_limit(dev: DeviceUsage) -> int:
+    """The device's compute limit in percent (0: none); a ledger reader without compute
+    fields (cgpu.core.ledger before the compute share) reads as none."""
+    return int(getattr(dev, "compute_limit", 0) or 0)
+
+
+def _compute_used(dev: DeviceUsage) -> float:
+    """The container's measured share of the device's time lately, in percent."""
+    return float(getattr(dev, "compute_used", 0.0) or 0.0)
 
 
 class CgpuCollector(Collector):
@@ -237,6 +266,8 @@ class CgpuCollector(Collector):
                 s.peak = max(s.peak, dev.peak)
                 s.processes += dev.processes
                 s.ledger_ok = s.ledger_ok and usage.ledger_ok
+                s.compute_limit = max(s.compute_limit, _compute_limit(dev))
+                s.compute_used += _compute_used(dev)
                 if dev.uuid in view.gpus:
                     s.host_used = (s.host_used or 0) + view.used(usage.key, dev.uuid)
                     s.over = s.over or (usage.key, dev.uuid) in over
@@ -250,6 +281,9 @@ class CgpuCollector(Collector):
                 fam.used.add_metric(labels, s.used)
                 fam.peak.add_metric(labels, s.peak)
                 fam.processes.add_metric(labels, s.processes)
+                if s.compute_limit:
+                    fam.compute_limit.add_metric(labels, s.compute_limit)
+                    fam.compute_used.add_metric(labels, s.compute_used)
             if s.host_used is not None:
                 fam.host_used.add_metric(labels, s.host_used)
                 fam.over_slice.add_metric(labels, 1 if s.over else 0)

@@ -11,7 +11,7 @@ import logging
 import os
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -149,8 +149,8 @@ def _with_limits(
     out = []
     for uuid, limit in limits.items():
         dev = by_uuid.get(uuid)
-        used, peak, procs = (dev.used, dev.peak, dev.processes) if dev else (0, 0, 0)
-        out.append(DeviceUsage(uuid, limit, used, peak, procs))
+        # The ledger reader already took the compute limit from cgpu.conf: keep its fields.
+        out.append(replace(dev, limit=limit) if dev else DeviceUsage(uuid, limit, 0, 0, 0))
     return tuple(out)
 
 
