@@ -85,3 +85,16 @@ def workload(tmp_path_factory: pytest.TempPathFactory, cc: str, sim_dir: Path) -
         check=True,
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def compute_workload(tmp_path_factory: pytest.TempPathFactory, cc: str, sim_dir: Path) -> Path:
+    """compute_workload.c (saturating cgpu_sim_busy kernels) built against the simulator."""
+    include = _cuda_include()
+    assert include is not None, "cuda.h not found (set CUDA_HOME)"
+    out = tmp_path_factory.mktemp("compute-native") / "compute_workload"
+    source = HERE / "compute_workload.c"
+    flags = ["-O1", "-Wall", "-Werror", "-I", str(include)]
+    libs = ["-L", str(sim_dir), "-l:libcuda.so.1", "-lpthread"]
+    subprocess.run([cc, *flags, str(source), "-o", str(out), *libs], check=True)
+    return out

@@ -19,7 +19,6 @@ from cgpu.core.layout import CONFIG_NAME
 from cgpu.core.ledger import DeviceUsage
 from cgpu.exporter.collector import CgpuCollector
 
-HERE = Path(__file__).resolve().parent
 LIMIT = "cgpu_container_gpu_compute_limit_percent"
 USED = "cgpu_container_gpu_compute_used_percent"
 MS = 1_000_000
@@ -28,20 +27,6 @@ pytestmark = pytest.mark.skipif(
     "compute_limit" not in DeviceUsage.__dataclass_fields__,
     reason="cgpu.core.ledger has no compute fields yet (C1b's h-climit branch not merged)",
 )
-
-
-@pytest.fixture(scope="module")
-def compute_workload(
-    tmp_path_factory: pytest.TempPathFactory, cc: str, sim_dir: Path, cuda_include: str
-) -> Path:
-    """compute_workload.c built against cuda.h and the simulator's libcuda.so.1."""
-    out = tmp_path_factory.mktemp("compute-native") / "compute_workload"
-    subprocess.run(
-        [cc, "-O1", "-Wall", "-Werror", "-I", cuda_include, str(HERE / "compute_workload.c")]
-        + ["-o", str(out), "-L", str(sim_dir), "-l:libcuda.so.1", "-lpthread"],
-        check=True,
-    )
-    return out
 
 
 class Saturating:
