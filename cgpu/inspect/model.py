@@ -4,6 +4,10 @@ A node's GPU memory is its allocatable aliyun.com/gpu-mem (else capacity), split
 aliyun.com/gpu-count GPUs. A pod holds its containers' aliyun.com/gpu-mem on the GPU(s) of its
 ALIYUN_COM_GPU_MEM_IDX annotation (a comma list splits it evenly); with no usable index it is
 PENDING. Succeeded and Failed pods hold nothing.
+
+The compute share works the same way: a node's aliyun.com/gpu-core.percentage (100 per GPU),
+and a pod's containers' percentages on the GPU of its index. It is shown only when some node
+advertises it, so the seeds' layout is unchanged for clusters that do not use it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from typing import Any
 
 MEM = "aliyun.com/gpu-mem"
 COUNT = "aliyun.com/gpu-count"
+CORE = "aliyun.com/gpu-core.percentage"
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
 PENDING = -1
 MIB_THRESHOLD = 512  # a GPU of more units than this advertises MiB; fewer, GiB
@@ -32,14 +37,15 @@ def _resource(node: dict[str, Any], name: str) -> int:
     return 0
 
 
-def pod_units(pod: dict[str, Any]) -> int:
-    """The pod's aliyun.com/gpu-mem: the sum over its containers' limits (else requests)."""
+def pod_units(pod: dict[str, Any], resource: str = MEM) -> int:
+    """The pod's `resource` (aliyun.com/gpu-mem by default): the sum over its containers'
+    limits (else requests)."""
     total = 0
     for container in (pod.get("spec") or {}).get("containers") or []:
         resources = container.get("resources") or {}
-        raw = (resources.get("limits") or {}).get(MEM)
+        raw = (resources.get("limits") or {}).get(resource)
         if raw is None:
-            raw = (resources.get("requests") or {}).get(MEM)
+            raw = (resources.get("requests") or {}).get(resource)
         total += _int(raw)
     return total
 
@@ -51,6 +57,7 @@ class PodShare:
     name: str
     namespace: str
     per_gpu: dict[int, int]
+    compute: dict[int, int] = field(default_factory=dict)  # percent on each GPU index
 
 
 @dataclass
@@ -61,6 +68,8 @@ class Device:
     total: int
     used: int = 0
     pods: list[PodShare] = field(default_factory=list)
+    compute_total: int = 0
+    compute_used: int = 0
 
 
 @dataclass
@@ -72,6 +81,7 @@ class GpuNode:
     first_address: str
     gpu_count: int
     total: int
+    compute_total: int = 0  # aliyun.com/gpu-core.percentage the node advertises
     devices: dict[int, Device] = field(default_factory=dict)
     pods: list[PodShare] = field(default_factory=list)
 
@@ -87,6 +97,10 @@ class GpuNode:
     @property
     def used(self) -> int:
         return sum(d.used for d in self.devices.values())
+
+    @property
+    def compute_used(self) -> int:
+        return sum(d.compute_used for d in self.devices.values())
 
     @property
     def pending(self) -> Device | None:
@@ -110,6 +124,11 @@ def _indexes(pod: dict[str, Any]) -> list[int] | None:
     return [int(p) for p in parts]
 
 
+def uses_compute(nodes: list[GpuNode]) -> bool:
+    """Whether any node advertises the compute share (then it is shown)."""
+    return any(n.compute_total > 0 for n in nodes)
+
+
 def build_nodes(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[GpuNode]:
     """GPU nodes sorted by name, with every active pod placed on its GPU(s)."""
     out: dict[str, GpuNode] = {}
@@ -120,26 +139,31 @@ def build_nodes(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list
         name = (node.get("metadata") or {}).get("name", "")
         internal, first = _addresses(node)
         info = GpuNode(name, internal, first, _resource(node, COUNT), total)
+        info.compute_total = _resource(node, CORE)
+        compute_per_gpu = info.compute_total // info.gpu_count if info.gpu_count else 0
         for i in range(info.gpu_count):
-            info.devices[i] = Device(i, info.per_gpu)
+            info.devices[i] = Device(i, info.per_gpu, compute_total=compute_per_gpu)
         out[name] = info
     for pod in pods:
         phase = (pod.get("status") or {}).get("phase")
         info = out.get((pod.get("spec") or {}).get("nodeName") or "")
-        units = pod_units(pod)
-        if info is None or phase in ("Succeeded", "Failed") or units <= 0:
+        units, percent = pod_units(pod), pod_units(pod, CORE)
+        if info is None or phase in ("Succeeded", "Failed") or units + percent <= 0:
             continue
+        if not units and not info.compute_total:
+            continue  # compute alone on a node without the compute share holds nothing shown
         indexes = _indexes(pod)
         if indexes is None or any(i >= info.gpu_count for i in indexes):
-            per_gpu = {PENDING: units}
-        else:
-            per_gpu = {i: units // len(indexes) for i in indexes}
+            indexes = [PENDING]
+        per_gpu = {i: units // len(indexes) for i in indexes}
+        compute = {i: percent // len(indexes) for i in indexes}
         meta = pod.get("metadata") or {}
-        share = PodShare(meta.get("name", ""), meta.get("namespace", ""), per_gpu)
+        share = PodShare(meta.get("name", ""), meta.get("namespace", ""), per_gpu, compute)
         info.pods.append(share)
         for index, amount in per_gpu.items():
             device = info.devices.setdefault(index, Device(index, 0))
             device.used += amount
+            device.compute_used += compute[index]
             device.pods.append(share)
     for info in out.values():
         info.pods.sort(
