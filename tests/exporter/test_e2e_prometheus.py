@@ -250,8 +250,10 @@ def test_prometheus_sees_slices_use_and_exits(
         container="main",
         device_ids=["dev-1"],
     )
-    with open(pod_dir / "cgpu.conf", "a") as conf:
-        conf.write(f"compute {UUIDS[0]} 50\n")  # and half of the GPU's compute
+    compute = "compute_limit" in DeviceUsage.__dataclass_fields__  # C1b's shim and ledger
+    if compute:
+        with open(pod_dir / "cgpu.conf", "a") as conf:
+            conf.write(f"compute {UUIDS[0]} 50\n")  # and half of the GPU's compute
     # As in a real container, the pod sees only its own GPU.
     pod_env = {
         **e2e_env,
@@ -331,7 +333,6 @@ def test_prometheus_sees_slices_use_and_exits(
 
     # Every query of the Grafana dashboard runs on this Prometheus, and finds data (the compute
     # panel once cgpu.core.ledger reads the compute fields).
-    compute = "compute_limit" in DeviceUsage.__dataclass_fields__
     for title, expr in dashboard_targets():
         expr = expr.replace("$node", ".*").replace("$namespace", ".*")
         result = prometheus.api("query", query=expr)["result"]
