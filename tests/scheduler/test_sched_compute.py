@@ -213,3 +213,16 @@ def test_restart_rebuilds_compute_from_pods(kube_api, extender):
     # What the restarted extender knows still refuses over-commit: 80% is free in all, not 90%.
     kube_api.create("pods", compute_pod("late", 0, 90))
     assert schedule(SchedulerPeer(kube_api, url_of(second)), "late") is None
+
+
+def test_compute_of_pods_bound_without_an_index_counts_on_the_node(kube_api, extender):
+    kube_api.create("nodes", compute_node("n1", 1, 8))
+    # Bound by something other than the extender: no GPU index, but it holds its 70%.
+    kube_api.create("pods", compute_pod("stray", 1, 70, node="n1", phase="Running"))
+    pod = kube_api.create("pods", compute_pod("want", 1, 40))
+    peer = SchedulerPeer(kube_api, url_of(extender()))
+    assert peer.filter(pod, ["n1"])["FailedNodes"] == {
+        "n1": "pods bound without a GPU index hold 70% compute: 30% left, the pod needs 40%"
+    }
+    kube_api.create("pods", compute_pod("fits", 1, 30))
+    assert schedule(peer, "fits") == "n1"
