@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,12 +18,7 @@ import pytest
 from deploy_helpers import SCHEDULER, Obj, argv, container, helm_template, kustomize, one
 from kube.apiserver import FakeApiServer
 from kube.objects import gpu_node
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from kube.processes import free_port, stop
 
 
 def rendered_extender(source: str, port: int) -> Obj:
@@ -61,12 +55,7 @@ def start_extender(tmp_path: Path) -> Iterator:
 
     yield start
     for proc in procs:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def wait_for(kind: str, cont: Obj, want: int, timeout: float = 30.0) -> None:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import socket
 import subprocess
 import sys
 from collections import defaultdict
@@ -21,6 +19,7 @@ from pathlib import Path
 import pytest
 from kube.apiserver import FakeApiServer
 from kube.objects import gpu_node, gpu_pod
+from kube.processes import free_port, stop
 from kube_scheduler import KubeScheduler
 from sched_peer import get, wait_until
 
@@ -30,12 +29,6 @@ NODES = [
     ("n0", 2, 15), ("n1", 4, 16), ("n2", 8, 16), ("n3", 4, 15), ("n4", 2, 16),
     ("n5", 4, 16), ("n6", 8, 15), ("n7", 4, 16), ("n8", 2, 16),
 ]  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture
@@ -62,12 +55,7 @@ def extender_process(kube_api: FakeApiServer, tmp_path: Path):
         wait_until(ready, timeout=30, what="the extender to list the cluster")
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def workload(rng: random.Random) -> list[dict]:
