@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -81,7 +82,11 @@ static void limits_from_config(const char *path, const struct ledger *copy, stru
     for (unsigned i = 0; i < cfg.nentries; i++) {
         int d = ledger_find_device(copy, cfg.entries[i].uuid);
         if (d >= 0 && (unsigned)d < out->ndevices)
+        {
             out->devices[d].limit = cfg.entries[i].limit;
+            out->devices[d].compute_limit = cfg.entries[i].compute;
+            out->devices[d].compute_policy = cfg.entries[i].compute ? cfg.entries[i].compute_policy : 0;
+        }
     }
 }
 
@@ -97,6 +102,15 @@ static int fill(const struct ledger_handle *h, const struct ledger *c, int consi
         memcpy(out->devices[d].uuid, c->devices[d].uuid, CGPU_UUID_LEN);
         out->devices[d].limit = c->devices[d].limit;
         out->devices[d].peak = c->devices[d].peak;
+        /* The file's compute words are advisory: shown only when in range. */
+        const struct ledger_compute *k = &c->compute[d];
+        out->devices[d].compute_limit = k->limit <= 100 ? k->limit : 0;
+        out->devices[d].compute_policy = out->devices[d].compute_limit && k->policy <= 2 ? k->policy : 0;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+        int fresh = k->beat <= now && now - k->beat < 5000000000ull; /* a stopped controller shows 0 */
+        out->devices[d].compute_used = k->used <= 10000 && fresh ? k->used : 0;
     }
     for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
         const struct ledger_slot *slot = &c->slots[s];

@@ -1,0 +1,303 @@
+/* The compute limit's controller and the launch gate's slow path (see compute.h).
+ *
+ * Every process with a compute limit runs one thread.  The thread that holds the container's
+ * controller lock (an OFD lock on one byte of the ledger, so it passes to another process when
+ * its holder dies) ticks every TICK_NS:
+ *   1. it measures the GPU time of the container's processes (the pids of the ledger's live slots)
+ *      and of everyone else on the device, from NVML's per-process utilization: the driver's own
+ *      accounting of each process's kernel time, which other tenants' work does not inflate;
+ *   2. it moves the budget: credit += rate x window - used, kept within [-DEBT_MAX, BURST];
+ *      rate is the limit (fixed), or under `share` the limit raised to what the others leave
+ *      idle less HEADROOM;
+ *   3. it refills the tickets: (credit - work admitted but not measured yet) / cost per launch,
+ *      so queued work never runs ahead of the budget by more than about one tick.
+ * Nothing read back from the ledger is trusted: every value is clamped. */
+#include "compute.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TICK_NS 10000000LL           /* 10 ms */
+#define BURST_NS 20000000LL          /* credit saved up at most */
+#define DEBT_MAX_NS 2000000000LL     /* debt carried at most */
+#define COST_MIN_NS 1000LL           /* estimated GPU time per launch: bounds */
+#define COST_MAX_NS 1000000000LL
+#define COST_START_NS 100000LL
+#define HEADROOM_PCT 5               /* `share`: idle time left for others to claim theirs */
+#define STALE_NS 250000000ULL        /* a controller silent this long is stopped or stuck */
+#define HISTORY 64                   /* ticks of (time, launches) kept to tell measured launches */
+#define CONTROLLER_BYTE (CGPU_ADMIN_BYTE - 1)
+#define MAX_SAMPLES 1024
+
+typedef struct {
+    unsigned int pid;
+    unsigned long long timeStamp;
+    unsigned int smUtil, memUtil, encUtil, decUtil;
+} proc_util_sample;
+
+typedef nvmlReturn_t (*proc_util_fn)(nvmlDevice_t, proc_util_sample *, unsigned int *, unsigned long long);
+typedef nvmlReturn_t (*by_uuid_fn)(const char *, nvmlDevice_t *);
+typedef nvmlReturn_t (*util_fn)(nvmlDevice_t, nvmlUtilization_t *);
+
+/* The controller's private state for one ledger device. */
+struct dev_ctl {
+    nvmlDevice_t nvml;
+    unsigned long long seen_us;      /* end of the last measured window (NVML timestamps) */
+    unsigned long long hist_us[HISTORY];
+    uint64_t hist_launches[HISTORY];
+    unsigned hist_n;
+    uint64_t measured_launches;      /* launches counter at the end of the measured window */
+    double others;                   /* others' share, smoothed */
+    double used;                     /* ours, smoothed over ~1 s, for readers */
+};
+
+static struct {
+    pthread_t thread;
+    int started;
+    proc_util_fn proc_util;
+    by_uuid_fn by_uuid;
+    util_fn util;
+    struct dev_ctl dev[CGPU_MAX_DEVICES];
+} ctl;
+
+static pthread_mutex_t start_mutex = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static unsigned long long real_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000;
+}
+
+static void sleep_ns(long long ns)
+{
+    struct timespec ts = {.tv_sec = (time_t)(ns / 1000000000LL), .tv_nsec = (long)(ns % 1000000000LL)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static long long clampll(long long v, long long lo, long long hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* ---- the launch gate's slow path -------------------------------------------------- */
+
+void compute_wait(int dev)
+{
+    struct ledger_compute *k = &g_shim.ledger.l->compute[dev];
+    for (;;) {
+        uint32_t seq = __atomic_load_n(&k->seq, __ATOMIC_ACQUIRE);
+        if (__atomic_fetch_sub(&k->tickets, 1, __ATOMIC_RELAXED) > 0)
+            break;
+        uint64_t beat = __atomic_load_n(&k->beat, __ATOMIC_RELAXED), now = mono_ns();
+        if (beat > now || now - beat > STALE_NS) {
+            /* No live controller (stopped, or its thread could not run): never hang; pace
+             * this process alone at its limit, about one launch per (100/limit - 1) ms. */
+            unsigned pct = g_shim.ledger.compute[dev];
+            sleep_ns((long long)(100 - pct) * 1000000LL / (long long)pct);
+            break;
+        }
+        struct timespec ts = {0, 2000000}; /* a missed wake costs at most 2 ms */
+        syscall(SYS_futex, &k->seq, FUTEX_WAIT, seq, &ts, NULL, 0);
+    }
+    __atomic_fetch_add(&k->launches, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- measurement ------------------------------------------------------------------ */
+
+/* Whether `pid` is one of the container's live processes (a ledger slot). */
+static int ours(const struct ledger *l, unsigned pid)
+{
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
+        if (__atomic_load_n(&l->slots[s].in_use, __ATOMIC_RELAXED) == 1 &&
+            (unsigned)__atomic_load_n(&l->slots[s].pid, __ATOMIC_RELAXED) == pid)
+            return 1;
+    return 0;
+}
+
+/* GPU time of the container (*mine) and of everyone else (*theirs) over the window that
+ * NVML reports from c->seen_us; returns the window in µs (0: nothing new yet). */
+static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, double *mine, double *theirs)
+{
+    static proc_util_sample samples[MAX_SAMPLES];
+    unsigned int n = MAX_SAMPLES;
+    *mine = *theirs = 0;
+    nvmlReturn_t rc = ctl.proc_util(c->nvml, samples, &n, c->seen_us);
+    unsigned long long now = real_us();
+    if (rc == NVML_ERROR_NOT_FOUND) { /* no process ran a kernel since seen_us */
+        unsigned long long end = now - (unsigned long long)TICK_NS / 1000;
+        if (end <= c->seen_us)
+            return 0;
+        unsigned long long w = end - c->seen_us;
+        c->seen_us = end;
+        return w;
+    }
+    if (rc != NVML_SUCCESS || n == 0 || n > MAX_SAMPLES)
+        return 0;
+    unsigned long long end = samples[0].timeStamp;
+    if (end <= c->seen_us || end > now + 1000000ull)
+        return 0;
+    unsigned long long w = end - c->seen_us;
+    for (unsigned i = 0; i < n; i++) {
+        double busy = (double)(samples[i].smUtil > 100 ? 100 : samples[i].smUtil) / 100.0 * (double)w;
+        if (ours(l, samples[i].pid))
+            *mine += busy;
+        else
+            *theirs += busy;
+    }
+    c->seen_us = end;
+    return w;
+}
+
+/* The launches counter when the clock read `at_us` (the newest tick at or before it). */
+static uint64_t launches_at(const struct dev_ctl *c, unsigned long long at_us, uint64_t now_launches)
+{
+    uint64_t v = now_launches;
+    for (unsigned i = 0; i < c->hist_n && i < HISTORY; i++) {
+        unsigned j = (c->hist_n - 1 - i) % HISTORY;
+        v = c->hist_launches[j];
+        if (c->hist_us[j] <= at_us)
+            break;
+    }
+    return v;
+}
+
+/* ---- one tick of the controller, for ledger device d ---------------------------------- */
+
+static void tick(int d, uint64_t now)
+{
+    struct dev_ctl *c = &ctl.dev[d];
+    struct ledger *l = g_shim.ledger.l;
+    struct ledger_compute *k = &l->compute[d];
+    unsigned pct = g_shim.ledger.compute[d];
+    uint64_t launches = __atomic_load_n(&k->launches, __ATOMIC_RELAXED);
+    unsigned long long now_us = real_us();
+    unsigned h = c->hist_n++ % HISTORY;
+    c->hist_us[h] = now_us;
+    c->hist_launches[h] = launches;
+
+    long long credit = clampll(__atomic_load_n(&k->credit, __ATOMIC_RELAXED), -DEBT_MAX_NS, BURST_NS);
+    long long cost = clampll((long long)__atomic_load_n(&k->cost, __ATOMIC_RELAXED), COST_MIN_NS, COST_MAX_NS);
+    double mine, theirs;
+    unsigned long long w_us = measure(c, l, &mine, &theirs);
+    if (w_us) {
+        double w_ns = (double)w_us * 1000.0, mine_ns = mine * 1000.0;
+        double a = w_ns / 1e8 > 1 ? 1 : w_ns / 1e8; /* others: ~100 ms memory */
+        c->others = c->others + a * (theirs / (double)w_us - c->others);
+        double b = w_ns / 1e9 > 1 ? 1 : w_ns / 1e9; /* ours, for readers: ~1 s */
+        c->used = c->used + b * (mine / (double)w_us - c->used);
+        double rate = pct / 100.0;
+        if (g_shim.ledger.policy[d] == CGPU_COMPUTE_SHARE) {
+            double idle = 1.0 - c->others - HEADROOM_PCT / 100.0;
+            if (idle > rate)
+                rate = idle;
+        }
+        credit = clampll(credit + (long long)(rate * w_ns - mine_ns), -DEBT_MAX_NS, BURST_NS);
+        uint64_t upto = launches_at(c, c->seen_us, launches);
+        if (upto > c->measured_launches && mine_ns > 0) {
+            double per = mine_ns / (double)(upto - c->measured_launches);
+            cost = clampll((long long)(0.7 * (double)cost + 0.3 * per), COST_MIN_NS, COST_MAX_NS);
+        }
+        c->measured_launches = upto;
+        __atomic_store_n(&k->used, (uint32_t)(c->used * 10000.0 + 0.5), __ATOMIC_RELAXED);
+    }
+    /* Work admitted since the measured window ended is not in `credit` yet. */
+    uint64_t pending = launches > c->measured_launches ? launches - c->measured_launches : 0;
+    long long room = credit - (long long)(pending > 1000000 ? 1000000 : pending) * cost;
+    long long tickets = room > 0 ? room / cost + 1 : 0;
+    __atomic_store_n(&k->credit, credit, __ATOMIC_RELAXED);
+    __atomic_store_n(&k->cost, (uint64_t)cost, __ATOMIC_RELAXED);
+    __atomic_store_n(&k->tickets, tickets, __ATOMIC_RELAXED);
+    __atomic_store_n(&k->beat, now, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&k->seq, 1, __ATOMIC_RELEASE);
+    if (tickets > 0)
+        syscall(SYS_futex, &k->seq, FUTEX_WAKE, 0x7fffffff, NULL, NULL, 0);
+}
+
+/* ---- the controller thread ----------------------------------------------------------- */
+
+/* Hold the container's controller lock; 1 while this process holds it. */
+static int lead(void)
+{
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = CONTROLLER_BYTE, .l_len = 1};
+    return fcntl(g_shim.ledger.fd, F_OFD_SETLK, &fl) == 0;
+}
+
+static int nvml_ready(void)
+{
+    nvmlReturn_t (*init_fn)(void) = (nvmlReturn_t(*)(void))shim_nvml_sym("nvmlInit_v2");
+    ctl.proc_util = (proc_util_fn)shim_nvml_sym("nvmlDeviceGetProcessUtilization");
+    ctl.by_uuid = (by_uuid_fn)shim_nvml_sym("nvmlDeviceGetHandleByUUID");
+    if (!init_fn || !ctl.proc_util || !ctl.by_uuid || init_fn() != NVML_SUCCESS)
+        return 0;
+    for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) {
+        struct dev_ctl *c = &ctl.dev[d];
+        c->seen_us = real_us() - 2 * (unsigned long long)TICK_NS / 1000;
+        if (g_shim.ledger.compute[d] && ctl.by_uuid(g_shim.ledger.l->devices[d].uuid, &c->nvml) != NVML_SUCCESS)
+            c->nvml = NULL; /* not measurable: its launches pace themselves (compute_wait) */
+    }
+    return 1;
+}
+
+static void *controller(void *arg)
+{
+    (void)arg;
+    int leading = 0, measurable = nvml_ready();
+    if (!measurable)
+        fprintf(stderr, "cgpu: NVML per-process utilization is unavailable; the compute limit paces each "
+                        "process alone\n");
+    for (;;) {
+        uint64_t start = mono_ns();
+        if (!leading && measurable && lead()) {
+            leading = 1;
+            for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) { /* start from what is measured now */
+                ctl.dev[d].hist_n = 0;
+                ctl.dev[d].measured_launches = __atomic_load_n(&g_shim.ledger.l->compute[d].launches, __ATOMIC_RELAXED);
+            }
+        }
+        if (leading)
+            for (unsigned d = 0; d < g_shim.ledger.l->ndevices && d < CGPU_MAX_DEVICES; d++)
+                if (g_shim.ledger.compute[d] && ctl.dev[d].nvml)
+                    tick((int)d, start);
+        uint64_t spent = mono_ns() - start;
+        sleep_ns(spent < (uint64_t)TICK_NS ? TICK_NS - (long long)spent : 1000000);
+    }
+    return NULL;
+}
+
+void compute_start(void)
+{
+    int any = 0;
+    for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
+        any |= g_shim.ledger.compute[d] != 0;
+    pthread_mutex_lock(&start_mutex);
+    if (any && !ctl.started && g_shim.ledger.l && g_shim.ledger.writable) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        ctl.started = pthread_create(&ctl.thread, &attr, controller, NULL) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    pthread_mutex_unlock(&start_mutex);
+}
+
+void compute_forget_process(void)
+{
+    pthread_mutex_init(&start_mutex, NULL);
+    memset(&ctl, 0, sizeof ctl);
+}
