@@ -65,6 +65,11 @@ static CUresult ctx_activate(struct sim_ctx *c)
         if (rc)
             return rc;
     }
+    if (ctx_queues_init(c)) {
+        if (drv.ctx_count[phys] == 0)
+            uncharge(phys, drv.cfg.ctx_overhead);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     drv.ctx_count[phys]++;
     state_publish(phys);
     atomic_store(&c->alive, 1);
@@ -454,7 +459,14 @@ SIM_API CUresult cuCtxGetDevice(CUdevice *device)
 SIM_API CUresult cuCtxSynchronize_v2(CUcontext ctx)
 {
     struct sim_ctx *c;
-    return ctx_or_current(ctx, &c);
+    CUresult rc = ctx_or_current(ctx, &c);
+    if (rc)
+        return rc;
+    LOCK();
+    unsigned long long end = c->last_end;
+    UNLOCK();
+    wait_until(end);
+    return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuCtxSynchronize(void)

@@ -140,6 +140,7 @@ SIM_API CUresult cuInit(unsigned int Flags)
             goto out;
         }
     }
+    timeline_init();
     if (zone_init(&drv.zone[0], ZONE_LOW_LO, ZONE_LOW_HI) ||
         zone_init(&drv.zone[1], ZONE_HIGH_LO, ZONE_HIGH_HI)) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;

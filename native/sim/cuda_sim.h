@@ -39,9 +39,18 @@ void *hm_del(struct hmap *m, uintptr_t k);
 
 /* ---- Objects -------------------------------------------------------------- */
 
-enum { O_CTX = 1, O_STREAM, O_EVENT, O_POOL, O_ARRAY, O_MIPMAP, O_VMM };
+enum { O_CTX = 1, O_STREAM, O_EVENT, O_POOL, O_ARRAY, O_MIPMAP, O_VMM, O_MODULE, O_FUNC, O_GRAPH,
+       O_GRAPH_NODE, O_GRAPH_EXEC };
 
 struct sim_ctx;
+
+/* The work queued on a stream: when its last item ends, and a ring of the
+ * end times of its last queue_depth kernels (CGPU_SIM_QUEUE_DEPTH). */
+struct sim_queue {
+    unsigned long long last_end;
+    unsigned long long *ends;
+    unsigned long long head;
+};
 
 struct obj {
     int type;
@@ -57,6 +66,9 @@ struct sim_ctx {
     int refcount;        /* primary: retains; created: cuCtxAttach usage count */
     unsigned long long id;
     size_t limits[CU_LIMIT_MAX > 16 ? CU_LIMIT_MAX : 16];
+    unsigned long long last_end;   /* end of all work queued in the context */
+    struct sim_queue q_legacy;     /* NULL and CU_STREAM_LEGACY */
+    struct sim_queue q_ptds;       /* CU_STREAM_PER_THREAD (one for all threads) */
 };
 
 struct sim_stream {
@@ -64,11 +76,30 @@ struct sim_stream {
     unsigned flags;
     int priority;
     unsigned long long id;
+    struct sim_queue q;            /* q.ends: the array after the struct */
 };
 
 struct sim_event {
     struct obj hdr;
     unsigned flags;
+    int recorded;
+    unsigned long long time;       /* completes at this monotonic time */
+};
+
+/* A module or library; its functions (kernels) are made on request by name. */
+struct sim_func;
+struct sim_module {
+    struct obj hdr;                /* ctx: NULL for a library */
+    int library;
+    struct sim_func *funcs;
+};
+
+struct sim_func {
+    struct obj hdr;
+    struct sim_module *mod;
+    struct sim_func *next;
+    int busy;                      /* cgpu_sim_busy: duration from the first parameter */
+    char name[256];
 };
 
 struct sim_pool {
@@ -158,6 +189,9 @@ struct sim_driver {
     struct sim_state *st;
     int sdev[SIM_MAX_DEVICES];
     int slot;
+    struct sim_tl_dev *tl[SIM_MAX_DEVICES];   /* the device timelines (shared or private) */
+    struct sim_tl *slot_tl[SIM_MAX_DEVICES];  /* this process's, in the state file, or NULL */
+    unsigned long long last_start[SIM_MAX_DEVICES]; /* start of this process's last kernel */
     struct zone zone[2];
     struct region **live;
     size_t nlive, caplive;
@@ -236,6 +270,23 @@ int location_phys(const CUmemLocation *loc, CUresult *err);
 CUresult stream_ctx(CUstream s, struct sim_ctx **out);
 /* stream_ctx with the lock taken, for calls that only validate a stream. */
 CUresult stream_check(CUstream s);
+/* The context and work queue of stream `s` (drv.mu held). */
+CUresult stream_queue(CUstream s, struct sim_ctx **ctx, struct sim_queue **q);
+/* Allocate a context's default-stream queues (drv.mu held); 0 or -1. */
+int ctx_queues_init(struct sim_ctx *c);
+
+/* ---- Timeline (cuda_launch.c) ------------------------------------------------ */
+
+/* Point drv.tl/slot_tl at the state file or a private timeline (cuInit). */
+void timeline_init(void);
+/* Queue a kernel of `ns` nanoseconds on stream `s`; blocks while the stream
+ * has queue_depth kernels pending, while this process's last kernel starts
+ * more than a time slice from now, or while the device's queue is full. */
+CUresult launch_work(CUstream s, unsigned long long ns);
+/* The duration of one launch of `f` with these parameters. */
+CUresult kernel_duration(CUfunction f, void **params, void **extra, unsigned long long *ns);
+/* Wait until monotonic time `t` (no lock held). */
+void wait_until(unsigned long long t);
 
 /* ---- Entry points (cuda_procs.c) -------------------------------------------- */
 

@@ -1,5 +1,6 @@
-/* The simulated CUDA driver (libcuda.so.1).  Streams and events: work on
- * them takes effect at once, so every query finds them idle. */
+/* The simulated CUDA driver (libcuda.so.1).  Streams and events on the
+ * kernel timeline: a stream's work ends at its queue's last_end, an event
+ * completes at the end of the work recorded before it. */
 #include "cuda_sim.h"
 
 /* ------------------------------------------------------------------------ */
@@ -17,6 +18,70 @@ CUresult stream_ctx(CUstream s, struct sim_ctx **out)
         return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     *out = st->hdr.ctx;
     return CUDA_SUCCESS;
+}
+
+CUresult stream_queue(CUstream s, struct sim_ctx **ctx, struct sim_queue **q)
+{
+    CUresult rc = stream_ctx(s, ctx);
+    if (rc)
+        return rc;
+    struct sim_stream *st = obj_get(s, O_STREAM);
+    *q = st ? &st->q : s == CU_STREAM_PER_THREAD ? &(*ctx)->q_ptds : &(*ctx)->q_legacy;
+    return CUDA_SUCCESS;
+}
+
+static int queue_init(struct sim_queue *q)
+{
+    size_t bytes = (size_t)drv.cfg.queue_depth * sizeof *q->ends;
+    if (!q->ends && !(q->ends = malloc(bytes)))
+        return -1;
+    memset(q->ends, 0, bytes);
+    q->last_end = 0;
+    q->head = 0;
+    return 0;
+}
+
+int ctx_queues_init(struct sim_ctx *c)
+{
+    c->last_end = 0;
+    return queue_init(&c->q_legacy) || queue_init(&c->q_ptds) ? -1 : 0;
+}
+
+void wait_until(unsigned long long t)
+{
+    if (t > sim_now_ns())
+        sim_sleep_until(t);
+}
+
+/* When the work queued so far on stream `s` ends; the legacy stream waits
+ * for every stream of its context. */
+static CUresult stream_end(CUstream s, unsigned long long *end)
+{
+    NEED_INIT();
+    struct sim_ctx *c;
+    struct sim_queue *q;
+    LOCK();
+    CUresult rc = stream_queue(s, &c, &q);
+    if (!rc)
+        *end = q == &c->q_legacy ? c->last_end : q->last_end;
+    UNLOCK();
+    return rc;
+}
+
+static CUresult stream_sync(CUstream s)
+{
+    unsigned long long end;
+    CUresult rc = stream_end(s, &end);
+    if (!rc)
+        wait_until(end);
+    return rc;
+}
+
+static CUresult stream_query(CUstream s)
+{
+    unsigned long long end;
+    CUresult rc = stream_end(s, &end);
+    return rc ? rc : sim_now_ns() < end ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
 CUresult stream_check(CUstream s)
@@ -38,8 +103,10 @@ static CUresult stream_create(CUstream *ph, unsigned int flags, int priority)
     if (!ph || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
         return CUDA_ERROR_INVALID_VALUE;
     LOCK();
-    struct sim_stream *s = obj_new(sizeof *s, O_STREAM, c);
+    struct sim_stream *s =
+        obj_new(sizeof *s + (size_t)drv.cfg.queue_depth * sizeof *s->q.ends, O_STREAM, c);
     if (s) {
+        s->q.ends = (unsigned long long *)(s + 1);
         s->flags = flags;
         s->priority = priority < -5 ? -5 : priority > 0 ? 0 : priority;
         s->id = ++drv.next_id;
@@ -77,20 +144,12 @@ SIM_API CUresult cuStreamDestroy(CUstream hStream)
     return cuStreamDestroy_v2(hStream);
 }
 
-SIM_API CUresult cuStreamSynchronize(CUstream hStream) { return stream_check(hStream); }
-SIM_API CUresult cuStreamSynchronize_ptsz(CUstream hStream) { return stream_check(hStream); }
-SIM_API CUresult cuStreamQuery(CUstream hStream) { return stream_check(hStream); }
-SIM_API CUresult cuStreamQuery_ptsz(CUstream hStream) { return stream_check(hStream); }
+SIM_API CUresult cuStreamSynchronize(CUstream hStream) { return stream_sync(hStream); }
+SIM_API CUresult cuStreamSynchronize_ptsz(CUstream hStream) { return stream_sync(hStream); }
+SIM_API CUresult cuStreamQuery(CUstream hStream) { return stream_query(hStream); }
+SIM_API CUresult cuStreamQuery_ptsz(CUstream hStream) { return stream_query(hStream); }
 
-static CUresult event_check(CUevent e)
-{
-    NEED_INIT();
-    LOCK();
-    struct sim_event *ev = obj_get(e, O_EVENT);
-    UNLOCK();
-    return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
-}
-
+/* Work queued on `s` after this starts when the event's work has ended. */
 static CUresult stream_wait(CUstream s, CUevent e, unsigned int flags)
 {
     CUresult rc = stream_check(s);
@@ -98,7 +157,15 @@ static CUresult stream_wait(CUstream s, CUevent e, unsigned int flags)
         return rc;
     if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
         return CUDA_ERROR_INVALID_VALUE;
-    return event_check(e);
+    struct sim_ctx *c;
+    struct sim_queue *q;
+    LOCK();
+    struct sim_event *ev = obj_get(e, O_EVENT);
+    rc = !ev ? CUDA_ERROR_INVALID_HANDLE : stream_queue(s, &c, &q);
+    if (!rc && ev->recorded && ev->time > q->last_end)
+        q->last_end = ev->time;
+    UNLOCK();
+    return rc;
 }
 
 SIM_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
@@ -141,16 +208,57 @@ SIM_API CUresult cuEventDestroy(CUevent hEvent)
     return cuEventDestroy_v2(hEvent);
 }
 
+/* The event completes when the work queued on `s` before it has ended. */
 static CUresult event_record(CUevent e, CUstream s)
 {
-    CUresult rc = event_check(e);
-    return rc ? rc : stream_check(s);
+    NEED_INIT();
+    struct sim_ctx *c;
+    struct sim_queue *q;
+    LOCK();
+    struct sim_event *ev = obj_get(e, O_EVENT);
+    CUresult rc = !ev ? CUDA_ERROR_INVALID_HANDLE : stream_queue(s, &c, &q);
+    if (!rc) {
+        unsigned long long now = sim_now_ns();
+        unsigned long long end = q == &c->q_legacy ? c->last_end : q->last_end;
+        ev->time = end > now ? end : now;
+        ev->recorded = 1;
+    }
+    UNLOCK();
+    return rc;
+}
+
+/* When the event completes (0: never recorded, complete). */
+static CUresult event_time(CUevent e, unsigned long long *t)
+{
+    NEED_INIT();
+    LOCK();
+    struct sim_event *ev = obj_get(e, O_EVENT);
+    if (ev)
+        *t = ev->recorded ? ev->time : 0;
+    UNLOCK();
+    return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static CUresult event_sync(CUevent e)
+{
+    unsigned long long t;
+    CUresult rc = event_time(e, &t);
+    if (!rc)
+        wait_until(t);
+    return rc;
+}
+
+static CUresult event_query(CUevent e)
+{
+    unsigned long long t;
+    CUresult rc = event_time(e, &t);
+    return rc ? rc : sim_now_ns() < t ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream) { return event_record(hEvent, hStream); }
 SIM_API CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) { return event_record(hEvent, hStream); }
-SIM_API CUresult cuEventSynchronize(CUevent hEvent) { return event_check(hEvent); }
-SIM_API CUresult cuEventQuery(CUevent hEvent) { return event_check(hEvent); }
+SIM_API CUresult cuEventSynchronize(CUevent hEvent) { return event_sync(hEvent); }
+SIM_API CUresult cuEventQuery(CUevent hEvent) { return event_query(hEvent); }
 
 /* ---- Stream queries ---- */
 
@@ -319,7 +427,8 @@ SIM_API CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream,
                             edgeData_out, numDependencies_out);
 }
 
-/* Host functions and callbacks run at once, in the calling thread. */
+/* Host functions and callbacks run in the calling thread once the work
+ * queued before them has ended (the call waits for it). */
 static CUresult host_func(CUstream s, CUhostFn fn, void *data)
 {
     CUresult rc = stream_check(s);
@@ -327,6 +436,9 @@ static CUresult host_func(CUstream s, CUhostFn fn, void *data)
         return rc;
     if (!fn)
         return CUDA_ERROR_INVALID_VALUE;
+    rc = stream_sync(s);
+    if (rc)
+        return rc;
     fn(data);
     return CUDA_SUCCESS;
 }
@@ -338,6 +450,9 @@ static CUresult add_callback(CUstream s, CUstreamCallback cb, void *data, unsign
         return rc;
     if (!cb || flags)
         return CUDA_ERROR_INVALID_VALUE;
+    rc = stream_sync(s);
+    if (rc)
+        return rc;
     cb(s, CUDA_SUCCESS, data);
     return CUDA_SUCCESS;
 }
@@ -367,7 +482,7 @@ SIM_API CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsign
 SIM_API CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 { return record_with_flags(hEvent, hStream, flags); }
 
-/* No time passes on the simulated device. */
+/* The time between the two events' completions on the timeline. */
 static CUresult elapsed(float *ms, CUevent start, CUevent end)
 {
     NEED_INIT();
@@ -377,10 +492,14 @@ static CUresult elapsed(float *ms, CUevent start, CUevent end)
     struct sim_event *a = obj_get(start, O_EVENT), *b = obj_get(end, O_EVENT);
     CUresult rc = !a || !b ? CUDA_ERROR_INVALID_HANDLE
                   : (a->flags | b->flags) & CU_EVENT_DISABLE_TIMING ? CUDA_ERROR_INVALID_HANDLE
+                  : !a->recorded || !b->recorded ? CUDA_ERROR_INVALID_HANDLE
                   : CUDA_SUCCESS;
-    UNLOCK();
+    unsigned long long now = sim_now_ns();
+    if (!rc && (a->time > now || b->time > now))
+        rc = CUDA_ERROR_NOT_READY;
     if (!rc)
-        *ms = 0.0f;
+        *ms = (float)(((double)b->time - (double)a->time) / 1e6);
+    UNLOCK();
     return rc;
 }
 

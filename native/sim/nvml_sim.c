@@ -430,18 +430,6 @@ SIM_API nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t dev
                                                                 nvmlProcessInfo_t *infos)
 { return running(device, infoCount, infos, 3, 0); }
 
-SIM_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
-{
-    NEED_DEV(device, i);
-    if (!utilization)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    /* Busy while any process holds memory on it. */
-    int busy = used_bytes(i) > nvs.cfg.other_used[i];
-    utilization->gpu = busy ? 100 : 0;
-    utilization->memory = busy ? 50 : 0;
-    return NVML_SUCCESS;
-}
-
 SIM_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
                                               unsigned int *temp)
 {

@@ -28,6 +28,9 @@ struct sim_config {
     int driver_version;
     char faults[SIM_PATH_LEN];                       /* "" when unset */
     char state[SIM_PATH_LEN];                        /* "" when unset */
+    unsigned long long kernel_ns;                    /* CGPU_SIM_KERNEL_NS */
+    unsigned int queue_depth;                        /* CGPU_SIM_QUEUE_DEPTH */
+    unsigned long long timeslice_ns;                 /* CGPU_SIM_TIMESLICE_NS */
 };
 
 /* PCI location of simulated device i (domain 0, device 0, function 0). */
@@ -54,9 +57,34 @@ int sim_parse_busid(const char *s, unsigned *domain, unsigned *bus, unsigned *de
  * process owns one slot (claimed under the robust mutex) and updates its own
  * counters with atomics; readers sum the slots of live processes. */
 #define SIM_STATE_MAGIC 0x4d495347u /* "GSIM" */
-#define SIM_STATE_VERSION 1u
+#define SIM_STATE_VERSION 2u
 #define SIM_STATE_DEVICES 32
 #define SIM_STATE_SLOTS 1024
+
+/* ---- The timeline ------------------------------------------------------
+ * Kernels run one at a time per device.  Time is CLOCK_MONOTONIC in ns.  Busy
+ * time is kept in 10 ms buckets: a ring of SIM_TL_BUCKETS words, each
+ * (bucket number << 24 | busy ns in that bucket), updated with CAS; a word
+ * whose tag is not the bucket asked for counts as 0.  A kernel's busy time is
+ * added to the buckets when it is launched (its interval is known then), so
+ * only buckets that have ended are read back. */
+#define SIM_TL_BUCKET_NS 10000000ULL                 /* 10 ms */
+#define SIM_TL_BUCKETS 2048                          /* 20.48 s ring */
+#define SIM_TL_HISTORY 1000                          /* buckets readable back: 10 s */
+#define SIM_TL_AHEAD_NS 10000000000ULL               /* queued work at most 10 s ahead */
+#define SIM_TL_MAX_KERNEL_NS SIM_TL_AHEAD_NS         /* longest kernel */
+#define SIM_TL_NS_BITS 24
+#define SIM_SLOT_TL 4                                /* devices with a per-process timeline */
+
+struct sim_tl {
+    _Atomic unsigned long long b[SIM_TL_BUCKETS];
+};
+
+struct sim_tl_dev {
+    _Atomic unsigned long long busy_until;           /* end of the last queued kernel */
+    _Atomic unsigned long long busy_ns;              /* all kernel time ever queued */
+    struct sim_tl tl;
+};
 
 struct sim_state_slot {
     _Atomic int pid;                                 /* 0: free */
@@ -64,6 +92,9 @@ struct sim_state_slot {
     _Atomic unsigned long long start_time;           /* /proc/<pid>/stat field 22 */
     _Atomic unsigned long long used[SIM_STATE_DEVICES];
     _Atomic unsigned int contexts[SIM_STATE_DEVICES];
+    _Atomic unsigned long long busy[SIM_STATE_DEVICES]; /* kernel ns queued, per device */
+    _Atomic int tl_dev[SIM_SLOT_TL];                 /* state device + 1 of tl[i]; 0: unused */
+    struct sim_tl tl[SIM_SLOT_TL];
 };
 
 struct sim_state_file {
@@ -77,6 +108,7 @@ struct sim_state_file {
     _Atomic unsigned int high_water;                 /* slots[0, high_water) ever used */
     pthread_mutex_t lock;                            /* pshared, robust */
     char uuid[SIM_STATE_DEVICES][SIM_UUID_LEN];
+    struct sim_tl_dev dev[SIM_STATE_DEVICES];
     struct sim_state_slot slots[SIM_STATE_SLOTS];
 };
 
@@ -105,5 +137,23 @@ unsigned long long sim_state_used(struct sim_state *st, int sdev);
 int sim_state_procs(struct sim_state *st, int sdev, struct sim_proc_usage *out, int max);
 int sim_pid_alive(int pid, unsigned long long start_time);
 unsigned long long sim_proc_start_time(int pid);
+
+/* ---- Timeline (sim_timeline.c) ---- */
+unsigned long long sim_now_ns(void);
+/* Sleep until monotonic time `t` (ns). */
+void sim_sleep_until(unsigned long long t);
+/* Add the busy interval [s, e) to `tl`. */
+void sim_tl_add(struct sim_tl *tl, unsigned long long s, unsigned long long e);
+/* Busy ns in buckets [b0, b1) (bucket numbers, t / SIM_TL_BUCKET_NS). */
+unsigned long long sim_tl_busy(const struct sim_tl *tl, unsigned long long b0, unsigned long long b1);
+/* Queue a kernel of `dur` ns that may start at `earliest` on `d`: 0 and
+ * *start set, or the monotonic time to wait for before trying again (the
+ * device's queue reaches SIM_TL_AHEAD_NS past `now`). */
+unsigned long long sim_tl_reserve(struct sim_tl_dev *d, unsigned long long now,
+                                  unsigned long long earliest, unsigned long long dur,
+                                  unsigned long long *start);
+/* The per-process timeline of `slot` for state device `sdev`, assigning one
+ * if `create`; NULL if none (all SIM_SLOT_TL taken, or not created). */
+struct sim_tl *sim_slot_tl(struct sim_state_slot *slot, int sdev, int create);
 
 #endif

@@ -333,5 +333,26 @@ int sim_config_load(struct sim_config *cfg)
             ERR("CGPU_SIM_STATE", "invalid path '%s'", v);
         strcpy(cfg->state, v);
     }
+
+    if ((v = getenv("CGPU_SIM_KERNEL_NS"))) {
+        long ns;
+        if (parse_int(v, 0, (long)SIM_TL_MAX_KERNEL_NS, &ns))
+            ERR("CGPU_SIM_KERNEL_NS", "invalid duration '%s' (0..%llu ns)", v, SIM_TL_MAX_KERNEL_NS);
+        cfg->kernel_ns = (unsigned long long)ns;
+    }
+    cfg->timeslice_ns = 10000000;
+    if ((v = getenv("CGPU_SIM_TIMESLICE_NS"))) {
+        long ns;
+        if (parse_int(v, 0, 1000000000L, &ns))
+            ERR("CGPU_SIM_TIMESLICE_NS", "invalid time slice '%s' (0..1000000000 ns)", v);
+        cfg->timeslice_ns = (unsigned long long)ns;
+    }
+    cfg->queue_depth = 1024;
+    if ((v = getenv("CGPU_SIM_QUEUE_DEPTH"))) {
+        long q;
+        if (parse_int(v, 1, 65536, &q))
+            ERR("CGPU_SIM_QUEUE_DEPTH", "invalid depth '%s' (1..65536)", v);
+        cfg->queue_depth = (unsigned)q;
+    }
     return 0;
 }

@@ -183,6 +183,12 @@ int sim_state_claim(struct sim_state *st)
         for (int d = 0; d < SIM_STATE_DEVICES; d++) {
             atomic_store(&s->used[d], 0);
             atomic_store(&s->contexts[d], 0);
+            atomic_store(&s->busy[d], 0);
+        }
+        for (int t = 0; t < SIM_SLOT_TL; t++) {
+            atomic_store(&s->tl_dev[t], 0);
+            for (int b = 0; b < SIM_TL_BUCKETS; b++)
+                atomic_store_explicit(&s->tl[t].b[b], 0, memory_order_relaxed);
         }
         atomic_store(&s->start_time, start);
         atomic_store(&s->pid, me);

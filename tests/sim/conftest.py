@@ -106,6 +106,18 @@ def surface_probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Pat
     return _compile(HERE / "sim_surface.c", tmp_path_factory.mktemp("surface"), simlib)
 
 
+@pytest.fixture(scope="session")
+def timeline_probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Path:
+    """sim_timeline.c, built: kernels on the timeline."""
+    return _compile(HERE / "sim_timeline.c", tmp_path_factory.mktemp("timeline"), simlib)
+
+
+@pytest.fixture
+def run_timeline(timeline_probe: Path, simlib: Path):
+    """run_timeline("cmd", args..., env vars...) runs sim_timeline."""
+    return _runner(timeline_probe, simlib)
+
+
 @pytest.fixture
 def run(probe: Path, simlib: Path):
     """run("cmd", env vars...) runs sim_probe."""

@@ -432,7 +432,13 @@ static int cmd_async(void)
     OK(cuMemPoolTrimTo(mine, 0));
     OK(cuMemPoolDestroy(mine));
     RC(cuMemPoolDestroy(pool), CUDA_ERROR_INVALID_VALUE);   /* the default pool stays */
-    OK(cuLaunchKernel((CUfunction)0x1, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+    CUmodule mod;
+    CUfunction fn;
+    OK(cuModuleLoadData(&mod, "any image"));
+    OK(cuModuleGetFunction(&fn, mod, "noop"));
+    RC(cuLaunchKernel((CUfunction)0x1, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL), CUDA_ERROR_INVALID_HANDLE);
+    OK(cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, s, NULL, NULL));
+    OK(cuModuleUnload(mod));
     OK(cuStreamDestroy(s));
     RC(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
 

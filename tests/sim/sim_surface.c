@@ -168,7 +168,7 @@ static int cmd_queries(void)
     OK(cuEventRecordWithFlags(b, s, CU_EVENT_RECORD_DEFAULT));
     float ms = -1;
     OK(cuEventElapsedTime(&ms, a, b));
-    CHECK(ms == 0.0f);
+    CHECK(ms >= 0.0f && ms < 100.0f);   /* an idle stream: the time between the two calls */
     RC(cuEventElapsedTime(&ms, a, untimed), CUDA_ERROR_INVALID_HANDLE);
     printf("ok\n");
     return 0;
@@ -233,13 +233,13 @@ static int cmd_pool(void)
 /* A sample of entry points the simulator does not model. */
 static int cmd_unmodelled(void)
 {
-    CUgraph g;
-    CUmodule m;
-    RC(cuGraphCreate(&g, 0), CUDA_ERROR_NOT_INITIALIZED);
+    CUgraphNode n;
+    CUtexref t;
+    RC(cuGraphAddEmptyNode(&n, NULL, NULL, 0), CUDA_ERROR_NOT_INITIALIZED);
     OK(cuInit(0));
     primary();
-    RC(cuGraphCreate(&g, 0), CUDA_ERROR_NOT_SUPPORTED);
-    RC(cuModuleLoad(&m, "kernels.cubin"), CUDA_ERROR_NOT_SUPPORTED);
+    RC(cuGraphAddEmptyNode(&n, NULL, NULL, 0), CUDA_ERROR_NOT_SUPPORTED);
+    RC(cuTexRefCreate(&t), CUDA_ERROR_NOT_SUPPORTED);
     RC(cuCtxResetPersistingL2Cache(), CUDA_ERROR_NOT_SUPPORTED);
     const char *name = NULL;
     OK(cuGetErrorName(CUDA_ERROR_NOT_SUPPORTED, &name));
