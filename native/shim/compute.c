@@ -19,6 +19,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -32,6 +33,7 @@
 #define COST_START_NS 100000LL
 #define HEADROOM_PCT 5               /* `share`: idle time left for others to claim theirs */
 #define STALE_NS 250000000ULL        /* a controller silent this long is stopped or stuck */
+#define PENDING_MAX_US 40000ULL      /* NVML's lag at most: admitted earlier means measured */
 #define HISTORY 64                   /* ticks of (time, launches) kept to tell measured launches */
 #define CONTROLLER_BYTE (CGPU_ADMIN_BYTE - 1)
 #define MAX_SAMPLES 1024
@@ -54,7 +56,9 @@ struct dev_ctl {
     uint64_t hist_launches[HISTORY];
     unsigned hist_n;
     uint64_t measured_launches;      /* launches counter at the end of the measured window */
+    uint64_t last_tick;              /* CLOCK_MONOTONIC ns of the last tick */
     double others;                   /* others' share, smoothed */
+    double busy_sum, launch_sum;     /* decaying sums for the cost per launch */
     double used;                     /* ours, smoothed over ~1 s, for readers */
 };
 
@@ -130,8 +134,9 @@ static int ours(const struct ledger *l, unsigned pid)
     return 0;
 }
 
-/* GPU time of the container (*mine) and of everyone else (*theirs) over the window that
- * NVML reports from c->seen_us; returns the window in µs (0: nothing new yet). */
+/* GPU time (µs) of the container (*mine) and of everyone else (*theirs) over the window that
+ * NVML reports from c->seen_us; returns the window in µs (0: nothing new).  A window in which no
+ * process ran a kernel gives nothing: the next one covers it, as NVML's windows tile the time. */
 static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, double *mine, double *theirs)
 {
     static proc_util_sample samples[MAX_SAMPLES];
@@ -139,14 +144,8 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, dou
     *mine = *theirs = 0;
     nvmlReturn_t rc = ctl.proc_util(c->nvml, samples, &n, c->seen_us);
     unsigned long long now = real_us();
-    if (rc == NVML_ERROR_NOT_FOUND) { /* no process ran a kernel since seen_us */
-        unsigned long long end = now - (unsigned long long)TICK_NS / 1000;
-        if (end <= c->seen_us)
-            return 0;
-        unsigned long long w = end - c->seen_us;
-        c->seen_us = end;
-        return w;
-    }
+    if (rc == NVML_ERROR_NOT_FOUND && now > c->seen_us + 2000000ull)
+        c->seen_us = now - 1000000ull; /* idle a long while: NVML looks back only so far */
     if (rc != NVML_SUCCESS || n == 0 || n > MAX_SAMPLES)
         return 0;
     unsigned long long end = samples[0].timeStamp;
@@ -193,33 +192,44 @@ static void tick(int d, uint64_t now)
 
     long long credit = clampll(__atomic_load_n(&k->credit, __ATOMIC_RELAXED), -DEBT_MAX_NS, BURST_NS);
     long long cost = clampll((long long)__atomic_load_n(&k->cost, __ATOMIC_RELAXED), COST_MIN_NS, COST_MAX_NS);
+    /* The budget grows with wall time, at the rate of this moment... */
+    double rate = pct / 100.0;
+    if (g_shim.ledger.policy[d] == CGPU_COMPUTE_SHARE && 1.0 - c->others - HEADROOM_PCT / 100.0 > rate)
+        rate = 1.0 - c->others - HEADROOM_PCT / 100.0;
+    long long dt = c->last_tick && now > c->last_tick ? (long long)(now - c->last_tick) : 0;
+    c->last_tick = now;
+    credit += (long long)(rate * (double)(dt > 100000000LL ? 100000000LL : dt));
+    /* ... and shrinks by the GPU time measured, whenever a measurement comes. */
     double mine, theirs;
     unsigned long long w_us = measure(c, l, &mine, &theirs);
     if (w_us) {
-        double w_ns = (double)w_us * 1000.0, mine_ns = mine * 1000.0;
-        double a = w_ns / 1e8 > 1 ? 1 : w_ns / 1e8; /* others: ~100 ms memory */
-        c->others = c->others + a * (theirs / (double)w_us - c->others);
-        double b = w_ns / 1e9 > 1 ? 1 : w_ns / 1e9; /* ours, for readers: ~1 s */
-        c->used = c->used + b * (mine / (double)w_us - c->used);
-        double rate = pct / 100.0;
-        if (g_shim.ledger.policy[d] == CGPU_COMPUTE_SHARE) {
-            double idle = 1.0 - c->others - HEADROOM_PCT / 100.0;
-            if (idle > rate)
-                rate = idle;
-        }
-        credit = clampll(credit + (long long)(rate * w_ns - mine_ns), -DEBT_MAX_NS, BURST_NS);
+        double w = (double)w_us, mine_ns = mine * 1000.0;
+        double a = w / 1e5 > 1 ? 1 : w / 1e5; /* others: ~100 ms memory */
+        c->others = c->others + a * (theirs / w - c->others);
+        double b = w / 1e6 > 1 ? 1 : w / 1e6; /* ours, for readers: ~1 s */
+        c->used = c->used + b * (mine / w - c->used);
+        credit -= (long long)mine_ns;
         uint64_t upto = launches_at(c, c->seen_us, launches);
-        if (upto > c->measured_launches && mine_ns > 0) {
-            double per = mine_ns / (double)(upto - c->measured_launches);
-            cost = clampll((long long)(0.7 * (double)cost + 0.3 * per), COST_MIN_NS, COST_MAX_NS);
-        }
-        c->measured_launches = upto;
+        /* Cost per launch: the ratio of two decaying sums, GPU time over launches. */
+        c->busy_sum = 0.9 * c->busy_sum + mine_ns;
+        c->launch_sum = 0.9 * c->launch_sum + (double)(upto > c->measured_launches ? upto - c->measured_launches : 0);
+        if (c->launch_sum >= 1.0 && c->busy_sum > 0)
+            cost = clampll((long long)(c->busy_sum / c->launch_sum), COST_MIN_NS, COST_MAX_NS);
+        if (upto > c->measured_launches)
+            c->measured_launches = upto;
         __atomic_store_n(&k->used, (uint32_t)(c->used * 10000.0 + 0.5), __ATOMIC_RELAXED);
     }
+    credit = clampll(credit, -DEBT_MAX_NS, BURST_NS);
     /* Work admitted since the measured window ended is not in `credit` yet. */
-    uint64_t pending = launches > c->measured_launches ? launches - c->measured_launches : 0;
+    /* (NVML is at most a few ticks late: what was admitted before that has been measured.) */
+    uint64_t before = launches_at(c, now_us - PENDING_MAX_US, launches);
+    uint64_t seen = c->measured_launches > before ? c->measured_launches : before;
+    uint64_t pending = launches > seen ? launches - seen : 0;
     long long room = credit - (long long)(pending > 1000000 ? 1000000 : pending) * cost;
     long long tickets = room > 0 ? room / cost + 1 : 0;
+    if (getenv("CGPU_COMPUTE_DEBUG"))
+        fprintf(stderr, "tick d%d w=%llu mine=%.0f theirs=%.0f credit=%lld cost=%lld pending=%llu tickets=%lld launches=%llu\n",
+                d, w_us, mine, theirs, credit, cost, (unsigned long long)pending, tickets, (unsigned long long)launches);
     __atomic_store_n(&k->credit, credit, __ATOMIC_RELAXED);
     __atomic_store_n(&k->cost, (uint64_t)cost, __ATOMIC_RELAXED);
     __atomic_store_n(&k->tickets, tickets, __ATOMIC_RELAXED);
@@ -267,6 +277,8 @@ static void *controller(void *arg)
             leading = 1;
             for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) { /* start from what is measured now */
                 ctl.dev[d].hist_n = 0;
+                ctl.dev[d].last_tick = 0;
+                ctl.dev[d].seen_us = real_us() - 2 * (unsigned long long)TICK_NS / 1000;
                 ctl.dev[d].measured_launches = __atomic_load_n(&g_shim.ledger.l->compute[d].launches, __ATOMIC_RELAXED);
             }
         }
