@@ -59,6 +59,8 @@ struct dev_ctl {
     uint64_t last_tick;              /* CLOCK_MONOTONIC ns of the last tick */
     double others;                   /* others' share, smoothed */
     double busy_sum, launch_sum;     /* decaying sums for the cost per launch */
+    long long probe;                 /* launches admitted per tick while their cost is unknown */
+    int known;                       /* a cost per launch has been measured */
     double used;                     /* ours, smoothed over ~1 s, for readers */
 };
 
@@ -94,6 +96,7 @@ static void sleep_ns(long long ns)
         ;
 }
 
+
 static long long clampll(long long v, long long lo, long long hi)
 {
     return v < lo ? lo : v > hi ? hi : v;
@@ -104,16 +107,21 @@ static long long clampll(long long v, long long lo, long long hi)
 void compute_wait(int dev)
 {
     struct ledger_compute *k = &g_shim.ledger.l->compute[dev];
+    uint64_t since = mono_ns();
     for (;;) {
         uint32_t seq = __atomic_load_n(&k->seq, __ATOMIC_ACQUIRE);
         if (__atomic_fetch_sub(&k->tickets, 1, __ATOMIC_RELAXED) > 0)
             break;
         uint64_t beat = __atomic_load_n(&k->beat, __ATOMIC_RELAXED), now = mono_ns();
-        if (beat > now || now - beat > STALE_NS) {
-            /* No live controller (stopped, or its thread could not run): never hang; pace
-             * this process alone at its limit, about one launch per (100/limit - 1) ms. */
+        if (beat > since)
+            since = beat; /* the controller is alive */
+        if (now - since > STALE_NS) {
+            /* No controller for a while (stopped, or unable to measure): never hang; pace
+             * this process alone at its limit, from the last estimated cost per launch. */
             unsigned pct = g_shim.ledger.compute[dev];
-            sleep_ns((long long)(100 - pct) * 1000000LL / (long long)pct);
+            long long cost = clampll((long long)__atomic_load_n(&k->cost, __ATOMIC_RELAXED), COST_MIN_NS,
+                                     COST_MAX_NS / 10);
+            sleep_ns(cost * (100 - pct) / (long long)pct);
             break;
         }
         struct timespec ts = {0, 2000000}; /* a missed wake costs at most 2 ms */
@@ -210,11 +218,17 @@ static void tick(int d, uint64_t now)
         c->used = c->used + b * (mine / w - c->used);
         credit -= (long long)mine_ns;
         uint64_t upto = launches_at(c, c->seen_us, launches);
-        /* Cost per launch: the ratio of two decaying sums, GPU time over launches. */
-        c->busy_sum = 0.9 * c->busy_sum + mine_ns;
-        c->launch_sum = 0.9 * c->launch_sum + (double)(upto > c->measured_launches ? upto - c->measured_launches : 0);
-        if (c->launch_sum >= 1.0 && c->busy_sum > 0)
+        /* Cost per launch: the ratio of two sums, GPU time over launches, that forget at each
+         * window in which new launches were measured (GPU time trails its launches). */
+        if (upto > c->measured_launches) {
+            c->busy_sum *= 0.9;
+            c->launch_sum = 0.9 * c->launch_sum + (double)(upto - c->measured_launches);
+        }
+        c->busy_sum += mine_ns;
+        if (c->launch_sum >= 1.0 && c->busy_sum > 0) {
             cost = clampll((long long)(c->busy_sum / c->launch_sum), COST_MIN_NS, COST_MAX_NS);
+            c->known = 1;
+        }
         if (upto > c->measured_launches)
             c->measured_launches = upto;
         __atomic_store_n(&k->used, (uint32_t)(c->used * 10000.0 + 0.5), __ATOMIC_RELAXED);
@@ -222,16 +236,25 @@ static void tick(int d, uint64_t now)
     credit = clampll(credit, -DEBT_MAX_NS, BURST_NS);
     /* Work admitted since the measured window ended is not in `credit` yet. */
     /* (NVML is at most a few ticks late: what was admitted before that has been measured.) */
-    uint64_t before = launches_at(c, now_us - PENDING_MAX_US, launches);
+    unsigned long long horizon = PENDING_MAX_US + 3 * (unsigned long long)cost / 1000;
+    uint64_t before = launches_at(c, now_us - horizon, launches);
     uint64_t seen = c->measured_launches > before ? c->measured_launches : before;
     uint64_t pending = launches > seen ? launches - seen : 0;
     long long room = credit - (long long)(pending > 1000000 ? 1000000 : pending) * cost;
-    long long tickets = room > 0 ? room / cost + 1 : 0;
+    /* Until launches have been measured their cost is unknown: admit one, and twice as many
+     * each time all those admitted were measured without a visible GPU time. */
+    long long tickets = room <= 0 ? 0 : room / cost + 1;
+    if (!c->known) {
+        tickets = room > 0 && pending == 0 ? c->probe : 0;
+        if (tickets && c->probe < (1 << 20))
+            c->probe *= 2;
+    }
     if (getenv("CGPU_COMPUTE_DEBUG"))
         fprintf(stderr, "tick d%d w=%llu mine=%.0f theirs=%.0f credit=%lld cost=%lld pending=%llu tickets=%lld launches=%llu\n",
                 d, w_us, mine, theirs, credit, cost, (unsigned long long)pending, tickets, (unsigned long long)launches);
     __atomic_store_n(&k->credit, credit, __ATOMIC_RELAXED);
-    __atomic_store_n(&k->cost, (uint64_t)cost, __ATOMIC_RELAXED);
+    if (c->known)
+        __atomic_store_n(&k->cost, (uint64_t)cost, __ATOMIC_RELAXED);
     __atomic_store_n(&k->tickets, tickets, __ATOMIC_RELAXED);
     __atomic_store_n(&k->beat, now, __ATOMIC_RELAXED);
     __atomic_fetch_add(&k->seq, 1, __ATOMIC_RELEASE);
@@ -278,6 +301,8 @@ static void *controller(void *arg)
             for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) { /* start from what is measured now */
                 ctl.dev[d].hist_n = 0;
                 ctl.dev[d].last_tick = 0;
+                ctl.dev[d].probe = 1;
+                ctl.dev[d].known = __atomic_load_n(&g_shim.ledger.l->compute[d].cost, __ATOMIC_RELAXED) != 0;
                 ctl.dev[d].seen_us = real_us() - 2 * (unsigned long long)TICK_NS / 1000;
                 ctl.dev[d].measured_launches = __atomic_load_n(&g_shim.ledger.l->compute[d].launches, __ATOMIC_RELAXED);
             }

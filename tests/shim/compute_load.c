@@ -99,17 +99,15 @@ static unsigned long long saturate(void)
     }
     CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1, .blockDimZ = 1};
     double end = now_s() + seconds;
-    while (now_s() < end) {
-        for (int i = 0; i < 8; i++, n++) {
-            if (launch)
-                OK(launch(busy_fn, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
-            else if (ex)
-                OK(ex(&cfg, busy_fn, params, NULL));
-            else if (coop)
-                OK(coop(busy_fn, 1, 1, 1, 32, 1, 1, 0, NULL, params));
-            else
-                OK(graph(exec, NULL));
-        }
+    for (; now_s() < end; n++) {
+        if (launch)
+            OK(launch(busy_fn, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
+        else if (ex)
+            OK(ex(&cfg, busy_fn, params, NULL));
+        else if (coop)
+            OK(coop(busy_fn, 1, 1, 1, 32, 1, 1, 0, NULL, params));
+        else
+            OK(graph(exec, NULL));
     }
     return n;
 }
