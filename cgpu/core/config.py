@@ -1,15 +1,20 @@
-"""The per-container config file (`cgpu.conf`): slices per device UUID."""
+"""The per-container config file (`cgpu.conf`): slices per device UUID, and compute limits.
+
+A `compute <uuid> <percent> [fixed|share]` line gives a device listed above it a compute limit
+(percent of the GPU's time, 1-100; policy `fixed` by default)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from cgpu.core.files import atomic_write
 from cgpu.core.layout import CONFIG_NAME, UUID_RE
 from cgpu.core.native import load
 
 MAX_DEVICES = 16
+POLICIES = ("fixed", "share")  # CGPU_COMPUTE_FIXED = 1, CGPU_COMPUTE_SHARE = 2
 
 
 class ConfigError(ValueError):
@@ -39,8 +44,8 @@ def validate_uuid(uuid: str) -> str:
     return uuid
 
 
-def render_config(limits: dict[str, int]) -> str:
-    """The text of a config file for {uuid: bytes}."""
+def render_config(limits: dict[str, int], compute: dict[str, tuple[int, str]] | None = None) -> str:
+    """The text of a config file for {uuid: bytes} and {uuid: (percent, policy)}."""
     if not limits or len(limits) > MAX_DEVICES:
         raise ConfigError(f"a config needs 1 to {MAX_DEVICES} devices, got {len(limits)}")
     lines = ["# cgpu container config", "version 1"]
@@ -48,21 +53,50 @@ def render_config(limits: dict[str, int]) -> str:
         if limit <= 0:
             raise ConfigError(f"invalid slice {limit} for {uuid}")
         lines.append(f"device {validate_uuid(uuid)} {int(limit)}")
+        if compute and uuid in compute:
+            percent, policy = compute[uuid]
+            if not 1 <= int(percent) <= 100 or policy not in POLICIES:
+                raise ConfigError(f"invalid compute limit {percent!r} {policy!r} for {uuid}")
+            lines.append(f"compute {uuid} {int(percent)} {policy}")
+    unknown = set(compute or {}) - set(limits)
+    if unknown:
+        raise ConfigError(f"compute limits for devices without a slice: {sorted(unknown)}")
     return "\n".join(lines) + "\n"
 
 
-def write_config(directory: str | os.PathLike[str], limits: dict[str, int]) -> Path:
+def write_config(
+    directory: str | os.PathLike[str],
+    limits: dict[str, int],
+    compute: dict[str, tuple[int, str]] | None = None,
+) -> Path:
     """Atomically write `cgpu.conf` into `directory`; returns its path."""
-    return atomic_write(Path(directory) / CONFIG_NAME, render_config(limits))
+    return atomic_write(Path(directory) / CONFIG_NAME, render_config(limits, compute))
 
 
-def load_config(path: str | os.PathLike[str]) -> dict[str, int]:
-    """Parse a config file with the shim's own parser; returns {uuid: bytes}."""
+def _load(path: str | os.PathLike[str]) -> tuple[Any, Any]:
     ffi, lib = load()
     cfg = ffi.new("struct cgpu_config *")
     if lib.cgpu_config_load(str(path).encode(), cfg) != 0:
         raise ConfigError(ffi.string(cfg.error).decode(errors="replace"))
+    return ffi, cfg
+
+
+def load_config(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Parse a config file with the shim's own parser; returns {uuid: bytes}."""
+    ffi, cfg = _load(path)
     return {
         ffi.string(cfg.entries[i].uuid).decode(): int(cfg.entries[i].limit)
         for i in range(cfg.nentries)
     }
+
+
+def load_compute(path: str | os.PathLike[str]) -> dict[str, tuple[int, str]]:
+    """The compute lines of a config file (shim's parser): {uuid: (percent, policy)}."""
+    ffi, cfg = _load(path)
+    out = {}
+    for i in range(cfg.nentries):
+        entry = cfg.entries[i]
+        if entry.compute:
+            policy = POLICIES[1] if entry.compute_policy == 2 else POLICIES[0]
+            out[ffi.string(entry.uuid).decode()] = (int(entry.compute), policy)
+    return out

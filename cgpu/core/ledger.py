@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from cgpu.core.native import load
 
+_POLICY = {1: "fixed", 2: "share"}
+
 
 class LedgerError(Exception):
     """A ledger that cannot be read: missing, foreign, truncated, corrupt or of another version."""
@@ -26,6 +28,9 @@ class DeviceUsage:
     used: int
     peak: int
     processes: int
+    compute_limit: int = 0  # percent of the GPU's time (cgpu.conf first), 0 = none
+    compute_policy: str = ""  # "fixed" or "share" when compute_limit is set
+    compute_used: float = 0.0  # the container's share of the GPU's time lately, percent
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,9 @@ def read_ledger(path: str | os.PathLike[str]) -> Snapshot:
             used=int(snap.devices[i].used),
             peak=int(snap.devices[i].peak),
             processes=int(snap.devices[i].processes),
+            compute_limit=int(snap.devices[i].compute_limit),
+            compute_policy=_POLICY.get(int(snap.devices[i].compute_policy), ""),
+            compute_used=int(snap.devices[i].compute_used) / 100.0,
         )
         for i in range(snap.ndevices)
     ]

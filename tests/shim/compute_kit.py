@@ -22,16 +22,37 @@ def build_load(cc: str, include: Path, sim_dir: Path, out: Path) -> Path:
     """Compile compute_load.c against the simulator's libcuda."""
     exe = out / "compute_load"
     subprocess.run(
-        [cc, "-std=gnu11", "-O2", "-Wall", "-Werror", "-I", str(include), str(HERE / "compute_load.c"),
-         "-o", str(exe), "-L", str(sim_dir), "-l:libcuda.so.1", "-ldl", "-lpthread"],
+        [
+            cc,
+            "-std=gnu11",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            "-I",
+            str(include),
+            str(HERE / "compute_load.c"),
+            "-o",
+            str(exe),
+            "-L",
+            str(sim_dir),
+            "-l:libcuda.so.1",
+            "-ldl",
+            "-lpthread",
+        ],
         check=True,
     )
     return exe
 
 
 class _Sample(ctypes.Structure):
-    _fields_ = [("pid", ctypes.c_uint), ("timeStamp", ctypes.c_ulonglong), ("smUtil", ctypes.c_uint),
-                ("memUtil", ctypes.c_uint), ("encUtil", ctypes.c_uint), ("decUtil", ctypes.c_uint)]
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("timeStamp", ctypes.c_ulonglong),
+        ("smUtil", ctypes.c_uint),
+        ("memUtil", ctypes.c_uint),
+        ("encUtil", ctypes.c_uint),
+        ("decUtil", ctypes.c_uint),
+    ]
 
 
 class Nvml:
@@ -78,7 +99,9 @@ class Container:
         env = {**self.env, "CGPU_LEDGER_DIR": str(self.ledger)}
         args = [str(load), "run", self.path, str(self.kernel_ns), str(self.seconds)]
         self.procs = [
-            subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
             for _ in range(self.processes)
         ]
 
@@ -89,7 +112,7 @@ class Container:
         """Wait for every process; returns the failures (stderr of a non-zero exit)."""
         bad = []
         for p in self.procs:
-            out, err = p.communicate(timeout=60)
+            _out, err = p.communicate(timeout=60)
             if p.returncode != 0:
                 bad.append(f"{self.name} pid {p.pid} rc {p.returncode}: {err.strip()[-500:]}")
         return bad
@@ -99,8 +122,13 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-def run(nvml: Nvml, load: Path, device: int, containers: list[Container],
-        windows: list[tuple[float, float]]) -> list[dict[str, float]]:
+def run(
+    nvml: Nvml,
+    load: Path,
+    device: int,
+    containers: list[Container],
+    windows: list[tuple[float, float]],
+) -> list[dict[str, float]]:
     """Start the containers together; for each (start, end) window in seconds from the start,
     the share (percent of the device's time) each container's processes got."""
     t0 = time.monotonic()
@@ -113,7 +141,9 @@ def run(nvml: Nvml, load: Path, device: int, containers: list[Container],
             since = now_us()
             time.sleep(max(0.0, t0 + end - time.monotonic()))
             util = nvml.utilization(device, since)
-            shares.append({c.name: float(sum(util.get(pid, 0) for pid in c.pids())) for c in containers})
+            shares.append(
+                {c.name: float(sum(util.get(pid, 0) for pid in c.pids())) for c in containers}
+            )
     finally:
         failures = [f for c in containers for f in c.wait()]
     assert not failures, failures
