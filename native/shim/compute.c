@@ -19,7 +19,6 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -249,9 +248,6 @@ static void tick(int d, uint64_t now)
         if (tickets && c->probe < (1 << 20))
             c->probe *= 2;
     }
-    if (getenv("CGPU_COMPUTE_DEBUG"))
-        fprintf(stderr, "tick d%d w=%llu mine=%.0f theirs=%.0f credit=%lld cost=%lld pending=%llu tickets=%lld launches=%llu\n",
-                d, w_us, mine, theirs, credit, cost, (unsigned long long)pending, tickets, (unsigned long long)launches);
     __atomic_store_n(&k->credit, credit, __ATOMIC_RELAXED);
     if (c->known)
         __atomic_store_n(&k->cost, (uint64_t)cost, __ATOMIC_RELAXED);

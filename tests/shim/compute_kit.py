@@ -9,8 +9,11 @@ simulator's own accounting of kernel time, independent of the shim's bookkeeping
 from __future__ import annotations
 
 import ctypes
+import glob
+import json
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +21,21 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def build_load(cc: str, include: Path, sim_dir: Path, out: Path) -> Path:
+def cuda_include() -> Path:
+    """Directory of the real cuda.h."""
+    for base in (
+        os.environ.get("CUDA_HOME", ""),
+        "/usr/local/cuda",
+        *sorted(glob.glob("/usr/local/cuda-*"), reverse=True),
+    ):
+        if base and Path(base, "include", "cuda.h").is_file():
+            return Path(base, "include")
+    raise FileNotFoundError("cuda.h not found (set CUDA_HOME)")
+
+
+def build_load(cc: str, sim_dir: Path, out: Path) -> Path:
     """Compile compute_load.c against the simulator's libcuda."""
+    include = cuda_include()
     exe = out / "compute_load"
     subprocess.run(
         [
@@ -92,11 +108,16 @@ class Container:
     kernel_ns: int = 10_000
     seconds: float = 11.0
     path: str = "kernel"
+    device: int = 0  # the simulated GPU (CUDA_VISIBLE_DEVICES)
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     def start(self, load: Path) -> None:
         self.ledger.mkdir(parents=True, exist_ok=True)
-        env = {**self.env, "CGPU_LEDGER_DIR": str(self.ledger)}
+        env = {
+            **self.env,
+            "CGPU_LEDGER_DIR": str(self.ledger),
+            "CUDA_VISIBLE_DEVICES": str(self.device),
+        }
         args = [str(load), "run", self.path, str(self.kernel_ns), str(self.seconds)]
         self.procs = [
             subprocess.Popen(
@@ -125,26 +146,63 @@ def now_us() -> int:
 def run(
     nvml: Nvml,
     load: Path,
-    device: int,
     containers: list[Container],
     windows: list[tuple[float, float]],
 ) -> list[dict[str, float]]:
-    """Start the containers together; for each (start, end) window in seconds from the start,
-    the share (percent of the device's time) each container's processes got."""
+    """Start the containers together; for each (start, end) window, in seconds from the start
+    (windows may overlap), the share (percent of its device's time) each container got."""
     t0 = time.monotonic()
     for c in containers:
         c.start(load)
-    shares: list[dict[str, float]] = []
+    events = sorted(
+        [(s, 0, i) for i, (s, _) in enumerate(windows)]
+        + [(e, 1, i) for i, (_, e) in enumerate(windows)]
+    )
+    since: dict[int, int] = {}
+    shares: list[dict[str, float]] = [{} for _ in windows]
     try:
-        for start, end in windows:
-            time.sleep(max(0.0, t0 + start - time.monotonic()))
-            since = now_us()
-            time.sleep(max(0.0, t0 + end - time.monotonic()))
-            util = nvml.utilization(device, since)
-            shares.append(
-                {c.name: float(sum(util.get(pid, 0) for pid in c.pids())) for c in containers}
-            )
+        for at, is_end, i in events:
+            time.sleep(max(0.0, t0 + at - time.monotonic()))
+            if not is_end:
+                since[i] = now_us()
+                continue
+            by_device: dict[int, dict[int, int]] = {}
+            for c in containers:
+                if c.device not in by_device:
+                    by_device[c.device] = nvml.utilization(c.device, since[i])
+                util = by_device[c.device]
+                shares[i][c.name] = float(sum(util.get(pid, 0) for pid in c.pids()))
     finally:
         failures = [f for c in containers for f in c.wait()]
     assert not failures, failures
     return shares
+
+
+def run_isolated(spec: dict) -> list[dict[str, float]]:
+    """`run` in a fresh Python (NVML binds to one simulator state file per process).
+
+    spec: sim_dir, state, load, env (the base environment), windows, and containers: dicts of
+    Container's fields, with `env` holding the container's own variables."""
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__)), json.dumps(spec)],
+        env={k: v for k, v in spec["env"].items() if k != "LD_PRELOAD"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _main(spec: dict) -> None:
+    nvml = Nvml(Path(spec["sim_dir"]), Path(spec["state"]))
+    containers = [
+        Container(**{**c, "ledger": Path(c["ledger"]), "env": {**spec["env"], **c["env"]}})
+        for c in spec["containers"]
+    ]
+    windows = [tuple(w) for w in spec["windows"]]
+    print(json.dumps(run(nvml, Path(spec["load"]), containers, windows)))
+
+
+if __name__ == "__main__":
+    _main(json.loads(sys.argv[1]))
