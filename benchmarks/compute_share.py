@@ -1,11 +1,12 @@
 """Compute limit on the simulator: each scenario's share of GPU time against its target, and the
 launch latency the shim adds with and without a limit, measured in one run.
 
-    python benchmarks/compute_share.py [--seconds 11] [--launches 200000]
+    python benchmarks/compute_share.py [--seconds 11] [--launches 20000]
 
 Shares come from the simulator's NVML per-process utilization (tests/shim/compute_kit.py), in
-5 s windows. Latency: ns per cuLaunchKernel of a 0 ns kernel, best of 5 rounds, through dlsym,
-cuGetProcAddress and direct linking, without the shim, with it and no limit, with a limit.
+5 s windows. Latency: ns per cuLaunchKernel of a 0 ns kernel, best of 5 rounds 100 ms apart (so
+a limited container is within its budget: the wait that enforces a limit is not overhead), through
+dlsym, cuGetProcAddress and direct linking, without the shim, with it and no limit, with a limit.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from cgpu.core.paths import shim_path, sim_lib_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "shim"))
-from compute_kit import build_load, run_isolated  # noqa: E402
+from compute_kit import build_load, run_isolated
 
 MS = 1_000_000
 
@@ -49,24 +50,46 @@ def machines(tmp: Path, load: Path, seconds: float) -> list[dict]:
     out = []
     for m, kernel_ns in enumerate((10_000, 50 * MS)):
         containers = [
-            {"name": f"fixed 30%, {n:2d} proc, {kernel_ns // 1000:>5} us kernels",
-             "env": limit(30), "processes": n, "kernel_ns": kernel_ns, "seconds": seconds + 0.5,
-             "device": i}
+            {
+                "name": f"fixed 30%, {n:2d} proc, {kernel_ns // 1000:>5} us kernels",
+                "env": limit(30),
+                "processes": n,
+                "kernel_ns": kernel_ns,
+                "seconds": seconds + 0.5,
+                "device": i,
+            }
             for i, n in enumerate((1, 4, 16))
         ]
         if m == 0:
             containers += [
-                {"name": "share 30% (beside 70%)", "env": limit(30, "share"), "processes": 2,
-                 "seconds": seconds + 1.5, "device": 3},
-                {"name": "share 70% (beside 30%)", "env": limit(70, "share"), "processes": 2,
-                 "seconds": 6.0, "device": 3},
+                {
+                    "name": "share 30% (beside 70%)",
+                    "env": limit(30, "share"),
+                    "processes": 2,
+                    "seconds": seconds + 2.0,
+                    "device": 3,
+                },
+                {
+                    "name": "share 70% (beside 30%)",
+                    "env": limit(70, "share"),
+                    "processes": 2,
+                    "seconds": 6.0,
+                    "device": 3,
+                },
             ]
         for c in containers:
             c["ledger"] = str(tmp / "ledgers" / f"{m}-{c['device']}-{c['name'][:9].strip()}")
         env = base_env(tmp, f"machine{m}.state", 4, shim=True)
-        out.append({"sim_dir": str(sim_lib_dir()), "state": env["CGPU_SIM_STATE"],
-                    "load": str(load), "env": env, "containers": containers,
-                    "windows": [(1.0, 6.0), (6.0, 11.0), (7.5, seconds + 1.5)]})
+        out.append(
+            {
+                "sim_dir": str(sim_lib_dir()),
+                "state": env["CGPU_SIM_STATE"],
+                "load": str(load),
+                "env": env,
+                "containers": containers,
+                "windows": [(1.0, 6.0), (6.0, 11.0), (7.5, seconds + 1.5)],
+            }
+        )
     return out
 
 
@@ -74,8 +97,14 @@ def latency(load: Path, tmp: Path, launches: int) -> list[tuple[str, float]]:
     def once(path: str, shim: bool, extra: dict[str, str]) -> float:
         env = {**base_env(tmp, "latency.state", 1, shim), **extra}
         env["CGPU_LEDGER_DIR"] = str(tmp / "latency-ledger")
-        out = subprocess.run([str(load), "cost", path, str(launches)], env=env, check=True,
-                             capture_output=True, text=True).stdout
+        (tmp / "latency-ledger").mkdir(exist_ok=True)
+        out = subprocess.run(
+            [str(load), "cost", path, str(launches)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         return float(out.split()[-1])
 
     rows = []
@@ -83,16 +112,18 @@ def latency(load: Path, tmp: Path, launches: int) -> list[tuple[str, float]]:
         bare = min(once(path, False, {}) for _ in range(3))
         free = min(once(path, True, {}) for _ in range(3))
         limited = min(once(path, True, limit(50)) for _ in range(3))
-        rows += [(f"{path:6s} without the shim", bare),
-                 (f"{path:6s} shim, no limit  (+{free - bare:6.1f} ns)", free),
-                 (f"{path:6s} shim, 50% limit (+{limited - bare:6.1f} ns)", limited)]
+        rows += [
+            (f"{path:6s} without the shim", bare),
+            (f"{path:6s} shim, no limit  (+{free - bare:6.1f} ns)", free),
+            (f"{path:6s} shim, 50% limit (+{limited - bare:6.1f} ns)", limited),
+        ]
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=11.0)
-    parser.add_argument("--launches", type=int, default=200_000)
+    parser.add_argument("--launches", type=int, default=20_000)
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cgpu-compute-"))
     try:
@@ -107,7 +138,8 @@ def main() -> None:
                 target = int(c["env"]["CGPU_COMPUTE_LIMIT"])
                 late = f"{alone[name]:5.1f}% (>= 90%)" if name.startswith("share 30") else ""
                 cols = f"{first[name]:5.1f}%  " + (
-                    f"{second[name]:5.1f}%  " if name.startswith("fixed") else "   -     ")
+                    f"{second[name]:5.1f}%  " if name.startswith("fixed") else "   -     "
+                )
                 print(f"{name:40s} {target:4d}%  {cols} {late}")
         print("\nlaunch latency, ns per cuLaunchKernel (0 ns kernel, best of 3 x 5 rounds):")
         for label, ns in latency(load, tmp, args.launches):

@@ -27,7 +27,7 @@
 #define TICK_NS 10000000LL           /* 10 ms */
 #define BURST_NS 20000000LL          /* credit saved up at most */
 #define DEBT_MAX_NS 2000000000LL     /* debt carried at most */
-#define COST_MIN_NS 1000LL           /* estimated GPU time per launch: bounds */
+#define COST_MIN_NS 100LL            /* estimated GPU time per launch: bounds */
 #define COST_MAX_NS 1000000000LL
 #define COST_START_NS 100000LL
 #define HEADROOM_PCT 5               /* `share`: idle time left for others to claim theirs */
@@ -224,7 +224,8 @@ static void tick(int d, uint64_t now)
             c->launch_sum = 0.9 * c->launch_sum + (double)(upto - c->measured_launches);
         }
         c->busy_sum += mine_ns;
-        if (c->launch_sum >= 1.0 && c->busy_sum > 0) {
+        if ((c->launch_sum >= 1.0 && c->busy_sum > 0) || c->launch_sum >= 1024.0) {
+            /* (a thousand launches measured at no visible time: as cheap as we can tell) */
             cost = clampll((long long)(c->busy_sum / c->launch_sum), COST_MIN_NS, COST_MAX_NS);
             c->known = 1;
         }

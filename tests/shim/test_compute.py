@@ -90,7 +90,7 @@ def test_fixed_and_share_hold_their_targets(shim_env, sim_dir, load, tmp_path):
                     "name": "share-30",
                     "env": _limit(30, "share"),
                     "processes": 2,
-                    "seconds": 12.5,
+                    "seconds": 13.0,
                     "device": 3,
                 },
                 {
