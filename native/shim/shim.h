@@ -4,10 +4,12 @@
  * below calls anything above it:
  *
  *   hooks_mem.c hooks_vmm.c hooks_ctx.c hooks_info.c   the exported CUDA/NVML wrappers
+ *   hooks_launch.c                                     launch entry points (compute limit)
  *   entry.c                                            dlsym and cuGetProcAddress: the
  *        |                                             hooks.def table -> the wrappers
  *        v
  *   charge.c/.h     reserve, track, untrack: the ledger plus this process's pointer table
+ *   compute.c/.h    the compute limit: ticket gate, controller thread (NVML-measured)
  *        v
  *   limits.c        set-up: the slices (request.c or cgpu.conf), the ledger, NVML's view
  *        v

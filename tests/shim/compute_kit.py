@@ -109,6 +109,7 @@ class Container:
     seconds: float = 11.0
     path: str = "kernel"
     device: int = 0  # the simulated GPU (CUDA_VISIBLE_DEVICES)
+    start_after: float = 0.0  # seconds after the others
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     def start(self, load: Path) -> None:
@@ -127,6 +128,7 @@ class Container:
         ]
 
     def pids(self) -> set[int]:
+        """The container's processes (none before it starts)."""
         return {p.pid for p in self.procs}
 
     def wait(self) -> list[str]:
@@ -153,16 +155,21 @@ def run(
     (windows may overlap), the share (percent of its device's time) each container got."""
     t0 = time.monotonic()
     for c in containers:
-        c.start(load)
+        if not c.start_after:
+            c.start(load)
     events = sorted(
         [(s, 0, i) for i, (s, _) in enumerate(windows)]
         + [(e, 1, i) for i, (_, e) in enumerate(windows)]
+        + [(c.start_after, 2, i) for i, c in enumerate(containers) if c.start_after]
     )
     since: dict[int, int] = {}
     shares: list[dict[str, float]] = [{} for _ in windows]
     try:
         for at, is_end, i in events:
             time.sleep(max(0.0, t0 + at - time.monotonic()))
+            if is_end == 2:
+                containers[i].start(load)
+                continue
             if not is_end:
                 since[i] = now_us()
                 continue

@@ -69,7 +69,9 @@ def test_fixed_and_share_hold_their_targets(shim_env, sim_dir, load, tmp_path):
     # - a saturating container with a fixed 30% limit, of 1, 4 or 16 processes, launching
     #   10 us or 50 ms kernels: 30 +- 5 points in each of two 5 s windows;
     # - two saturating containers under `share`, 30% and 70%: 30 +- 5 and 70 +- 5; then the
-    #   70% one stops, and the other gets >= 90%.
+    #   70% one stops, and the other gets >= 90%;
+    # - a `share` 30% container alone takes >= 90%; a 70% one arrives, and from 1 s after its
+    #   arrival the two get 30 +- 5 and 70 +- 5 (the first one backs off within a second).
     counts = (1, 4) if SANITIZED else (1, 4, 16)
     machines = []
     for m, kernel_ns in enumerate((SMALL, LARGE)):
@@ -101,21 +103,42 @@ def test_fixed_and_share_hold_their_targets(shim_env, sim_dir, load, tmp_path):
                     "device": 3,
                 },
             ]
-        windows = [(1.0, 6.0), (6.0, 11.0), (7.5, 12.5)]
+        else:
+            containers += [
+                {
+                    "name": "early-30",
+                    "env": _limit(30, "share"),
+                    "processes": 2,
+                    "seconds": 11.5,
+                    "device": 3,
+                },
+                {
+                    "name": "late-70",
+                    "env": _limit(70, "share"),
+                    "processes": 2,
+                    "seconds": 8.0,
+                    "device": 3,
+                    "start_after": 2.0,
+                },
+            ]
+        windows = [(1.0, 6.0), (6.0, 11.0), (7.5, 12.5), (0.5, 2.0), (3.0, 8.0)]
         machines.append(
             _spec(shim_env, sim_dir, load, tmp_path, 4, containers, windows, state=f"sim{m}.state")
         )
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(run_isolated, machines))
-    for spec, (first, second, _) in zip(machines, results, strict=True):
+    for spec, (first, second, *_) in zip(machines, results, strict=True):
         for c in spec["containers"]:
             if c["name"].startswith("fixed"):
                 assert abs(first[c["name"]] - 30) <= 5, (c["name"], first)
                 assert abs(second[c["name"]] - 30) <= 5, (c["name"], second)
-    first, _, alone = results[0]
+    first, _, alone, _, _ = results[0]
     assert abs(first["share-30"] - 30) <= 5, first
     assert abs(first["share-70"] - 70) <= 5, first
     assert alone["share-30"] >= 90, alone
+    _, _, _, before, after = results[1]
+    assert before["early-30"] >= 90, before
+    assert abs(after["early-30"] - 30) <= 5 and abs(after["late-70"] - 70) <= 5, after
     # The exporter's view of one container: its limit from the config, and what it used.
     shown = read_ledger(Path(machines[0]["containers"][0]["ledger"]) / "cgpu.ledger").devices[0]
     assert (shown.compute_limit, shown.compute_policy) == (30, "fixed")
