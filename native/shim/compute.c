@@ -106,6 +106,8 @@ static long long clampll(long long v, long long lo, long long hi)
 void compute_wait(int dev)
 {
     struct ledger_compute *k = &g_shim.ledger.l->compute[dev];
+    if (!__atomic_load_n(&ctl.started, __ATOMIC_ACQUIRE))
+        compute_start();
     uint64_t since = mono_ns();
     for (;;) {
         uint32_t seq = __atomic_load_n(&k->seq, __ATOMIC_ACQUIRE);
@@ -324,7 +326,7 @@ void compute_start(void)
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        ctl.started = pthread_create(&ctl.thread, &attr, controller, NULL) == 0;
+        __atomic_store_n(&ctl.started, pthread_create(&ctl.thread, &attr, controller, NULL) == 0, __ATOMIC_RELEASE);
         pthread_attr_destroy(&attr);
     }
     pthread_mutex_unlock(&start_mutex);

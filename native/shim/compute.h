@@ -10,11 +10,8 @@
 
 #include "shim.h"
 
-/* Whether this process has a compute limit on any device (decided once, from the same
- * sources as the slices: cgpu.conf, else the environment).  Launch entry points are
- * hooked only when it does. */
-int compute_enabled(void);
-/* Start this process's controller thread (idempotent); after the ledger is open. */
+/* Start this process's controller thread (idempotent); after the ledger is open.  The first
+ * launch that finds no ticket starts it, so only processes that launch run one. */
 void compute_start(void);
 /* In a forked child: the parent's thread is gone. */
 void compute_forget_process(void);

@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "compute.h"
 #include "config.h"
 #include "shim.h"
 
@@ -357,8 +356,6 @@ int shim_cuda_init(int driver_ready)
         g_shim.ctx_get_current = (int (*)(void **))shim_driver_sym("cuCtxGetCurrent");
         if (s == SHIM_LIMITED && shim_claim_slot() != 0)
             s = SHIM_FAILED;
-        if (s == SHIM_LIMITED)
-            compute_start();
     } else if (s == SHIM_LIMITED || s == SHIM_UNINIT) {
         /* A limit applies but the driver cannot list its devices.  Before cuInit
          * that is expected (the caller's call fails anyway); after it, fail closed. */
@@ -461,6 +458,5 @@ void shim_forget_process(void)
     memset(g_shim.primary, 0, sizeof g_shim.primary);
     g_shim.single_device = SHIM_MULTI_DEVICE;
     limits_state = SHIM_UNINIT;
-    compute_forget_process();
     __atomic_store_n(&g_shim.state, SHIM_UNINIT, __ATOMIC_RELEASE);
 }
