@@ -120,8 +120,8 @@ void compute_wait(int dev)
             /* No controller for a while (stopped, or unable to measure): never hang; pace
              * this process alone at its limit, from the last estimated cost per launch. */
             unsigned pct = g_shim.ledger.compute[dev];
-            long long cost = clampll((long long)__atomic_load_n(&k->cost, __ATOMIC_RELAXED), COST_MIN_NS,
-                                     COST_MAX_NS / 10);
+            uint64_t known = __atomic_load_n(&k->cost, __ATOMIC_RELAXED);
+            long long cost = clampll(known ? (long long)known : COST_START_NS, COST_MIN_NS, COST_MAX_NS / 10);
             sleep_ns(cost * (100 - pct) / (long long)pct);
             break;
         }
