@@ -11,7 +11,9 @@
  *      idle less HEADROOM;
  *   3. it refills the tickets: (credit - work admitted but not measured yet) / cost per launch,
  *      so queued work never runs ahead of the budget by more than about one tick.
- * Nothing read back from the ledger is trusted: every value is clamped. */
+ * The budget is kept in the controller's memory: the file's copy is for readers.  The tickets
+ * word is the container's to take from; a container that writes it escapes its limit as code that
+ * never calls the shim does (docs/architecture.md, "Compute share"). */
 #include "compute.h"
 
 #include <errno.h>
@@ -60,6 +62,8 @@ struct dev_ctl {
     double busy_sum, launch_sum;     /* decaying sums for the cost per launch */
     long long probe;                 /* launches admitted per tick while their cost is unknown */
     int known;                       /* a cost per launch has been measured */
+    long long credit;                /* GPU ns the container may still use (negative: debt) */
+    long long cost;                  /* GPU ns per launch, once known */
     double used;                     /* ours, smoothed over ~1 s, for readers */
 };
 
@@ -199,8 +203,10 @@ static void tick(int d, uint64_t now)
     c->hist_us[h] = now_us;
     c->hist_launches[h] = launches;
 
-    long long credit = clampll(__atomic_load_n(&k->credit, __ATOMIC_RELAXED), -DEBT_MAX_NS, BURST_NS);
-    long long cost = clampll((long long)__atomic_load_n(&k->cost, __ATOMIC_RELAXED), COST_MIN_NS, COST_MAX_NS);
+    /* The budget and the cost live in the controller's memory; the file's copies are for
+     * readers (writing them changes nothing). */
+    long long credit = c->credit;
+    long long cost = c->known ? c->cost : COST_MIN_NS;
     /* The budget grows with wall time, at the rate of this moment... */
     double rate = pct / 100.0;
     if (g_shim.ledger.policy[d] == CGPU_COMPUTE_SHARE && 1.0 - c->others - HEADROOM_PCT / 100.0 > rate)
@@ -251,6 +257,8 @@ static void tick(int d, uint64_t now)
         if (tickets && c->probe < (1 << 20))
             c->probe *= 2;
     }
+    c->credit = credit;
+    c->cost = cost;
     __atomic_store_n(&k->credit, credit, __ATOMIC_RELAXED);
     if (c->known)
         __atomic_store_n(&k->cost, (uint64_t)cost, __ATOMIC_RELAXED);
@@ -301,7 +309,9 @@ static void *controller(void *arg)
                 ctl.dev[d].hist_n = 0;
                 ctl.dev[d].last_tick = 0;
                 ctl.dev[d].probe = 1;
-                ctl.dev[d].known = __atomic_load_n(&g_shim.ledger.l->compute[d].cost, __ATOMIC_RELAXED) != 0;
+                ctl.dev[d].known = 0;
+                ctl.dev[d].credit = 0;
+                ctl.dev[d].busy_sum = ctl.dev[d].launch_sum = 0;
                 ctl.dev[d].seen_us = real_us() - 2 * (unsigned long long)TICK_NS / 1000;
                 ctl.dev[d].measured_launches = __atomic_load_n(&g_shim.ledger.l->compute[d].launches, __ATOMIC_RELAXED);
             }
