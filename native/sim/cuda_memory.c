@@ -351,6 +351,9 @@ CUresult stream_ctx(CUstream s, struct sim_ctx **out);
 
 enum { M_HOST = 1, M_DEV = 2, M_ANY = 3 };
 
+/* Check a copy or set.  A synchronous copy (use_stream 0) then waits for the
+ * work queued in the context, as one on the legacy stream does; other
+ * copies and sets take no device time. */
 static CUresult copy_check(unsigned long long dst, int dkind, unsigned long long src, int skind,
                            unsigned long long n, CUstream stream, int use_stream)
 {
@@ -373,7 +376,10 @@ static CUresult copy_check(unsigned long long dst, int dkind, unsigned long long
         if ((dkind == M_ANY && !dst) || (skind == M_ANY && !src))
             rc = CUDA_ERROR_INVALID_VALUE;
     }
+    unsigned long long until = !use_stream && skind ? c->last_end : 0;
     UNLOCK();
+    if (!rc && until)
+        wait_until(until);
     return rc;
 }
 
