@@ -92,6 +92,7 @@ def test_fixed_and_share_hold_their_targets(shim_env, sim_dir, load, tmp_path):
                     "name": "share-30",
                     "env": _limit(30, "share"),
                     "processes": 2,
+                    "kernel_ns": 1 * MS,
                     "seconds": 13.0,
                     "device": 3,
                 },
@@ -99,6 +100,7 @@ def test_fixed_and_share_hold_their_targets(shim_env, sim_dir, load, tmp_path):
                     "name": "share-70",
                     "env": _limit(70, "share"),
                     "processes": 2,
+                    "kernel_ns": 1 * MS,
                     "seconds": 6.0,
                     "device": 3,
                 },
@@ -109,6 +111,7 @@ def test_fixed_and_share_hold_their_targets(shim_env, sim_dir, load, tmp_path):
                     "name": "early-30",
                     "env": _limit(30, "share"),
                     "processes": 2,
+                    "kernel_ns": 1 * MS,
                     "seconds": 11.5,
                     "device": 3,
                 },
@@ -116,6 +119,7 @@ def test_fixed_and_share_hold_their_targets(shim_env, sim_dir, load, tmp_path):
                     "name": "late-70",
                     "env": _limit(70, "share"),
                     "processes": 2,
+                    "kernel_ns": 1 * MS,
                     "seconds": 8.0,
                     "device": 3,
                     "start_after": 2.0,
@@ -182,7 +186,15 @@ def test_every_launch_path_is_gated(shim_env, sim_dir, load, tmp_path):
 
 
 def test_without_a_limit_the_gpu_is_not_throttled(shim_env, sim_dir, load, tmp_path):
-    containers = [{"name": "free", "env": {}, "processes": 2, "kernel_ns": 1 * MS, "seconds": 2.5}]
+    containers = [
+        {
+            "name": "free",
+            "env": {},
+            "processes": 2,
+            "kernel_ns": 1 * MS,
+            "seconds": 2.5,
+        }
+    ]
     spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers, [(0.5, 2.0)])
     (share,) = run_isolated(spec)
     assert share["free"] >= 95, share
