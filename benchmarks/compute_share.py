@@ -66,6 +66,7 @@ def machines(tmp: Path, load: Path, seconds: float) -> list[dict]:
                     "name": "share 30% (beside 70%)",
                     "env": limit(30, "share"),
                     "processes": 2,
+                    "kernel_ns": MS,
                     "seconds": seconds + 2.0,
                     "device": 3,
                 },
@@ -73,8 +74,29 @@ def machines(tmp: Path, load: Path, seconds: float) -> list[dict]:
                     "name": "share 70% (beside 30%)",
                     "env": limit(70, "share"),
                     "processes": 2,
+                    "kernel_ns": MS,
                     "seconds": 6.0,
                     "device": 3,
+                },
+            ]
+        else:
+            containers += [
+                {
+                    "name": "share 30%, alone first",
+                    "env": limit(30, "share"),
+                    "processes": 2,
+                    "kernel_ns": MS,
+                    "seconds": seconds + 0.5,
+                    "device": 3,
+                },
+                {
+                    "name": "share 70%, joins at 2 s",
+                    "env": limit(70, "share"),
+                    "processes": 2,
+                    "kernel_ns": MS,
+                    "seconds": 8.0,
+                    "device": 3,
+                    "start_after": 2.0,
                 },
             ]
         for c in containers:
@@ -87,7 +109,15 @@ def machines(tmp: Path, load: Path, seconds: float) -> list[dict]:
                 "load": str(load),
                 "env": env,
                 "containers": containers,
-                "windows": [(1.0, 6.0), (6.0, 11.0), (7.5, seconds + 1.5)],
+                "windows": [
+                    (1.0, 6.0),
+                    (6.0, 11.0),
+                    (7.5, seconds + 1.5),
+                    (0.5, 2.0),
+                    (2.0, 2.5),
+                    (2.5, 3.0),
+                    (3.0, 8.0),
+                ],
             }
         )
     return out
@@ -132,15 +162,24 @@ def main() -> None:
         with ThreadPoolExecutor(len(specs)) as pool:
             results = list(pool.map(run_isolated, specs))
         print("scenario                                 target  0-5 s    5-10 s   after 70% stops")
-        for spec, (first, second, alone) in zip(specs, results, strict=True):
+        for spec, (first, second, alone, *_rest) in zip(specs, results, strict=True):
             for c in spec["containers"]:
                 name = c["name"]
+                if not name.startswith(("fixed", "share 30% (", "share 70% (")):
+                    continue
                 target = int(c["env"]["CGPU_COMPUTE_LIMIT"])
                 late = f"{alone[name]:5.1f}% (>= 90%)" if name.startswith("share 30") else ""
                 cols = f"{first[name]:5.1f}%  " + (
                     f"{second[name]:5.1f}%  " if name.startswith("fixed") else "   -     "
                 )
                 print(f"{name:40s} {target:4d}%  {cols} {late}")
+        w = results[1]
+        print("\nshare 30% alone, then a share 70% container joins at 2 s (its back-off):")
+        for label, i in (("0.5-2 s (alone)", 3), ("2-2.5 s", 4), ("2.5-3 s", 5), ("3-8 s", 6)):
+            print(
+                f"  {label:16s} 30%: {w[i]['share 30%, alone first']:5.1f}%   "
+                f"70%: {w[i]['share 70%, joins at 2 s']:5.1f}%"
+            )
         print("\nlaunch latency, ns per cuLaunchKernel (0 ns kernel, best of 3 x 5 rounds):")
         for label, ns in latency(load, tmp, args.launches):
             print(f"  {label:40s} {ns:8.1f}")
