@@ -90,6 +90,25 @@ static void limits_from_config(const char *path, const struct ledger *copy, stru
     }
 }
 
+/* A device's total and its check word, read again (they are two stores apart, so a copy taken
+ * while a writer was between them holds a torn pair); 1 with *total when they match. */
+static int reread_total(int fd, unsigned dev, uint64_t *total)
+{
+    const off_t at = (off_t)offsetof(struct ledger, devices) + (off_t)dev * (off_t)sizeof(struct ledger_device) +
+                     (off_t)offsetof(struct ledger_device, used);
+    uint64_t w[3]; /* used, peak, used_check */
+    for (int t = 0; t < 8; t++) {
+        if (pread(fd, w, sizeof w, at) != (ssize_t)sizeof w)
+            return 0;
+        if (w[0] == ~w[2]) {
+            *total = w[0];
+            return 1;
+        }
+        sched_yield();
+    }
+    return 0;
+}
+
 /* Fill `out` from a validated copy.  `consistent`: the copy is one writer-free
  * state; otherwise each device's total is taken from its (checked) total word,
  * which a writer changes in one store, less what dead slots hold. */
@@ -135,11 +154,14 @@ static int fill(const struct ledger_handle *h, const struct ledger *c, int consi
     }
     for (unsigned d = 0; d < c->ndevices; d++) {
         const struct ledger_device *dev = &c->devices[d];
+        uint64_t total = dev->used;
         int total_ok = dev->used == ~dev->used_check;
+        if (!consistent && !total_ok) /* torn by a writer, or tampered: look again */
+            total_ok = reread_total(h->fd, d, &total);
         if (consistent || !total_ok)
             out->devices[d].used = live[d];
         else
-            out->devices[d].used = dev->used > dead[d] ? dev->used - dead[d] : 0;
+            out->devices[d].used = total > dead[d] ? total - dead[d] : 0;
     }
     return CGPU_OK;
 }
