@@ -1,7 +1,7 @@
 """Run saturating containers on the simulator and measure their share of the GPU's time.
 
-Shared by tests/shim/test_compute_limit.py and benchmarks/compute_share.py. A "container" is a set of
-processes with one ledger directory (the shim's container-wide state). Shares come from the
+Shared by tests/shim/test_compute_limit.py and benchmarks/compute_share.py. A "container" is a
+set of processes with one ledger directory (the shim's container-wide state). Shares come from the
 simulator's NVML per-process utilization, read by this process without the shim: the
 simulator's own accounting of kernel time, independent of the shim's bookkeeping.
 """
