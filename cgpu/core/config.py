@@ -1,10 +1,14 @@
-"""The per-container config file (`cgpu.conf`): slices per device UUID."""
+"""The per-container config file (`cgpu.conf`): slices per device UUID, and compute limits.
+
+A `compute <uuid> <percent> [fixed|share]` line gives a device listed above it a compute limit
+(percent of the GPU's time, 1-100; policy `fixed` by default)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from cgpu.core.files import atomic_write
 from cgpu.core.layout import CONFIG_NAME, UUID_RE
@@ -12,6 +16,8 @@ from cgpu.core.native import load
 
 MAX_DEVICES = 16
 MAX_COMPUTE_PERCENT = 100
+POLICIES = ("fixed", "share")  # CGPU_COMPUTE_FIXED = 1, CGPU_COMPUTE_SHARE = 2
+ComputeShare = int | tuple[int, str]  # a percent, or (percent, policy)
 
 
 class ConfigError(ValueError):
@@ -41,10 +47,12 @@ def validate_uuid(uuid: str) -> str:
     return uuid
 
 
-def render_config(limits: Mapping[str, int], compute: Mapping[str, int] | None = None) -> str:
-    """The text of a config file for {uuid: bytes}, and {uuid: percent} compute shares.
-
-    A compute line names a device that has a `device` line, with a percentage from 1 to 100.
+def render_config(
+    limits: Mapping[str, int], compute: Mapping[str, ComputeShare] | None = None
+) -> str:
+    """The text of a config file for {uuid: bytes}, and compute shares {uuid: percent} or
+    {uuid: (percent, policy)}: each `compute` line follows its device's `device` line, and a
+    line without a policy takes the shim's default (`fixed`).
     """
     if not limits or len(limits) > MAX_DEVICES:
         raise ConfigError(f"a config needs 1 to {MAX_DEVICES} devices, got {len(limits)}")
@@ -53,34 +61,59 @@ def render_config(limits: Mapping[str, int], compute: Mapping[str, int] | None =
         if limit <= 0:
             raise ConfigError(f"invalid slice {limit} for {uuid}")
         lines.append(f"device {validate_uuid(uuid)} {int(limit)}")
-    for uuid, percent in (compute or {}).items():
-        if uuid not in limits:
-            raise ConfigError(f"compute share for {uuid!r}, which has no device line")
-        if isinstance(percent, bool) or not 1 <= int(percent) <= MAX_COMPUTE_PERCENT:
-            raise ConfigError(f"invalid compute share {percent!r} for {uuid}: 1 to 100 percent")
-        lines.append(f"compute {uuid} {int(percent)}")
+        if compute and uuid in compute:
+            lines.append(_compute_line(uuid, compute[uuid]))
+    unknown = set(compute or {}) - set(limits)
+    if unknown:
+        raise ConfigError(f"compute limits for devices without a slice: {sorted(unknown)}")
     return "\n".join(lines) + "\n"
+
+
+def _compute_line(uuid: str, share: ComputeShare) -> str:
+    """One `compute <uuid> <percent> [policy]` line, or a ConfigError."""
+    percent, policy = share if isinstance(share, tuple) else (share, None)
+    if isinstance(percent, bool) or not 1 <= int(percent) <= MAX_COMPUTE_PERCENT:
+        raise ConfigError(f"invalid compute share {percent!r} for {uuid}: 1 to 100 percent")
+    if policy is None:
+        return f"compute {uuid} {int(percent)}"
+    if policy not in POLICIES:
+        raise ConfigError(f"invalid compute policy {policy!r} for {uuid}: fixed or share")
+    return f"compute {uuid} {int(percent)} {policy}"
 
 
 def write_config(
     directory: str | os.PathLike[str],
     limits: Mapping[str, int],
-    compute: Mapping[str, int] | None = None,
+    compute: Mapping[str, ComputeShare] | None = None,
 ) -> Path:
-    """Atomically write `cgpu.conf` into `directory`; returns its path.
-
-    `compute` ({uuid: percent}) adds `compute <uuid> <percent>` lines after the device lines.
-    """
+    """Atomically write `cgpu.conf` into `directory`; returns its path."""
     return atomic_write(Path(directory) / CONFIG_NAME, render_config(limits, compute))
 
 
-def load_config(path: str | os.PathLike[str]) -> dict[str, int]:
-    """Parse a config file with the shim's own parser; returns {uuid: bytes}."""
+def _load(path: str | os.PathLike[str]) -> tuple[Any, Any]:
     ffi, lib = load()
     cfg = ffi.new("struct cgpu_config *")
     if lib.cgpu_config_load(str(path).encode(), cfg) != 0:
         raise ConfigError(ffi.string(cfg.error).decode(errors="replace"))
+    return ffi, cfg
+
+
+def load_config(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Parse a config file with the shim's own parser; returns {uuid: bytes}."""
+    ffi, cfg = _load(path)
     return {
         ffi.string(cfg.entries[i].uuid).decode(): int(cfg.entries[i].limit)
         for i in range(cfg.nentries)
     }
+
+
+def load_compute(path: str | os.PathLike[str]) -> dict[str, tuple[int, str]]:
+    """The compute lines of a config file (shim's parser): {uuid: (percent, policy)}."""
+    ffi, cfg = _load(path)
+    out = {}
+    for i in range(cfg.nentries):
+        entry = cfg.entries[i]
+        if entry.compute:
+            policy = POLICIES[1] if entry.compute_policy == 2 else POLICIES[0]
+            out[ffi.string(entry.uuid).decode()] = (int(entry.compute), policy)
+    return out

@@ -9,6 +9,7 @@ from cgpu.core.layout import UUID_RE
 from cgpu.core.native import load
 
 ERR_CORRUPT = -5  # CGPU_ERR_CORRUPT
+_POLICY = {1: "fixed", 2: "share"}
 
 
 class LedgerError(Exception):
@@ -29,6 +30,9 @@ class DeviceUsage:
     used: int
     peak: int
     processes: int
+    compute_limit: int = 0  # percent of the GPU's time (cgpu.conf first), 0 = none
+    compute_policy: str = ""  # "fixed" or "share" when compute_limit is set
+    compute_used: float = 0.0  # the container's share of the GPU's time lately, percent
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,9 @@ def read_ledger(path: str | os.PathLike[str]) -> Snapshot:
             used=int(snap.devices[i].used),
             peak=int(snap.devices[i].peak),
             processes=int(snap.devices[i].processes),
+            compute_limit=int(snap.devices[i].compute_limit),
+            compute_policy=_POLICY.get(int(snap.devices[i].compute_policy), ""),
+            compute_used=int(snap.devices[i].compute_used) / 100.0,
         )
         for i in range(snap.ndevices)
     ]

@@ -10,6 +10,9 @@ The rules (documented next to `struct cgpu_request` in cgpu_api.h):
 - Per device ordinal: `CGPU_MEM_LIMIT_<i>` (i in 0-15), else `CGPU_MEM_LIMIT`, else the first
   share pair present (`ALIYUN_COM_GPU_MEM_CONTAINER`/`_DEV`, then `VOLCANO_GPU_ALLOCATED`/
   `VOLCANO_GPU_MEMORY_TOTAL`), slice = floor(total x units / of), else no slice.
+- Compute (`parse_compute_env`): `CGPU_COMPUTE_LIMIT_<i>` over `CGPU_COMPUTE_LIMIT`, a whole
+  percent 1-100 of one GPU's time (an optional `%`); `CGPU_COMPUTE_POLICY` is `fixed` (the
+  default) or `share`. Malformed ones are a LimitError like the memory variables.
 """
 
 from __future__ import annotations
@@ -63,6 +66,19 @@ class Fixed:
 Request = Disabled | NoLimit | Fixed | Share
 
 
+@dataclass(frozen=True)
+class Compute:
+    """A compute limit: percent of one GPU's time per device ordinal, and the policy."""
+
+    default: int | None
+    by_ordinal: Mapping[int, int] = field(default_factory=dict)
+    policy: str = "fixed"
+
+    def percent(self, ordinal: int) -> int | None:
+        """The limit of device `ordinal`, or None when it has none."""
+        return self.by_ordinal.get(ordinal, self.default)
+
+
 def _environment(ffi: Any, env: Mapping[str, str]) -> tuple[Any, list[Any]]:
     """A NULL-terminated `NAME=value` array for C, and the buffers that keep it alive."""
     buffers = []
@@ -78,14 +94,7 @@ def _environment(ffi: Any, env: Mapping[str, str]) -> tuple[Any, list[Any]]:
 
 def parse_env(env: Mapping[str, str]) -> Request:
     """The request that the limit variables of `env` make; raises LimitError when malformed."""
-    ffi, lib = load()
-    envp, _keep = _environment(ffi, env)
-    req = ffi.new("struct cgpu_request *")
-    if lib.cgpu_request_from_env(envp, req) != 0:
-        raise LimitError(
-            ffi.string(req.variable).decode(errors="replace"),
-            ffi.string(req.error).decode(errors="replace"),
-        )
+    req = _request(env)
     share = Share(int(req.units), int(req.of)) if req.of else None
     if req.kind == _KIND_DISABLED:
         return Disabled()
@@ -97,6 +106,32 @@ def parse_env(env: Mapping[str, str]) -> Request:
         }
         return Fixed(int(req.fixed_default) or None, by_ordinal, share)
     return NoLimit()
+
+
+def _request(env: Mapping[str, str]) -> Any:
+    """The C struct the shim's parser fills from `env`; raises LimitError when malformed."""
+    ffi, lib = load()
+    envp, _keep = _environment(ffi, env)
+    req = ffi.new("struct cgpu_request *")
+    if lib.cgpu_request_from_env(envp, req) != 0:
+        raise LimitError(
+            ffi.string(req.variable).decode(errors="replace"),
+            ffi.string(req.error).decode(errors="replace"),
+        )
+    return req
+
+
+def parse_compute_env(env: Mapping[str, str]) -> Compute | None:
+    """The compute limit of `env` (None: none, or CGPU_DISABLE); raises LimitError when any
+    limit variable is malformed."""
+    req = _request(env)
+    by_ordinal = {
+        i: int(req.compute_by_ordinal[i]) for i in range(MAX_ORDINALS) if req.compute_by_ordinal[i]
+    }
+    if req.kind == _KIND_DISABLED or not (req.compute_default or by_ordinal):
+        return None
+    policy = "share" if req.compute_policy == 2 else "fixed"
+    return Compute(int(req.compute_default) or None, by_ordinal, policy)
 
 
 def _to_c(ffi: Any, request: Request) -> Any:

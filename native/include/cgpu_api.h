@@ -35,6 +35,10 @@ struct cgpu_device_usage {
     unsigned long long used;      /* bytes charged by live processes */
     unsigned long long peak;      /* highest `used` seen */
     unsigned int processes;       /* live processes with a charge on it */
+    unsigned int compute_limit;   /* compute limit, percent of the GPU's time (cgpu.conf first); 0 = none */
+    unsigned int compute_policy;  /* CGPU_COMPUTE_* */
+    unsigned int compute_used;    /* the container's share of the GPU's time over the last window, in
+                                   * hundredths of a percent (0-10000), as its controller measured it */
 };
 
 /* One live process of a container. */
@@ -58,6 +62,8 @@ struct cgpu_snapshot {
 struct cgpu_config_entry {
     char uuid[96];
     unsigned long long limit;
+    unsigned int compute;         /* `compute <uuid> <percent> [policy]`: 1-100, 0 = no compute line */
+    unsigned int compute_policy;  /* CGPU_COMPUTE_FIXED or CGPU_COMPUTE_SHARE (0 = the default, fixed) */
 };
 
 struct cgpu_config {
@@ -109,11 +115,25 @@ const char *cgpu_strerror(int code);
  */
 enum { CGPU_REQ_NONE = 0, CGPU_REQ_FIXED = 1, CGPU_REQ_SHARE = 2, CGPU_REQ_DISABLED = 3 };
 
+/* Compute limit (contract: "Compute share").  Rules, checked by the same parser:
+ * - CGPU_COMPUTE_LIMIT and CGPU_COMPUTE_LIMIT_<i> (i a device ordinal 0-15 without leading
+ *   zeros): a whole percent 1-100 of one GPU's compute time, surrounding whitespace ignored,
+ *   an optional trailing '%'.  Per ordinal, CGPU_COMPUTE_LIMIT_<i> wins over CGPU_COMPUTE_LIMIT.
+ * - CGPU_COMPUTE_POLICY: "fixed" (a hard cap, even on an idle GPU; the default) or "share"
+ *   (work-conserving: at least the percent when the container wants it, idle time beyond it),
+ *   any case.  Anything else is malformed, even with no compute limit set.
+ * The compute limit does not change the memory slice (kind); a device with a compute limit and
+ * no memory slice is tracked at its whole memory. */
+enum { CGPU_COMPUTE_DEFAULT = 0, CGPU_COMPUTE_FIXED = 1, CGPU_COMPUTE_SHARE = 2 };
+
 struct cgpu_request {
     int kind;                                  /* CGPU_REQ_*: FIXED when any fixed size is set */
     unsigned long long fixed_default;          /* CGPU_MEM_LIMIT, 0 = unset */
     unsigned long long fixed_by_ordinal[16];   /* CGPU_MEM_LIMIT_<i>, 0 = unset */
     unsigned long long units, of;              /* first share pair present, 0 = none */
+    unsigned int compute_default;              /* CGPU_COMPUTE_LIMIT, 0 = unset */
+    unsigned int compute_by_ordinal[16];       /* CGPU_COMPUTE_LIMIT_<i>, 0 = unset */
+    unsigned int compute_policy;               /* CGPU_COMPUTE_FIXED or _SHARE (FIXED when unset) */
     char variable[64];                         /* on error: the variable at fault */
     char error[256];                           /* on error: one line naming it */
 };
@@ -127,3 +147,6 @@ int cgpu_request_from_env(const char *const *envp, struct cgpu_request *out);
  * *slice, or 1 when the request gives that device no slice. */
 int cgpu_request_slice(const struct cgpu_request *req, unsigned int ordinal,
                        unsigned long long total, unsigned long long *slice);
+
+/* The compute limit of device `ordinal` in percent (1-100), or 0 when it has none. */
+unsigned int cgpu_request_compute(const struct cgpu_request *req, unsigned int ordinal);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -63,6 +64,64 @@ int config_uuid_ok(const char *s)
     return 1;
 }
 
+static int blank(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+int config_parse_percent(const char *v, unsigned *out)
+{
+    while (blank(*v))
+        v++;
+    unsigned x = 0;
+    int digits = 0;
+    for (; *v >= '0' && *v <= '9' && digits < 4; v++, digits++)
+        x = x * 10 + (unsigned)(*v - '0');
+    if (*v == '%')
+        v++;
+    while (blank(*v))
+        v++;
+    if (!digits || *v || x < 1 || x > 100)
+        return -1;
+    *out = x;
+    return 0;
+}
+
+unsigned cgpu_compute_policy_parse(const char *v)
+{
+    static const char *const names[] = {"fixed", "share"};
+    while (blank(*v))
+        v++;
+    size_t n = strlen(v);
+    while (n && blank(v[n - 1]))
+        n--;
+    for (unsigned i = 0; i < 2; i++)
+        if (strlen(names[i]) == n && strncasecmp(v, names[i], n) == 0)
+            return i + 1;
+    return 0;
+}
+
+/* `compute <uuid> <percent> [fixed|share]`: the device must be listed above. */
+static int compute_line(struct cgpu_config *cfg, const char *origin, int line_no, int n, const char *uuid,
+                        const char *percent, const char *policy)
+{
+    unsigned pct, pol = CGPU_COMPUTE_FIXED;
+    struct cgpu_config_entry *e = NULL;
+    for (unsigned i = 0; i < cfg->nentries; i++)
+        if (strcmp(cfg->entries[i].uuid, uuid) == 0)
+            e = &cfg->entries[i];
+    if (n < 3 || n > 4 || !e || config_parse_percent(percent, &pct) != 0 ||
+        (n == 4 && !(pol = cgpu_compute_policy_parse(policy))) || e->compute) {
+        snprintf(cfg->error, sizeof cfg->error,
+                 "%s:%d: expected 'compute <uuid> <percent 1-100> [fixed|share]' once, after the device's line",
+                 origin, line_no);
+        return CGPU_ERR_PARSE;
+    }
+    e->compute = pct;
+    e->compute_policy = pol;
+    return CGPU_OK;
+}
+
 int config_parse_text(const char *text, const char *origin, struct cgpu_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -85,8 +144,8 @@ int config_parse_text(const char *text, const char *origin, struct cgpu_config *
             s++;
         if (*s == 0 || *s == '#' || *s == '\r')
             continue;
-        char kw[16], a[CGPU_UUID_LEN + 8], b[64], extra[8];
-        int n = sscanf(s, "%15s %103s %63s %7s", kw, a, b, extra);
+        char kw[16], a[CGPU_UUID_LEN + 8], b[64], extra[8], more[8];
+        int n = sscanf(s, "%15s %103s %63s %7s %7s", kw, a, b, extra, more);
         if (!have_version) {
             if (n == 2 && strcmp(kw, "version") == 0 && strcmp(a, "1") == 0) {
                 have_version = 1;
@@ -96,6 +155,11 @@ int config_parse_text(const char *text, const char *origin, struct cgpu_config *
             return CGPU_ERR_PARSE;
         }
         unsigned long long limit;
+        if (n >= 1 && strcmp(kw, "compute") == 0) {
+            if (compute_line(cfg, origin, line_no, n, a, b, extra) != CGPU_OK)
+                return CGPU_ERR_PARSE;
+            continue;
+        }
         if (n != 3 || strcmp(kw, "device") != 0) {
             snprintf(cfg->error, sizeof cfg->error, "%s:%d: expected 'device <uuid> <size>'", origin, line_no);
             return CGPU_ERR_PARSE;
@@ -169,8 +233,14 @@ int config_write_atomic(const char *dir, const struct cgpu_config *cfg)
     char text[4096];
     int len = snprintf(text, sizeof text, "# cgpu container config (written by the shim)\nversion 1\n");
     for (unsigned i = 0; i < cfg->nentries && len < (int)sizeof text; i++)
+    {
         len += snprintf(text + len, sizeof text - (size_t)len, "device %s %llu\n", cfg->entries[i].uuid,
                         cfg->entries[i].limit);
+        if (cfg->entries[i].compute && len < (int)sizeof text)
+            len += snprintf(text + len, sizeof text - (size_t)len, "compute %s %u %s\n", cfg->entries[i].uuid,
+                            cfg->entries[i].compute,
+                            cfg->entries[i].compute_policy == CGPU_COMPUTE_SHARE ? "share" : "fixed");
+    }
     int ok = len < (int)sizeof text && write(fd, text, (size_t)len) == len;
     ok = close(fd) == 0 && ok;
     /* link() fails if another process wrote the file first: theirs wins. */

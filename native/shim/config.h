@@ -12,5 +12,10 @@ int config_parse_text(const char *text, const char *origin, struct cgpu_config *
 int config_write_atomic(const char *dir, const struct cgpu_config *cfg);
 /* Whether `s` is a device UUID we accept: [A-Za-z0-9-]{1,95}. */
 int config_uuid_ok(const char *s);
+/* CGPU_COMPUTE_FIXED or CGPU_COMPUTE_SHARE for "fixed"/"share" (any case, surrounding
+ * whitespace ignored), 0 for anything else. */
+unsigned cgpu_compute_policy_parse(const char *text);
+/* A whole percent 1-100: digits, an optional '%', surrounding whitespace ignored; 0 or -1. */
+int config_parse_percent(const char *text, unsigned *out);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cgpu_nvml.h"
+#include "compute.h"
 #include "resolve.h"
 
 #define EXPORT __attribute__((visibility("default")))
@@ -19,22 +20,44 @@ struct hook {
     int version;
     int per_thread;
     int nvml;
-    void *wrapper;
+    int launch;     /* a LAUNCH_HOOK: handed out only under a compute limit */
+    void *wrapper;  /* what the lookups hand out */
+    void *exported; /* our exported symbol of that name */
 };
 
-static const struct hook hooks[H_COUNT] = {
-#define HOOK(sym, base, ver, pt) [H_##sym] = {#sym, #base, ver, pt, 0, (void *)&sym},
-#define NVML_HOOK(sym) [H_##sym] = {#sym, #sym, 0, 0, 1, (void *)&sym},
+/* The gated launch wrappers (hooks_launch.c). */
+#define HOOK(sym, base, ver, pt)
+#define NVML_HOOK(sym)
+#define LAUNCH_HOOK(sym, base, ver, pt) extern __typeof__(sym) shim_gated_##sym;
 #include "hooks.def"
 #undef HOOK
 #undef NVML_HOOK
+#undef LAUNCH_HOOK
+
+static const struct hook hooks[H_COUNT] = {
+#define HOOK(sym, base, ver, pt) [H_##sym] = {#sym, #base, ver, pt, 0, 0, (void *)&sym, (void *)&sym},
+#define NVML_HOOK(sym) [H_##sym] = {#sym, #sym, 0, 0, 1, 0, (void *)&sym, (void *)&sym},
+#define LAUNCH_HOOK(sym, base, ver, pt) [H_##sym] = {#sym, #base, ver, pt, 0, 1, (void *)&shim_gated_##sym, (void *)&sym},
+#include "hooks.def"
+#undef HOOK
+#undef NVML_HOOK
+#undef LAUNCH_HOOK
 };
 
-/* Remember the real function of hook `id`, unless `p` is our own wrapper. */
+/* Remember the real function of hook `id`, unless `p` is our own. */
 static void record_real(int id, void *p)
 {
-    if (p && p != hooks[id].wrapper)
+    if (p && p != hooks[id].wrapper && p != hooks[id].exported)
         shim_record_real(id, p);
+}
+
+/* What a lookup hands out for hook `id` whose real function is `real`: the wrapper, or for a
+ * launch entry point in a process without a compute limit, the real function itself. */
+static void *handed_out(int id, void *real)
+{
+    if (hooks[id].launch && !compute_enabled())
+        return real;
+    return hooks[id].wrapper;
 }
 
 /* ---- cuGetProcAddress ------------------------------------------------------------ */
@@ -80,8 +103,10 @@ static void swap_in_wrapper(const char *symbol, void **pfn, int version, cuuint6
     int id = pick_variant(symbol, *pfn, version, flags);
     if (id < 0)
         return;
+    if (*pfn == hooks[id].exported || *pfn == hooks[id].wrapper)
+        return; /* the driver found us (global scope): leave it */
     record_real(id, *pfn);
-    *pfn = hooks[id].wrapper;
+    *pfn = handed_out(id, *pfn);
 }
 
 EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
@@ -121,12 +146,12 @@ static __attribute__((noinline)) void *dlsym_hooked(void *handle, const char *na
     void *r = shim_real_dlsym()(handle, name);
     if (!r)
         return NULL;
-    if (r == hooks[id].wrapper) /* the global scope found us: the real library's own */
+    if (r == hooks[id].wrapper || r == hooks[id].exported) /* the global scope found us */
         r = hooks[id].nvml ? real_fn(id) : shim_loaded_driver_sym(name);
-    if (r == hooks[id].wrapper)
+    if (r == hooks[id].wrapper || r == hooks[id].exported)
         r = NULL;
     record_real(id, r);
-    return r ? hooks[id].wrapper : NULL;
+    return r ? handed_out(id, r) : NULL;
 }
 
 #if defined(__GNUC__) && !defined(__clang__)

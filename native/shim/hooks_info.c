@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "charge.h"
+#include "compute.h"
 
 /* ---- what the program sees ------------------------------------------------------ */
 
@@ -150,6 +151,7 @@ static void after_fork_child(void)
 {
     pt_reset(&g_table);
     shim_forget_process();
+    compute_forget_process();
 }
 
 /* A clean exit gives the slot back at once; a killed process is swept later. */

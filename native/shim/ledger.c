@@ -414,6 +414,23 @@ int ledger_find_device(const struct ledger *l, const char *uuid)
     return -1;
 }
 
+/* Take `cfg`'s compute limits as ours, and show them to readers (no lock: advisory words). */
+static void take_compute(struct ledger_handle *h, const struct cgpu_config *cfg)
+{
+    for (unsigned i = 0; i < cfg->nentries && i < CGPU_MAX_DEVICES; i++) {
+        int d = ledger_find_device(h->l, cfg->entries[i].uuid);
+        if (d < 0)
+            continue;
+        unsigned pol = cfg->entries[i].compute_policy ? cfg->entries[i].compute_policy : CGPU_COMPUTE_FIXED;
+        h->compute[d] = cfg->entries[i].compute;
+        h->policy[d] = pol;
+        if (h->writable) {
+            __atomic_store_n(&h->l->compute[d].limit, cfg->entries[i].compute, __ATOMIC_RELAXED);
+            __atomic_store_n(&h->l->compute[d].policy, pol, __ATOMIC_RELAXED);
+        }
+    }
+}
+
 /* Take `cfg`'s limits as ours when every device is there already; 1 if so.  The
  * file's copies are refreshed only if the lock is free (a view never waits). */
 static int devices_present(struct ledger_handle *h, const struct cgpu_config *cfg)
@@ -438,8 +455,10 @@ int ledger_ensure_devices(struct ledger_handle *h, const struct cgpu_config *cfg
 {
     struct ledger *l = h->l;
     int rc = CGPU_OK;
-    if (devices_present(h, cfg))
+    if (devices_present(h, cfg)) {
+        take_compute(h, cfg);
         return CGPU_OK; /* every process after the first, with no lock taken */
+    }
     ledger_lock(h);
     for (unsigned i = 0; i < cfg->nentries && i < CGPU_MAX_DEVICES; i++) {
         int d = ledger_find_device(l, cfg->entries[i].uuid);
@@ -460,6 +479,7 @@ int ledger_ensure_devices(struct ledger_handle *h, const struct cgpu_config *cfg
         __atomic_store_n(&l->devices[d].limit, cfg->entries[i].limit, __ATOMIC_RELAXED);
     }
     ledger_unlock(h);
+    take_compute(h, cfg);
     return rc;
 }
 

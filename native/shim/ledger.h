@@ -27,7 +27,7 @@
 #include "api.h"
 
 #define CGPU_LEDGER_MAGIC_STR "CGPULDG1"
-#define CGPU_LEDGER_VERSION 2u
+#define CGPU_LEDGER_VERSION 3u
 #define CGPU_LEDGER_NAME "cgpu.ledger"
 /* Liveness locks live past the end of the data, one byte per slot; the admin byte
  * just before them. */
@@ -49,6 +49,23 @@ struct ledger_slot {
     uint64_t used[CGPU_MAX_DEVICES];
 };
 
+/* One device's compute state (layout 3), shared by the container's processes.  Written by
+ * whichever process is the container's compute controller (compute.c); the launch path only
+ * takes tickets.  Nothing here is trusted: a bad value throttles this container only, and
+ * every value is clamped where it is read. */
+struct ledger_compute {
+    uint32_t limit;    /* percent, for readers (the enforced one is in each process's memory) */
+    uint32_t policy;   /* CGPU_COMPUTE_*, for readers */
+    uint32_t used;     /* share of the GPU's time over the last window, 1/100 %, for readers */
+    uint32_t seq;      /* futex word, bumped at each refill: blocked launchers sleep on it */
+    int64_t tickets;   /* launches admitted until the next refill; <= 0: the gate is closed */
+    int64_t credit;    /* GPU ns the container may still use; negative: debt to repay */
+    uint64_t launches; /* launches taken, ever */
+    uint64_t beat;     /* CLOCK_MONOTONIC ns of the controller's last tick */
+    uint64_t cost;     /* estimated GPU ns per launch */
+    uint64_t spare;
+};
+
 struct ledger {
     char magic[8];
     uint32_t version;
@@ -62,6 +79,7 @@ struct ledger {
     uint64_t reserved[6];
     struct ledger_device devices[CGPU_MAX_DEVICES];
     struct ledger_slot slots[CGPU_MAX_SLOTS];
+    struct ledger_compute compute[CGPU_MAX_DEVICES] __attribute__((aligned(64)));
 };
 
 /* A mapped ledger, and what this process knows without trusting the file. */
@@ -72,6 +90,8 @@ struct ledger_handle {
     int slot;                            /* this process's slot, -1 if none */
     uint64_t limit[CGPU_MAX_DEVICES];    /* the slices this process enforces */
     uint64_t held[CGPU_MAX_DEVICES];     /* what this process holds, by device */
+    uint32_t compute[CGPU_MAX_DEVICES];  /* the compute limits this process enforces, percent */
+    uint32_t policy[CGPU_MAX_DEVICES];   /* and their CGPU_COMPUTE_* policies */
 };
 
 /* How to open a ledger: to read it (readers on the host), to charge it, or to

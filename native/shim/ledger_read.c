@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -81,8 +82,31 @@ static void limits_from_config(const char *path, const struct ledger *copy, stru
     for (unsigned i = 0; i < cfg.nentries; i++) {
         int d = ledger_find_device(copy, cfg.entries[i].uuid);
         if (d >= 0 && (unsigned)d < out->ndevices)
+        {
             out->devices[d].limit = cfg.entries[i].limit;
+            out->devices[d].compute_limit = cfg.entries[i].compute;
+            out->devices[d].compute_policy = cfg.entries[i].compute ? cfg.entries[i].compute_policy : 0;
+        }
     }
+}
+
+/* A device's total and its check word, read again (they are two stores apart, so a copy taken
+ * while a writer was between them holds a torn pair); 1 with *total when they match. */
+static int reread_total(int fd, unsigned dev, uint64_t *total)
+{
+    const off_t at = (off_t)offsetof(struct ledger, devices) + (off_t)dev * (off_t)sizeof(struct ledger_device) +
+                     (off_t)offsetof(struct ledger_device, used);
+    uint64_t w[3]; /* used, peak, used_check */
+    for (int t = 0; t < 8; t++) {
+        if (pread(fd, w, sizeof w, at) != (ssize_t)sizeof w)
+            return 0;
+        if (w[0] == ~w[2]) {
+            *total = w[0];
+            return 1;
+        }
+        sched_yield();
+    }
+    return 0;
 }
 
 /* Fill `out` from a validated copy.  `consistent`: the copy is one writer-free
@@ -97,6 +121,15 @@ static int fill(const struct ledger_handle *h, const struct ledger *c, int consi
         memcpy(out->devices[d].uuid, c->devices[d].uuid, CGPU_UUID_LEN);
         out->devices[d].limit = c->devices[d].limit;
         out->devices[d].peak = c->devices[d].peak;
+        /* The file's compute words are advisory: shown only when in range. */
+        const struct ledger_compute *k = &c->compute[d];
+        out->devices[d].compute_limit = k->limit <= 100 ? k->limit : 0;
+        out->devices[d].compute_policy = out->devices[d].compute_limit && k->policy <= 2 ? k->policy : 0;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+        int fresh = k->beat <= now && now - k->beat < 5000000000ull; /* a stopped controller shows 0 */
+        out->devices[d].compute_used = k->used <= 10000 && fresh ? k->used : 0;
     }
     for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
         const struct ledger_slot *slot = &c->slots[s];
@@ -121,11 +154,14 @@ static int fill(const struct ledger_handle *h, const struct ledger *c, int consi
     }
     for (unsigned d = 0; d < c->ndevices; d++) {
         const struct ledger_device *dev = &c->devices[d];
+        uint64_t total = dev->used;
         int total_ok = dev->used == ~dev->used_check;
+        if (!consistent && !total_ok) /* torn by a writer, or tampered: look again */
+            total_ok = reread_total(h->fd, d, &total);
         if (consistent || !total_ok)
             out->devices[d].used = live[d];
         else
-            out->devices[d].used = dev->used > dead[d] ? dev->used - dead[d] : 0;
+            out->devices[d].used = total > dead[d] ? total - dead[d] : 0;
     }
     return CGPU_OK;
 }

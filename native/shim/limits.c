@@ -186,6 +186,50 @@ static int ensure_private_dir(const char *dir)
 
 typedef int (*enumerate_fn)(struct device_info *, int);
 
+static int request_has_compute(const struct cgpu_request *req)
+{
+    unsigned any = req->compute_default;
+    for (int i = 0; i < 16; i++)
+        any |= req->compute_by_ordinal[i];
+    return req->kind != CGPU_REQ_DISABLED && any != 0;
+}
+
+/* Whether a compute limit applies (cgpu.conf first, else the environment); a malformed
+ * source counts as yes: the shim refuses to run anyway, and hooking is harmless. */
+static int compute_requested(void)
+{
+    extern char **environ;
+    struct cgpu_request req;
+    int env_rc = cgpu_request_from_env((const char *const *)environ, &req);
+    if (env_rc == CGPU_OK && req.kind == CGPU_REQ_DISABLED)
+        return 0;
+    char dir[4096], conf[4200];
+    ledger_dir(dir, sizeof dir);
+    snprintf(conf, sizeof conf, "%s/%s", dir, CGPU_CONFIG_NAME);
+    struct cgpu_config cfg;
+    int rc = cgpu_config_load(conf, &cfg);
+    if (rc == CGPU_OK) {
+        for (unsigned i = 0; i < cfg.nentries; i++)
+            if (cfg.entries[i].compute)
+                return 1;
+        return 0;
+    }
+    if (!(rc == CGPU_ERR_IO && errno == ENOENT))
+        return 1;
+    return env_rc != CGPU_OK || request_has_compute(&req);
+}
+
+int compute_enabled(void)
+{
+    static int cached = -1;
+    int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+    if (likely(c >= 0))
+        return c;
+    c = compute_requested();
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+    return c;
+}
+
 static int limits_from_config; /* the slices came from cgpu.conf */
 
 /* Compute the slices and open the ledger.  Caller holds init_mutex.  Returns
@@ -226,7 +270,7 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
             shim_fail_line("%s", req.error);
             return limits_state = SHIM_FAILED;
         }
-        if (req.kind == CGPU_REQ_NONE)
+        if (req.kind == CGPU_REQ_NONE && !request_has_compute(&req))
             return limits_state = SHIM_PASSTHROUGH;
         struct device_info devs[SHIM_MAX_ORDINALS];
         int n = enumerate(devs, SHIM_MAX_ORDINALS);
@@ -235,13 +279,19 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
         memset(&cfg, 0, sizeof cfg);
         for (int i = 0; i < n; i++) {
             unsigned long long slice;
-            if (cgpu_request_slice(&req, (unsigned)i, devs[i].total, &slice) != 0)
-                continue;
+            unsigned compute = i < 16 ? cgpu_request_compute(&req, (unsigned)i) : req.compute_default;
+            if (cgpu_request_slice(&req, (unsigned)i, devs[i].total, &slice) != 0) {
+                if (!compute)
+                    continue;
+                slice = devs[i].total; /* a compute limit alone: memory tracked, not limited */
+            }
             if (cfg.nentries >= CGPU_MAX_DEVICES) {
                 shim_fail_line("more than %d GPUs have a slice", CGPU_MAX_DEVICES);
                 return limits_state = SHIM_FAILED;
             }
             memcpy(cfg.entries[cfg.nentries].uuid, devs[i].uuid, CGPU_UUID_LEN);
+            cfg.entries[cfg.nentries].compute = compute;
+            cfg.entries[cfg.nentries].compute_policy = compute ? req.compute_policy : 0;
             cfg.entries[cfg.nentries++].limit = slice;
         }
         if (cfg.nentries == 0)

@@ -12,6 +12,7 @@
 #define API __attribute__((visibility("default")))
 
 static const char FIXED_PREFIX[] = "CGPU_MEM_LIMIT_";
+static const char COMPUTE_PREFIX[] = "CGPU_COMPUTE_LIMIT_";
 
 static const char *const SHARES[2][2] = {
     {"ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV"},
@@ -101,12 +102,23 @@ static int size_var(struct cgpu_request *out, const char *name, const char *valu
     return fail(out, name, "%s=%s is malformed: expected bytes or a size with KiB/MiB/GiB (or K/M/G)", name, v);
 }
 
-/* CGPU_MEM_LIMIT_<i> entries: the ordinal must be 0-15 without leading zeros. */
-static int fixed_by_ordinal(const char *const *envp, struct cgpu_request *out)
+static int percent_var(struct cgpu_request *out, const char *name, const char *value, unsigned *dst)
 {
+    char v[48];
+    if (config_parse_percent(value, dst) == 0)
+        return CGPU_OK;
+    shown(value, v);
+    return fail(out, name, "%s=%s is malformed: expected a whole percent from 1 to 100", name, v);
+}
+
+/* <prefix><i> entries (CGPU_MEM_LIMIT_<i>, CGPU_COMPUTE_LIMIT_<i>): the ordinal must be 0-15
+ * without leading zeros.  `compute` picks the value kind and the field. */
+static int by_ordinal(const char *const *envp, struct cgpu_request *out, const char *prefix, int compute)
+{
+    size_t plen = strlen(prefix);
     for (; envp && *envp; envp++) {
         const char *e = *envp;
-        if (strncmp(e, FIXED_PREFIX, sizeof FIXED_PREFIX - 1) != 0)
+        if (strncmp(e, prefix, plen) != 0)
             continue;
         const char *eq = strchr(e, '=');
         if (!eq)
@@ -114,7 +126,7 @@ static int fixed_by_ordinal(const char *const *envp, struct cgpu_request *out)
         char name[64];
         size_t len = (size_t)(eq - e);
         snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), e);
-        const char *suffix = e + sizeof FIXED_PREFIX - 1;
+        const char *suffix = e + plen;
         size_t digits = (size_t)(eq - suffix);
         unsigned ordinal = 0;
         int ok = digits >= 1 && digits <= 2 && !(digits == 2 && suffix[0] == '0');
@@ -124,13 +136,40 @@ static int fixed_by_ordinal(const char *const *envp, struct cgpu_request *out)
         }
         if (!ok || ordinal >= 16 || len >= sizeof name)
             return fail(out, name, "%s is not a limit variable: the device ordinal must be 0 to 15", name);
-        if (out->fixed_by_ordinal[ordinal])
-            continue; /* a repeated name: the first one counts, as with getenv */
-        int rc = size_var(out, name, eq + 1, &out->fixed_by_ordinal[ordinal]);
+        int rc;
+        if (compute) {
+            if (out->compute_by_ordinal[ordinal])
+                continue; /* a repeated name: the first one counts, as with getenv */
+            rc = percent_var(out, name, eq + 1, &out->compute_by_ordinal[ordinal]);
+        } else {
+            if (out->fixed_by_ordinal[ordinal])
+                continue;
+            rc = size_var(out, name, eq + 1, &out->fixed_by_ordinal[ordinal]);
+        }
         if (rc != CGPU_OK)
             return rc;
     }
     return CGPU_OK;
+}
+
+/* CGPU_COMPUTE_LIMIT(_<i>) and CGPU_COMPUTE_POLICY. */
+static int compute_vars(const char *const *envp, struct cgpu_request *out)
+{
+    int rc = by_ordinal(envp, out, COMPUTE_PREFIX, 1);
+    const char *def = lookup(envp, "CGPU_COMPUTE_LIMIT");
+    if (rc == CGPU_OK && def)
+        rc = percent_var(out, "CGPU_COMPUTE_LIMIT", def, &out->compute_default);
+    const char *pol = lookup(envp, "CGPU_COMPUTE_POLICY");
+    out->compute_policy = CGPU_COMPUTE_FIXED;
+    if (rc == CGPU_OK && pol) {
+        out->compute_policy = cgpu_compute_policy_parse(pol);
+        if (!out->compute_policy) {
+            char v[48];
+            shown(pol, v);
+            rc = fail(out, "CGPU_COMPUTE_POLICY", "CGPU_COMPUTE_POLICY=%s is malformed: expected fixed or share", v);
+        }
+    }
+    return rc;
 }
 
 static int share_pair(const char *const *envp, const char *const pair[2], struct cgpu_request *out)
@@ -165,12 +204,14 @@ API int cgpu_request_from_env(const char *const *envp, struct cgpu_request *out)
         out->kind = CGPU_REQ_DISABLED;
         return CGPU_OK;
     }
-    int rc = fixed_by_ordinal(envp, out);
+    int rc = by_ordinal(envp, out, FIXED_PREFIX, 0);
     const char *def = lookup(envp, "CGPU_MEM_LIMIT");
     if (rc == CGPU_OK && def)
         rc = size_var(out, "CGPU_MEM_LIMIT", def, &out->fixed_default);
     for (int i = 0; i < 2 && rc == CGPU_OK; i++)
         rc = share_pair(envp, SHARES[i], out);
+    if (rc == CGPU_OK)
+        rc = compute_vars(envp, out);
     if (rc != CGPU_OK) {
         out->kind = CGPU_REQ_NONE;
         return rc;
@@ -199,4 +240,13 @@ API int cgpu_request_slice(const struct cgpu_request *req, unsigned int ordinal,
         return 1;
     *slice = (unsigned long long)((unsigned __int128)total * req->units / req->of);
     return 0;
+}
+
+API unsigned int cgpu_request_compute(const struct cgpu_request *req, unsigned int ordinal)
+{
+    if (req->kind == CGPU_REQ_DISABLED)
+        return 0;
+    if (ordinal < 16 && req->compute_by_ordinal[ordinal])
+        return req->compute_by_ordinal[ordinal];
+    return req->compute_default;
 }

@@ -10,17 +10,21 @@
 static const char *const hook_names[H_COUNT] = {
 #define HOOK(sym, base, ver, pt) [H_##sym] = #sym,
 #define NVML_HOOK(sym) [H_##sym] = #sym,
+#define LAUNCH_HOOK(sym, base, ver, pt) [H_##sym] = #sym,
 #include "hooks.def"
 #undef HOOK
 #undef NVML_HOOK
+#undef LAUNCH_HOOK
 };
 
 static const unsigned char hook_is_nvml[H_COUNT] = {
 #define HOOK(sym, base, ver, pt) [H_##sym] = 0,
 #define NVML_HOOK(sym) [H_##sym] = 1,
+#define LAUNCH_HOOK(sym, base, ver, pt) [H_##sym] = 0,
 #include "hooks.def"
 #undef HOOK
 #undef NVML_HOOK
+#undef LAUNCH_HOOK
 };
 
 void *shim_real_fns[H_COUNT];

@@ -10,9 +10,11 @@
 enum hook_id {
 #define HOOK(sym, base, ver, pt) H_##sym,
 #define NVML_HOOK(sym) H_##sym,
+#define LAUNCH_HOOK(sym, base, ver, pt) H_##sym,
 #include "hooks.def"
 #undef HOOK
 #undef NVML_HOOK
+#undef LAUNCH_HOOK
     H_COUNT
 };
 

@@ -4,10 +4,12 @@
  * below calls anything above it:
  *
  *   hooks_mem.c hooks_vmm.c hooks_ctx.c hooks_info.c   the exported CUDA/NVML wrappers
+ *   hooks_launch.c                                     launch entry points (compute limit)
  *   entry.c                                            dlsym and cuGetProcAddress: the
  *        |                                             hooks.def table -> the wrappers
  *        v
  *   charge.c/.h     reserve, track, untrack: the ledger plus this process's pointer table
+ *   compute.c/.h    the compute limit: ticket gate, controller thread (NVML-measured)
  *        v
  *   limits.c        set-up: the slices (request.c or cgpu.conf), the ledger, NVML's view
  *        v
@@ -60,6 +62,10 @@ uint64_t shim_context_overhead(int dev);
 int shim_nvml_view(nvmlDevice_t device, uint64_t *limit, uint64_t *used);
 /* In a forked child: drop the parent's slot and state. */
 void shim_forget_process(void);
+/* Whether this process has a compute limit on any device (decided once, from the same
+ * sources as the slices: cgpu.conf, else the environment).  Launch entry points are
+ * hooked only when it does. */
+int compute_enabled(void);
 /* One line on stderr: "cgpu: <message>; refusing to run without a GPU memory limit". */
 __attribute__((format(printf, 1, 2))) void shim_fail_line(const char *fmt, ...);
 

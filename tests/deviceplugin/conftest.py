@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from fake_kubelet import FakeKubelet
+from kube.fixtures import recorded_api  # noqa: F401
 from plugin_harness import UUIDS, RunningPlugin, resources_served
 
 

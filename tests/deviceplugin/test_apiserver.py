@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fake_apiserver import FakeApiServer, load
+from kube.apiserver import FakeApiServer
 from plugin_harness import UUIDS
 
 from cgpu.core.config import load_config, slice_bytes
@@ -26,17 +25,8 @@ def ledger_dir(resp: dict) -> Path:
     )
 
 
-@pytest.fixture
-def api_server() -> Iterator[list[FakeApiServer]]:
-    servers: list[FakeApiServer] = []
-    yield servers
-    for server in servers:
-        server.close()
-
-
-def start_with_api(start_plugin, api_server, dp_root: Path, pods: str, **sim):
-    server = FakeApiServer(load(pods), load("node.json"))
-    api_server.append(server)
+def start_with_api(start_plugin, recorded_api, dp_root: Path, pods: str, **sim):
+    server = recorded_api(pods, "node.json")
     kubeconfig = server.kubeconfig(dp_root / "kubeconfig")
     plugin = start_plugin("--kubeconfig", str(kubeconfig), "--node-name", "node-1", **sim)
     return plugin, server
@@ -45,8 +35,7 @@ def start_with_api(start_plugin, api_server, dp_root: Path, pods: str, **sim):
 def wait_for_patch(server: FakeApiServer, path: str, timeout: float = 10.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
-        with server.lock:
-            found = [p for p in server.patches if p["path"] == path]
+        found = [p for p in server.recorded_patches(path) if p["path"] == path]
         if found:
             return found[0]
         assert time.monotonic() < deadline, f"no PATCH of {path}"
@@ -54,14 +43,14 @@ def wait_for_patch(server: FakeApiServer, path: str, timeout: float = 10.0) -> d
 
 
 def pod_patches(server: FakeApiServer) -> list[dict]:
-    return [p for p in server.patches if "/pods/" in p["path"]]
+    return server.recorded_patches("/pods/")
 
 
 def test_gpu_count_label_spreads_over_m_gpus_and_node_capacity(
-    start_plugin, api_server, dp_root
+    start_plugin, recorded_api, dp_root
 ) -> None:
     plugin, server = start_with_api(
-        start_plugin, api_server, dp_root, "pods_gpucount.json", devices=4, memory="16GiB"
+        start_plugin, recorded_api, dp_root, "pods_gpucount.json", devices=4, memory="16GiB"
     )
     node_patch = wait_for_patch(server, "/api/v1/nodes/node-1/status")
     assert node_patch["body"] == {"status": {"capacity": {"aliyun.com/gpu-count": "4"}}}
@@ -104,11 +93,11 @@ def test_gpu_count_label_spreads_over_m_gpus_and_node_capacity(
     }
 
 
-def test_gpu_count_needs_an_even_split(start_plugin, api_server, dp_root) -> None:
+def test_gpu_count_needs_an_even_split(start_plugin, recorded_api, dp_root) -> None:
     import grpc
 
     plugin, _ = start_with_api(
-        start_plugin, api_server, dp_root, "pods_gpucount.json", devices=4, memory="16GiB"
+        start_plugin, recorded_api, dp_root, "pods_gpucount.json", devices=4, memory="16GiB"
     )
     with pytest.raises(grpc.RpcError) as err:
         plugin.client.allocate(ids(0, *range(8)))  # the kubelet ignored the preferred split
@@ -116,9 +105,9 @@ def test_gpu_count_needs_an_even_split(start_plugin, api_server, dp_root) -> Non
     assert "2 units on each of 4 GPUs" in err.value.details()
 
 
-def test_gpushare_extender_annotations_are_honoured(start_plugin, api_server, dp_root) -> None:
+def test_gpushare_extender_annotations_are_honoured(start_plugin, recorded_api, dp_root) -> None:
     plugin, server = start_with_api(
-        start_plugin, api_server, dp_root, "pods_gpushare.json", devices=2, memory="16130MiB"
+        start_plugin, recorded_api, dp_root, "pods_gpushare.json", devices=2, memory="16130MiB"
     )
     available = ids(0, *range(15)) + ids(1, *range(15))
     assert plugin.client.preferred(available, [], 4) == ids(1, 0, 1, 2, 3)
@@ -135,14 +124,13 @@ def test_gpushare_extender_annotations_are_honoured(start_plugin, api_server, dp
     (patch,) = pod_patches(server)
     assert patch["path"] == "/api/v1/namespaces/team-a/pods/gs-infer"
     assert patch["body"] == {"metadata": {"annotations": {"ALIYUN_COM_GPU_MEM_ASSIGNED": "true"}}}
-    assert (
-        server.pod("team-a", "gs-infer")["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] == "1"
-    )
+    stored = server.get("pods", "gs-infer", "team-a")["metadata"]["annotations"]
+    assert stored["ALIYUN_COM_GPU_MEM_IDX"] == "1"
 
 
-def test_multi_container_pod_is_matched_per_container(start_plugin, api_server, dp_root) -> None:
+def test_multi_container_pod_is_matched_per_container(start_plugin, recorded_api, dp_root) -> None:
     plugin, server = start_with_api(
-        start_plugin, api_server, dp_root, "pods_multicontainer.json", devices=2, memory="8GiB"
+        start_plugin, recorded_api, dp_root, "pods_multicontainer.json", devices=2, memory="8GiB"
     )
     names = []
     for request in (ids(0, 0), ids(0, 1, 2, 3), ids(1, 0, 1)):  # fetch (init), trainer, evaluator

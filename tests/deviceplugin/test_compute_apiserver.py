@@ -9,7 +9,8 @@ from typing import Any
 
 import grpc
 import pytest
-from fake_apiserver import FakeApiServer, load
+from kube.apiserver import FakeApiServer
+from kube.recorded import load
 from plugin_harness import COMPUTE, UUIDS
 
 GIB = 1 << 30
@@ -56,13 +57,11 @@ def conf(resp: dict) -> list[str]:
 
 
 def assigned_patches(server: FakeApiServer) -> list[dict]:
-    with server.lock:
-        return [
-            p
-            for p in server.patches
-            if "/pods/" in p["path"]
-            and p["body"]["metadata"]["annotations"].get("ALIYUN_COM_GPU_MEM_ASSIGNED") == "true"
-        ]
+    return [
+        p
+        for p in server.recorded_patches("/pods/")
+        if p["body"]["metadata"]["annotations"].get("ALIYUN_COM_GPU_MEM_ASSIGNED") == "true"
+    ]
 
 
 @pytest.fixture
@@ -77,8 +76,10 @@ def servers() -> Iterator[list[FakeApiServer]]:
 def with_pods(start_plugin, servers, dp_root):
     def start(pods: list[dict[str, Any]], *args: str, **sim: object):
         listing = {"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": pods}
-        server = FakeApiServer(copy.deepcopy(listing), load("node.json"))
+        server = FakeApiServer()
         servers.append(server)
+        server.load_list("pods", copy.deepcopy(listing))
+        server.create("nodes", load("node.json"))
         kubeconfig = server.kubeconfig(dp_root / "kubeconfig")
         sim.setdefault("memory", "16GiB")
         plugin = start_plugin(

@@ -96,7 +96,8 @@ def test_no_daemon_at_all_means_unhealthy(start_plugin, dp_root: Path) -> None:
 def test_mps_refuses_a_container_over_several_gpus(start_plugin, dp_root, mps) -> None:
     import json
 
-    from fake_apiserver import FakeApiServer, load
+    from kube.apiserver import FakeApiServer
+    from kube.recorded import load
 
     pod = {
         "metadata": {"name": "spread", "namespace": "default", "uid": "u-spread",
@@ -105,8 +106,10 @@ def test_mps_refuses_a_container_over_several_gpus(start_plugin, dp_root, mps) -
             {"name": "main", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}]},
         "status": {"phase": "Pending"},
     }  # fmt: skip
-    server = FakeApiServer({"kind": "PodList", "items": [pod]}, load("node.json"))
+    server = FakeApiServer()
     try:
+        server.create("pods", pod)
+        server.create("nodes", load("node.json"))
         kubeconfig = server.kubeconfig(dp_root / "kubeconfig")
         plugin = start_plugin(
             "--isolation", "mps", "--mps-root", str(mps.root),
@@ -118,6 +121,6 @@ def test_mps_refuses_a_container_over_several_gpus(start_plugin, dp_root, mps) -
             )
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "--isolation mps gives each container one GPU" in err.value.details()
-        assert json.dumps(server.pod("default", "spread")["metadata"]["annotations"]) == "{}"
+        assert json.dumps(server.get("pods", "spread")["metadata"]["annotations"]) == "{}"
     finally:
         server.close()

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import fake_apiserver
 import pytest
+from kube.recorded import load
 
 from cgpu.deviceplugin.pods import PodError, match_container, parse_pod, pod_complete
 
@@ -11,7 +11,7 @@ RES = "aliyun.com/gpu-mem"
 
 
 def pods(name: str, node: str = "node-1"):
-    items = fake_apiserver.load(name)["items"]
+    items = load(name)["items"]
     return [parse_pod(p, RES) for p in items if p["spec"]["nodeName"] == node]
 
 
@@ -43,7 +43,7 @@ def test_multi_container_pod_matched_per_container_in_kubelet_order() -> None:
 
 
 def test_bad_label_and_annotation_are_errors() -> None:
-    raw = fake_apiserver.load("pods_gpucount.json")["items"][2]
+    raw = load("pods_gpucount.json")["items"][2]
     raw["metadata"]["labels"]["aliyun.com/gpu-count"] = "two"
     raw["metadata"]["annotations"] = {"ALIYUN_COM_GPU_MEM_IDX": "x"}
     bad = parse_pod(raw, RES)

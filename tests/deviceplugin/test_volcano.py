@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
-from fake_apiserver import FakeApiServer, load
+from kube.apiserver import FakeApiServer
 from plugin_harness import UUIDS, RunningPlugin
 
 from cgpu.core.config import load_config
@@ -53,25 +53,21 @@ def wait_until(what: str, check: Callable[[], Any], timeout: float = 10.0) -> An
 
 
 def pod_patches(server: FakeApiServer) -> list[dict]:
-    with server.lock:
-        return [p for p in server.patches if "/pods/" in p["path"]]
+    return server.recorded_patches("/pods/")
 
 
 def node_patches(server: FakeApiServer) -> list[dict]:
-    with server.lock:
-        return [p for p in server.patches if p["path"] == NODE_STATUS]
+    return [p for p in server.recorded_patches(NODE_STATUS) if p["path"] == NODE_STATUS]
 
 
 @pytest.fixture
 def volcano(
-    start_plugin, dp_root: Path
+    start_plugin, recorded_api, dp_root: Path
 ) -> Iterator[Callable[..., tuple[RunningPlugin, FakeApiServer]]]:
     """Start the plugin in Volcano mode against a local API server holding `pods`."""
-    servers: list[FakeApiServer] = []
 
     def start(*args: str, pods: str = "pods_volcano.json", **sim: object):
-        server = FakeApiServer(load(pods), load("node.json"))
-        servers.append(server)
+        server = recorded_api(pods, "node.json")
         kubeconfig = server.kubeconfig(dp_root / "kubeconfig")
         plugin = start_plugin(
             "--resource-name", RES, "--kubeconfig", str(kubeconfig), "--node-name", "node-1",
@@ -80,8 +76,6 @@ def volcano(
         return plugin, server
 
     yield start
-    for server in servers:
-        server.close()
 
 
 def test_advertises_mib_and_publishes_gpu_number(volcano) -> None:
@@ -104,11 +98,10 @@ def test_advertises_mib_and_publishes_gpu_number(volcano) -> None:
             "allocatable": {"volcano.sh/gpu-number": "2"},
         },
     }
-    with server.lock:
-        status = server.node["status"]
-        assert status["capacity"]["volcano.sh/gpu-number"] == "2"
-        assert status["allocatable"]["volcano.sh/gpu-number"] == "2"
-        assert status["capacity"]["cpu"] == "64"  # merged, not replaced
+    status = server.get("nodes", "node-1")["status"]
+    assert status["capacity"]["volcano.sh/gpu-number"] == "2"
+    assert status["allocatable"]["volcano.sh/gpu-number"] == "2"
+    assert status["capacity"]["cpu"] == "64"  # merged, not replaced
 
 
 def test_pods_land_on_their_gpu_index_in_predicate_time_order(volcano) -> None:
@@ -131,10 +124,8 @@ def test_pods_land_on_their_gpu_index_in_predicate_time_order(volcano) -> None:
     (patch,) = pod_patches(server)
     assert patch["path"] == "/api/v1/namespaces/team-a/pods/gpu-early-0"
     assert patch["body"] == {"metadata": {"annotations": {"volcano.sh/gpu-assigned": "true"}}}
-    assert (
-        server.pod("team-a", "gpu-early-0")["metadata"]["annotations"]["volcano.sh/gpu-assigned"]
-        == "true"
-    )
+    stored = server.get("pods", "gpu-early-0", "team-a")["metadata"]["annotations"]
+    assert stored["volcano.sh/gpu-assigned"] == "true"
 
     # The next Allocate of the same size takes the next pod: gpu-late-0, on GPU 1.
     (late,) = plugin.client.allocate(ids(1, 2048, start=2048))
@@ -193,15 +184,21 @@ def test_the_shim_enforces_the_volcano_slice(volcano, sim_env, shim, native_buil
     assert patch["path"] == "/api/v1/namespaces/team-a/pods/gpu-small-0"
 
 
-def _with_pod(server: FakeApiServer, name: str, mib: int, annotations: dict[str, str]) -> None:
-    """Add a pending pod like gpu-small-0 with these Volcano annotations (and no others)."""
-    with server.lock:
-        template = next(p for p in server.pods if p["metadata"]["name"] == "gpu-small-0")
-        pod = copy.deepcopy(template)
-        pod["metadata"].update(name=name, uid=f"uid-{name}")
-        pod["metadata"]["annotations"] = annotations
-        pod["spec"]["containers"][0]["resources"] = {"limits": {RES: str(mib)}}
-        server.pods.append(pod)
+def _with_pod(
+    server: FakeApiServer, name: str, mib: int, annotations: dict[str, str], sidecar_mib: int = 0
+) -> None:
+    """Add a pending pod like gpu-small-0 with these Volcano annotations (and no others).
+
+    With `sidecar_mib`, the pod has a second container, "sidecar", asking for that much.
+    """
+    pod = copy.deepcopy(server.get("pods", "gpu-small-0", "team-a"))
+    pod["metadata"].update(name=name, uid=f"uid-{name}", annotations=annotations)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {RES: str(mib)}}
+    if sidecar_mib:
+        second = copy.deepcopy(pod["spec"]["containers"][0])
+        second.update(name="sidecar", resources={"limits": {RES: str(sidecar_mib)}})
+        pod["spec"]["containers"].append(second)
+    server.create("pods", pod)
 
 
 T0 = "1000"  # predicate time older than any recorded pod: these are matched first
@@ -295,8 +292,8 @@ def test_unhealthy_gpu_is_annotated_and_refused(volcano, dp_root: Path) -> None:
     assert patch["body"]["metadata"] == {"annotations": {"volcano.sh/gpu-unhealthy-ids": "1"}}
     # gpu-number still counts every card: the scheduler divides gpu-memory capacity by it.
     assert patch["body"]["status"]["capacity"] == {"volcano.sh/gpu-number": "2"}
-    with server.lock:
-        assert server.node["metadata"]["annotations"]["volcano.sh/gpu-unhealthy-ids"] == "1"
+    node = server.get("nodes", "node-1")
+    assert node["metadata"]["annotations"]["volcano.sh/gpu-unhealthy-ids"] == "1"
 
     with pytest.raises(grpc.RpcError) as err:  # gpu-small-0 was placed on GPU 1
         plugin.client.allocate(ids(0, 1024))
@@ -308,21 +305,24 @@ def test_unhealthy_gpu_is_annotated_and_refused(volcano, dp_root: Path) -> None:
 def test_node_figures_come_back_after_a_kubelet_restart(volcano) -> None:
     plugin, server = volcano()
     wait_until("the first node patch", lambda: node_patches(server))
-    with server.lock:  # the kubelet re-registering its node drops unknown extended resources
+
+    def kubelet_reregistered(node: dict) -> dict:  # unknown extended resources are dropped
         for part in ("capacity", "allocatable"):
-            server.node["status"][part].pop("volcano.sh/gpu-number")
-        server.node["metadata"].setdefault("annotations", {})["volcano.sh/gpu-unhealthy-ids"] = "0"
+            node["status"][part].pop("volcano.sh/gpu-number")
+        node["metadata"].setdefault("annotations", {})["volcano.sh/gpu-unhealthy-ids"] = "0"
+        return node
+
+    server.update("nodes", "node-1", kubelet_reregistered)
     plugin.kubelet.restart()
     plugin.kubelet.wait_registration(2, timeout=10)
 
     def restored() -> bool:
-        with server.lock:
-            node = server.node
-            return (
-                node["status"]["capacity"].get("volcano.sh/gpu-number") == "2"
-                and node["status"]["allocatable"].get("volcano.sh/gpu-number") == "2"
-                and "volcano.sh/gpu-unhealthy-ids" not in node["metadata"]["annotations"]
-            )
+        node = server.get("nodes", "node-1")
+        return (
+            node["status"]["capacity"].get("volcano.sh/gpu-number") == "2"
+            and node["status"]["allocatable"].get("volcano.sh/gpu-number") == "2"
+            and "volcano.sh/gpu-unhealthy-ids" not in node["metadata"]["annotations"]
+        )
 
     wait_until("gpu-number republished", restored)
 
@@ -347,12 +347,10 @@ def test_volcano_mode_needs_an_api_server(sim_env, dp_root: Path) -> None:
 
 def test_a_two_container_pod_is_assigned_once_both_are_served(volcano) -> None:
     plugin, server = volcano()
-    _with_pod(server, "pair-0", 300, {"volcano.sh/gpu-index": "0", "volcano.sh/predicate-time": T0})
-    with server.lock:
-        pod = server.pods[-1]
-        second = copy.deepcopy(pod["spec"]["containers"][0])
-        second.update(name="sidecar", resources={"limits": {RES: "200"}})
-        pod["spec"]["containers"].append(second)
+    _with_pod(
+        server, "pair-0", 300,
+        {"volcano.sh/gpu-index": "0", "volcano.sh/predicate-time": T0}, sidecar_mib=200,
+    )  # fmt: skip
 
     (main,) = plugin.client.allocate(ids(1, 300))
     assert main["envs"]["VOLCANO_GPU_ALLOCATED"] == "300"

@@ -7,6 +7,8 @@ Grown from tests/deviceplugin/dp_apiserver.py. It serves, over real HTTP/1.1 on 
 - GET, POST (create), PUT, PATCH (merge, strategic merge, JSON patch) and DELETE of single pods and
   nodes, and of their `/status`; `pods/<name>/binding`, which sets spec.nodeName once;
 - a resourceVersion on every object and 409 Conflict when a write's resourceVersion is stale.
+Every PATCH is recorded (`patches`: path, Content-Type, body). A `/status` write keeps the
+stored spec, as the real status strategies do (metadata such as annotations may change).
 The official `kubernetes` client drives it. Tests may add `hooks` (called before each request) and
 `faults` (canned error replies) to act out races and failures.
 """
@@ -93,6 +95,7 @@ class FakeApiServer:
         self.faults: list[Fault] = []
         self.bindings_swallowed = False  # reply 201 to bindings but do not bind (a lost write)
         self.continues: dict[str, tuple[list[Obj], int]] = {}  # paginated list snapshots
+        self.patches: list[Obj] = []  # every PATCH: {"path", "content_type", "body"}
         self._lock = threading.Lock()
         self.httpd = _HttpServer(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -119,6 +122,24 @@ class FakeApiServer:
     def create(self, resource: str, obj: Obj) -> Obj:
         """Create a pod or node directly (watchers see ADDED)."""
         return self.store.create(resource, obj)
+
+    def load_list(self, resource: str, listing: Obj) -> None:
+        """Create every item of a recorded list response (`kubectl get pods -o json`)."""
+        for item in listing["items"]:
+            self.create(resource, item)
+
+    def update(
+        self, resource: str, name: str, change: Callable[[Obj], Obj], namespace: str = ""
+    ) -> Obj:
+        """Replace an object by `change(copy)` directly, as another client's write would."""
+        if resource == "pods":
+            namespace = namespace or "default"
+        return self.store.update(resource, (namespace, name), change)
+
+    def recorded_patches(self, path_part: str = "") -> list[Obj]:
+        """The PATCH requests so far whose path contains `path_part`, oldest first."""
+        with self._lock:
+            return [p for p in self.patches if path_part in p["path"]]
 
     def get(self, resource: str, name: str, namespace: str = "") -> Obj:
         """The stored object; pods default to namespace `default`."""
@@ -394,6 +415,9 @@ class Routes:
     def _patch(self) -> None:
         body = self.h._body()
         content_type = self.h.headers.get("Content-Type", "")
+        with self.api._lock:
+            record = {"path": urlparse(self.h.path).path, "content_type": content_type}
+            self.api.patches.append({**record, "body": body})
         want_rv = None
         if isinstance(body, dict):
             want_rv = (body.get("metadata") or {}).get("resourceVersion")
@@ -401,8 +425,8 @@ class Routes:
 
         def change(obj: Obj) -> Obj:
             patched = apply_patch(content_type, obj, body)
-            if sub == "status":  # only status changes through /status
-                return {**obj, "status": patched.get("status", {})}
+            if sub == "status":  # the status strategies keep the stored spec
+                return {**patched, "spec": obj["spec"]} if "spec" in obj else patched
             return {**patched, "status": obj.get("status", {})} if "status" in obj else patched
 
         self.h._reply(200, self.api.store.update(self.resource, self.key, change, want_rv))
@@ -418,7 +442,7 @@ class Routes:
 
         def change(obj: Obj) -> Obj:
             if sub == "status":
-                return {**obj, "status": body.get("status", {})}
+                return {**body, "spec": obj["spec"]} if "spec" in obj else body
             return {**body, "status": obj.get("status", {})}
 
         self.h._reply(200, self.api.store.update(self.resource, self.key, change, want_rv))

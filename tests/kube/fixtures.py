@@ -1,16 +1,17 @@
-"""The `kube_api` fixture: a running fake API server, closed after the test.
+"""Fixtures: a running fake API server, closed after the test.
 
-Use it from any test directory by importing it into that directory's conftest.py:
-`from kube.fixtures import kube_api  # noqa: F401`.
+Use them from any test directory by importing them into that directory's conftest.py:
+`from kube.fixtures import kube_api, recorded_api  # noqa: F401`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from .apiserver import FakeApiServer
+from .recorded import serve_recorded
 
 
 @pytest.fixture
@@ -19,3 +20,18 @@ def kube_api() -> Iterator[FakeApiServer]:
     server = FakeApiServer()
     yield server
     server.close()
+
+
+@pytest.fixture
+def recorded_api() -> Iterator[Callable[..., FakeApiServer]]:
+    """Start fake API servers holding recorded JSON: `recorded_api("pods_x.json", "node.json")`."""
+    servers: list[FakeApiServer] = []
+
+    def start(pods: str, *nodes: str) -> FakeApiServer:
+        server = serve_recorded(pods, *nodes)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.close()

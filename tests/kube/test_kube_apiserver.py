@@ -13,13 +13,18 @@ from kube.apiserver import FakeApiServer
 from kube.objects import gpu_node, gpu_pod
 
 
-@pytest.fixture
-def core(kube_api: FakeApiServer, tmp_path) -> client.CoreV1Api:
+def client_for(server: FakeApiServer, kubeconfig) -> client.CoreV1Api:
+    """The official client, configured from a kubeconfig that names `server`."""
     configuration = client.Configuration()
     config.load_kube_config(
-        config_file=str(kube_api.kubeconfig(tmp_path / "kc")), client_configuration=configuration
+        config_file=str(server.kubeconfig(kubeconfig)), client_configuration=configuration
     )
     return client.CoreV1Api(client.ApiClient(configuration))
+
+
+@pytest.fixture
+def core(kube_api: FakeApiServer, tmp_path) -> client.CoreV1Api:
+    return client_for(kube_api, tmp_path / "kc")
 
 
 def test_list_get_and_selectors(kube_api, core) -> None:
@@ -165,3 +170,36 @@ def test_paginated_list_is_one_snapshot(kube_api, core) -> None:
         names += [p.metadata.name for p in page.items]
         token = page.metadata._continue
     assert sorted(names) == [f"p{i}" for i in range(7)]
+
+
+def test_node_status_patch_merges_keeps_spec_and_is_recorded(kube_api, core) -> None:
+    node = gpu_node("n1", 2, 8)
+    node["spec"] = {"unschedulable": True}
+    node["metadata"]["annotations"] = {"keep": "1", "drop": "x"}
+    kube_api.create("nodes", node)
+    body = {
+        "metadata": {"annotations": {"drop": None, "new": "2"}},
+        "status": {"capacity": {"volcano.sh/gpu-number": "2"}},
+        "spec": {"unschedulable": False},  # the status subresource ignores spec
+    }
+    core.patch_node_status("n1", body)  # the client sends a strategic merge patch
+
+    stored = kube_api.get("nodes", "n1")
+    assert stored["metadata"]["annotations"] == {"keep": "1", "new": "2"}
+    assert stored["status"]["capacity"]["volcano.sh/gpu-number"] == "2"
+    assert stored["status"]["capacity"]["aliyun.com/gpu-mem"] == "16"  # merged, not replaced
+    assert stored["spec"] == {"unschedulable": True}
+    (patch,) = kube_api.recorded_patches("/nodes/")
+    assert patch["path"] == "/api/v1/nodes/n1/status"
+    assert patch["content_type"] == "application/strategic-merge-patch+json"
+    assert patch["body"] == body
+
+
+def test_recorded_lists_are_served(recorded_api, tmp_path) -> None:
+    server = recorded_api("pods_volcano.json", "node.json")
+    core = client_for(server, tmp_path / "kc")
+    assert server.get("nodes", "node-1")["status"]["capacity"]["cpu"] == "64"
+    recorded = {p["metadata"]["name"] for p in server.pods()}
+    listed = core.list_pod_for_all_namespaces(field_selector="spec.nodeName=node-1")
+    assert {p.metadata.name for p in listed.items} <= recorded
+    assert "gpu-small-0" in {p.metadata.name for p in listed.items}

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from kube.objects import gpu_node, gpu_pod
+from kube.processes import stop
 from sched_peer import SchedulerPeer, url_of, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deviceplugin"))
@@ -83,10 +84,5 @@ def test_extender_choice_reaches_the_container(kube_api, extender, sim_env, shor
     finally:
         if client is not None:
             client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, timeout=10)
         kubelet.stop()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 from kube.objects import gpu_node, gpu_pod
+from kube.processes import free_port
 from sched_peer import PREFIX, SchedulerPeer, get, post, url_of, wait_until
 
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
@@ -72,12 +72,6 @@ def test_healthz_and_metrics(kube_api, extender):
         )  # fmt: skip
         assert float(count.split()[-1]) >= 1
     assert "cgpu_extender_nodes 1.0" in lines
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_cli_serves_and_stops_on_sigterm(kube_api, tmp_path):

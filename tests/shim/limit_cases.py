@@ -26,6 +26,8 @@ class LimitCase:
     slices: tuple[int | None, ...] = ()  # expected slice per ordinal (None: no slice)
     refused: str | None = None  # the variable a refusal names
     totals: tuple[int, ...] = field(default=(DEVICE,))
+    compute: tuple[int | None, ...] = ()  # expected compute percent per ordinal (() = none)
+    policy: str = "fixed"
 
 
 def _aliyun(units: str, of: str) -> dict[str, str]:
@@ -182,4 +184,91 @@ MALFORMED: list[LimitCase] = [
     ),
 ]
 
-CASES: list[LimitCase] = VALID + MALFORMED
+
+def _compute(
+    id_: str,
+    env: dict[str, str],
+    *compute: int | None,
+    policy: str = "fixed",
+    slices: tuple[int | None, ...] | None = None,
+    totals: tuple[int, ...] = (DEVICE,),
+):
+    return LimitCase(
+        id_,
+        env,
+        slices=slices if slices is not None else (None,) * len(totals),
+        totals=totals,
+        compute=compute,
+        policy=policy,
+    )
+
+
+COMPUTE_VALID: list[LimitCase] = [
+    _compute("compute-30", {"CGPU_COMPUTE_LIMIT": "30"}, 30),
+    _compute("compute-percent-sign", {"CGPU_COMPUTE_LIMIT": " 30% "}, 30),
+    _compute("compute-1", {"CGPU_COMPUTE_LIMIT": "1"}, 1),
+    _compute("compute-100", {"CGPU_COMPUTE_LIMIT": "100"}, 100),
+    _compute(
+        "compute-share",
+        {"CGPU_COMPUTE_LIMIT": "50", "CGPU_COMPUTE_POLICY": "Share"},
+        50,
+        policy="share",
+    ),
+    _compute("compute-fixed", {"CGPU_COMPUTE_LIMIT": "50", "CGPU_COMPUTE_POLICY": " fixed"}, 50),
+    _compute("compute-ordinal", {"CGPU_COMPUTE_LIMIT_1": "20"}, None, 20, totals=TWO),
+    _compute(
+        "compute-ordinal-over-default",
+        {"CGPU_COMPUTE_LIMIT": "60", "CGPU_COMPUTE_LIMIT_0": "25"},
+        25,
+        60,
+        totals=TWO,
+    ),
+    _compute(
+        "compute-with-memory",
+        {"CGPU_COMPUTE_LIMIT": "40", "CGPU_MEM_LIMIT": "1GiB"},
+        40,
+        slices=(GiB,),
+    ),
+    _ok("compute-policy-alone", {"CGPU_COMPUTE_POLICY": "share"}, None),
+    _ok("compute-disabled", {"CGPU_DISABLE": "yes", "CGPU_COMPUTE_LIMIT": "junk"}, None),
+]
+
+_PERCENTS_BAD = {
+    "zero": "0",
+    "over": "101",
+    "word": "half",
+    "fraction": "30.5",
+    "negative": "-30",
+    "empty": "",
+    "two-signs": "30%%",
+    "inner-space": "3 0",
+    "huge": "100000",
+}
+
+COMPUTE_MALFORMED: list[LimitCase] = [
+    *(
+        _bad(f"compute-{k}", {"CGPU_COMPUTE_LIMIT": v}, "CGPU_COMPUTE_LIMIT")
+        for k, v in _PERCENTS_BAD.items()
+    ),
+    _bad("compute-ordinal-zero", {"CGPU_COMPUTE_LIMIT_0": "0"}, "CGPU_COMPUTE_LIMIT_0"),
+    _bad("compute-ordinal-16", {"CGPU_COMPUTE_LIMIT_16": "30"}, "CGPU_COMPUTE_LIMIT_16"),
+    _bad("compute-ordinal-leading-zero", {"CGPU_COMPUTE_LIMIT_01": "30"}, "CGPU_COMPUTE_LIMIT_01"),
+    _bad(
+        "compute-policy-word",
+        {"CGPU_COMPUTE_LIMIT": "30", "CGPU_COMPUTE_POLICY": "max"},
+        "CGPU_COMPUTE_POLICY",
+    ),
+    _bad("compute-policy-empty", {"CGPU_COMPUTE_POLICY": ""}, "CGPU_COMPUTE_POLICY"),
+    _bad(
+        "compute-overridden-default-still-checked",
+        {"CGPU_COMPUTE_LIMIT_0": "30", "CGPU_COMPUTE_LIMIT": "x"},
+        "CGPU_COMPUTE_LIMIT",
+    ),
+    _bad(
+        "compute-bad-with-good-memory",
+        {"CGPU_MEM_LIMIT": "1GiB", "CGPU_COMPUTE_LIMIT": "0"},
+        "CGPU_COMPUTE_LIMIT",
+    ),
+]
+
+CASES: list[LimitCase] = VALID + MALFORMED + COMPUTE_VALID + COMPUTE_MALFORMED

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from limit_cases import CASES, LimitCase  # pytest puts tests/shim on sys.path
 
-from cgpu.core.limits import Disabled, LimitError, NoLimit, parse_env, slice_for
+from cgpu.core.ledger import read_ledger
+from cgpu.core.limits import Disabled, LimitError, NoLimit, parse_compute_env, parse_env, slice_for
 
 
 @pytest.fixture(scope="session")
@@ -38,10 +39,11 @@ def shim_slices(stdout: str) -> list[int]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_shim_and_parse_env_agree(limit_probe, shim_env, case: LimitCase):
+def test_shim_and_parse_env_agree(limit_probe, shim_env, ledger_dir, case: LimitCase):
     proc = run_shim(limit_probe, shim_env, case)
     try:
         request = parse_env(case.env)
+        compute = parse_compute_env(case.env)
     except LimitError as exc:
         # Refused by Python: the shim refuses too, naming the same variable, in one line.
         assert case.refused == exc.variable, str(exc)
@@ -59,8 +61,17 @@ def test_shim_and_parse_env_agree(limit_probe, shim_env, case: LimitCase):
     # The shim shows the slice, or the whole device where there is none.
     seen = shim_slices(proc.stdout)
     assert seen == [s if s is not None else t for s, t in zip(python, case.totals, strict=True)]
-    if isinstance(request, Disabled | NoLimit):
+    if isinstance(request, Disabled | NoLimit) and compute is None:
         assert "cgpu" not in proc.stderr
+    # The compute limit: Python's reading, and what the shim put in the container's ledger.
+    want = [p for p in case.compute if p is not None]
+    python_compute = [compute.percent(i) for i in range(len(case.compute))] if compute else []
+    assert python_compute == list(case.compute if want else ())
+    if want:
+        assert compute is not None and compute.policy == case.policy
+        shown = read_ledger(ledger_dir / "cgpu.ledger").devices
+        assert sorted(d.compute_limit for d in shown if d.compute_limit) == sorted(want)
+        assert {d.compute_policy for d in shown if d.compute_limit} == {case.policy}
 
 
 def test_parse_env_ignores_unrelated_variables():

@@ -94,6 +94,8 @@ args:
   - --port={{ $.Values.scheduler.port }}
   - --node-policy={{ $.Values.scheduler.nodePolicy }}
   - --gpu-policy={{ $.Values.scheduler.gpuPolicy }}
+  - --assume-timeout={{ $.Values.scheduler.assumeTimeoutSeconds }}
+  - --log-level={{ $.Values.scheduler.logLevel }}
 resources:
   {{- toYaml $.Values.scheduler.resources | nindent 2 }}
 securityContext:

@@ -1,0 +1,215 @@
+"""Run saturating containers on the simulator and measure their share of the GPU's time.
+
+Shared by tests/shim/test_compute_limit.py and benchmarks/compute_share.py. A "container" is a
+set of processes with one ledger directory (the shim's container-wide state). Shares come from the
+simulator's NVML per-process utilization, read by this process without the shim: the
+simulator's own accounting of kernel time, independent of the shim's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def cuda_include() -> Path:
+    """Directory of the real cuda.h."""
+    for base in (
+        os.environ.get("CUDA_HOME", ""),
+        "/usr/local/cuda",
+        *sorted(glob.glob("/usr/local/cuda-*"), reverse=True),
+    ):
+        if base and Path(base, "include", "cuda.h").is_file():
+            return Path(base, "include")
+    raise FileNotFoundError("cuda.h not found (set CUDA_HOME)")
+
+
+def build_load(cc: str, sim_dir: Path, out: Path) -> Path:
+    """Compile compute_load.c against the simulator's libcuda."""
+    include = cuda_include()
+    exe = out / "compute_load"
+    subprocess.run(
+        [
+            cc,
+            "-std=gnu11",
+            "-O2",
+            "-Wall",
+            "-Werror",
+            "-I",
+            str(include),
+            str(HERE / "compute_load.c"),
+            "-o",
+            str(exe),
+            "-L",
+            str(sim_dir),
+            "-l:libcuda.so.1",
+            "-ldl",
+            "-lpthread",
+        ],
+        check=True,
+    )
+    return exe
+
+
+class _Sample(ctypes.Structure):
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("timeStamp", ctypes.c_ulonglong),
+        ("smUtil", ctypes.c_uint),
+        ("memUtil", ctypes.c_uint),
+        ("encUtil", ctypes.c_uint),
+        ("decUtil", ctypes.c_uint),
+    ]
+
+
+class Nvml:
+    """The simulator's NVML, loaded in this process (no shim here)."""
+
+    def __init__(self, sim_dir: Path, state: Path) -> None:
+        os.environ["CGPU_SIM_STATE"] = str(state)
+        self.lib = ctypes.CDLL(str(sim_dir / "libnvidia-ml.so.1"))
+        assert self.lib.nvmlInit_v2() == 0
+
+    def handle(self, index: int) -> ctypes.c_void_p:
+        h = ctypes.c_void_p()
+        assert self.lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(h)) == 0
+        return h
+
+    def utilization(self, index: int, since_us: int) -> dict[int, int]:
+        """Each process's busy share (percent) of device `index` from `since_us` to now."""
+        samples = (_Sample * 1024)()
+        count = ctypes.c_uint(1024)
+        rc = self.lib.nvmlDeviceGetProcessUtilization(
+            self.handle(index), samples, ctypes.byref(count), ctypes.c_ulonglong(since_us)
+        )
+        if rc == 6:  # NVML_ERROR_NOT_FOUND: nobody ran a kernel
+            return {}
+        assert rc == 0, rc
+        return {samples[i].pid: samples[i].smUtil for i in range(count.value)}
+
+
+@dataclass
+class Container:
+    """Processes sharing one ledger directory, each saturating the GPU."""
+
+    name: str
+    ledger: Path
+    env: dict[str, str]
+    processes: int = 1
+    kernel_ns: int = 10_000
+    seconds: float = 11.0
+    path: str = "kernel"
+    device: int = 0  # the simulated GPU (CUDA_VISIBLE_DEVICES)
+    start_after: float = 0.0  # seconds after the others
+    procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def start(self, load: Path) -> None:
+        self.ledger.mkdir(parents=True, exist_ok=True)
+        env = {
+            **self.env,
+            "CGPU_LEDGER_DIR": str(self.ledger),
+            "CUDA_VISIBLE_DEVICES": str(self.device),
+        }
+        args = [str(load), "run", self.path, str(self.kernel_ns), str(self.seconds)]
+        self.procs = [
+            subprocess.Popen(
+                args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(self.processes)
+        ]
+
+    def pids(self) -> set[int]:
+        """The container's processes (none before it starts)."""
+        return {p.pid for p in self.procs}
+
+    def wait(self) -> list[str]:
+        """Wait for every process; returns the failures (stderr of a non-zero exit)."""
+        bad = []
+        for p in self.procs:
+            _out, err = p.communicate(timeout=60)
+            if p.returncode != 0:
+                bad.append(f"{self.name} pid {p.pid} rc {p.returncode}: {err.strip()[-500:]}")
+        return bad
+
+
+def now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def run(
+    nvml: Nvml,
+    load: Path,
+    containers: list[Container],
+    windows: list[tuple[float, float]],
+) -> list[dict[str, float]]:
+    """Start the containers together; for each (start, end) window, in seconds from the start
+    (windows may overlap), the share (percent of its device's time) each container got."""
+    t0 = time.monotonic()
+    for c in containers:
+        if not c.start_after:
+            c.start(load)
+    events = sorted(
+        [(s, 0, i) for i, (s, _) in enumerate(windows)]
+        + [(e, 1, i) for i, (_, e) in enumerate(windows)]
+        + [(c.start_after, 2, i) for i, c in enumerate(containers) if c.start_after]
+    )
+    since: dict[int, int] = {}
+    shares: list[dict[str, float]] = [{} for _ in windows]
+    try:
+        for at, is_end, i in events:
+            time.sleep(max(0.0, t0 + at - time.monotonic()))
+            if is_end == 2:
+                containers[i].start(load)
+                continue
+            if not is_end:
+                since[i] = now_us()
+                continue
+            by_device: dict[int, dict[int, int]] = {}
+            for c in containers:
+                if c.device not in by_device:
+                    by_device[c.device] = nvml.utilization(c.device, since[i])
+                util = by_device[c.device]
+                shares[i][c.name] = float(sum(util.get(pid, 0) for pid in c.pids()))
+    finally:
+        failures = [f for c in containers for f in c.wait()]
+    assert not failures, failures
+    return shares
+
+
+def run_isolated(spec: dict) -> list[dict[str, float]]:
+    """`run` in a fresh Python (NVML binds to one simulator state file per process).
+
+    spec: sim_dir, state, load, env (the base environment), windows, and containers: dicts of
+    Container's fields, with `env` holding the container's own variables."""
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__)), json.dumps(spec)],
+        env={k: v for k, v in spec["env"].items() if k != "LD_PRELOAD"},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _main(spec: dict) -> None:
+    nvml = Nvml(Path(spec["sim_dir"]), Path(spec["state"]))
+    containers = [
+        Container(**{**c, "ledger": Path(c["ledger"]), "env": {**spec["env"], **c["env"]}})
+        for c in spec["containers"]
+    ]
+    windows = [tuple(w) for w in spec["windows"]]
+    print(json.dumps(run(nvml, Path(spec["load"]), containers, windows)))
+
+
+if __name__ == "__main__":
+    _main(json.loads(sys.argv[1]))
