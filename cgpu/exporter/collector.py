@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cgpu.core.ledger import DeviceUsage
 from cgpu.exporter.enforce import Enforcer, KillLabels, over_slice
 from cgpu.exporter.hostview import Attributor, HostView
 from cgpu.exporter.labels import Identity, device_ids, resolve
@@ -161,17 +160,6 @@ class _Families:
         ]
 
 
-def _compute_limit(dev: DeviceUsage) -> int:
-    """The device's compute limit in percent (0: none); a ledger reader without compute
-    fields (cgpu.core.ledger before the compute share) reads as none."""
-    return int(getattr(dev, "compute_limit", 0) or 0)
-
-
-def _compute_used(dev: DeviceUsage) -> float:
-    """The container's measured share of the device's time lately, in percent."""
-    return float(getattr(dev, "compute_used", 0.0) or 0.0)
-
-
 class CgpuCollector(Collector):
     """Collects the cgpu metrics of one node; safe to call from concurrent scrapes."""
 
@@ -266,8 +254,8 @@ class CgpuCollector(Collector):
                 s.peak = max(s.peak, dev.peak)
                 s.processes += dev.processes
                 s.ledger_ok = s.ledger_ok and usage.ledger_ok
-                s.compute_limit = max(s.compute_limit, _compute_limit(dev))
-                s.compute_used += _compute_used(dev)
+                s.compute_limit = max(s.compute_limit, dev.compute_limit)
+                s.compute_used += dev.compute_used
                 if dev.uuid in view.gpus:
                     s.host_used = (s.host_used or 0) + view.used(usage.key, dev.uuid)
                     s.over = s.over or (usage.key, dev.uuid) in over

@@ -132,6 +132,7 @@ def test_scheduler_config_manages_compute_only_when_the_chart_advertises_it() ->
     (ext,) = cfg["extenders"]
     assert ext["managedResources"] == [{"name": "aliyun.com/gpu-mem", "ignoredByScheduler": False}]
 
+
 def test_profile_mode_scheduler_config_and_sidecar_agree() -> None:
     objs = helm_template()
     cfg = _scheduler_config(objs)

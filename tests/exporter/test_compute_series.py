@@ -16,17 +16,11 @@ import pytest
 from exporter_helpers import GIB, UUID0, ctr, scrape
 
 from cgpu.core.layout import CONFIG_NAME
-from cgpu.core.ledger import DeviceUsage
 from cgpu.exporter.collector import CgpuCollector
 
 LIMIT = "cgpu_container_gpu_compute_limit_percent"
 USED = "cgpu_container_gpu_compute_used_percent"
 MS = 1_000_000
-
-pytestmark = pytest.mark.skipif(
-    "compute_limit" not in DeviceUsage.__dataclass_fields__,
-    reason="cgpu.core.ledger has no compute fields yet (C1b's h-climit branch not merged)",
-)
 
 
 class Saturating:
