@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from cgpu.core.config import ConfigError, load_config
+from cgpu.core.config import ConfigError, load_compute, load_config
 from cgpu.core.containers import MetaError, list_container_dirs, load_meta
 from cgpu.core.layout import CONFIG_NAME, LEDGER_NAME, META_NAME
 from cgpu.core.ledger import DeviceUsage, LedgerError, ProcessUsage, read_ledger
@@ -115,11 +115,24 @@ class MetaCache(_FileCache):
         super().__init__(META_NAME, load_meta)
 
 
+@dataclass(frozen=True)
+class HostConfig:
+    """A container's cgpu.conf (the host's file, read-only in the container)."""
+
+    limits: Mapping[str, int]  # {uuid: slice bytes}
+    compute: Mapping[str, tuple[int, str]]  # {uuid: (percent, policy)}
+
+
+def _load_host_config(container_dir: Path) -> HostConfig:
+    path = container_dir / CONFIG_NAME
+    return HostConfig(load_config(path), load_compute(path))
+
+
 class ConfigCache(_FileCache):
-    """cgpu.conf slices ({uuid: bytes}), re-read only when the file changes."""
+    """Parsed cgpu.conf files (`HostConfig`), re-read only when the file changes."""
 
     def __init__(self) -> None:
-        super().__init__(CONFIG_NAME, lambda d: load_config(d / CONFIG_NAME))
+        super().__init__(CONFIG_NAME, _load_host_config)
 
 
 @dataclass
@@ -135,10 +148,8 @@ class Caches:
         self.configs.retain(container_dirs)
 
 
-def _with_limits(
-    limits: Mapping[str, int], ledger: tuple[DeviceUsage, ...]
-) -> tuple[DeviceUsage, ...]:
-    """The config's devices and slices, with the use the ledger records for each.
+def _with_limits(config: HostConfig, ledger: tuple[DeviceUsage, ...]) -> tuple[DeviceUsage, ...]:
+    """The config's devices, slices and compute limits, with the use the ledger records.
 
     The config is the host's (read-only in the container); the ledger is the container's own
     file, so its device list and limits are never believed over the config.
@@ -147,10 +158,10 @@ def _with_limits(
     for dev in ledger:
         by_uuid.setdefault(dev.uuid, dev)
     out = []
-    for uuid, limit in limits.items():
-        dev = by_uuid.get(uuid)
-        # The ledger reader already took the compute limit from cgpu.conf: keep its fields.
-        out.append(replace(dev, limit=limit) if dev else DeviceUsage(uuid, limit, 0, 0, 0))
+    for uuid, limit in config.limits.items():
+        dev = by_uuid.get(uuid) or DeviceUsage(uuid, limit, 0, 0, 0)
+        percent, policy = config.compute.get(uuid, (0, ""))
+        out.append(replace(dev, limit=limit, compute_limit=percent, compute_policy=policy))
     return tuple(out)
 
 
@@ -164,13 +175,13 @@ def _file_id(path: str) -> tuple[int, int] | None:
 
 
 def read_container(
-    container_dir: Path, meta: Mapping[str, Any], limits: Mapping[str, int] | None
+    container_dir: Path, meta: Mapping[str, Any], config: HostConfig | None
 ) -> ContainerUsage | None:
     """The container's usage, or None when the directory holds neither ledger nor config.
 
-    `limits` is the parsed `cgpu.conf` (None when there is none): when present it decides the
-    devices and slices, and the ledger adds only their use. Raises LedgerError for a ledger
-    that exists but cannot be trusted (whatever is in its place).
+    `config` is the parsed `cgpu.conf` (None when there is none): when present it decides the
+    devices, slices and compute limits, and the ledger adds only their use. Raises LedgerError
+    for a ledger that exists but cannot be trusted (whatever is in its place).
     """
     ledger = os.path.join(container_dir, LEDGER_NAME)
     try:
@@ -185,8 +196,8 @@ def read_container(
     if snap is not None:
         devices, processes = tuple(snap.devices), tuple(snap.processes)
         ledger_id = _file_id(ledger)
-    if limits is not None:
-        devices = _with_limits(limits, devices)
+    if config is not None:
+        devices = _with_limits(config, devices)
     if not devices:
         return None
     return ContainerUsage(container_dir.name, meta, devices, processes, ledger_id)
@@ -199,17 +210,17 @@ def _one(container_dir: Path, caches: Caches, skipped: Counter[str]) -> Containe
         skipped["meta"] += 1
         log.debug("ignoring %s", exc)
         meta = {}
-    limits = caches.configs.get(container_dir)
+    config = caches.configs.get(container_dir)
     try:
-        return read_container(container_dir, meta, limits)
+        return read_container(container_dir, meta, config)
     except LedgerError as exc:
-        if not limits:
+        if config is None or not config.limits:
             raise
         # Its ledger is damaged (perhaps on purpose): no ledger figures, but its slices and
         # its GPU processes, as the host sees them, still count.
         skipped[REASONS.get(exc.code, "corrupt")] += 1
         log.debug("ledger figures skipped: %s", exc)
-        devices = _with_limits(limits, ())
+        devices = _with_limits(config, ())
         ledger_id = _file_id(os.path.join(container_dir, LEDGER_NAME))
         return ContainerUsage(container_dir.name, meta, devices, (), ledger_id, ledger_ok=False)
 

@@ -328,3 +328,19 @@ def test_ledger_without_devices_falls_back_to_config(
     assert series["cgpu_container_gpu_memory_limit_bytes"] == {
         ctr("ns", "p", "c", UUID0, "0"): 3 * GIB
     }
+
+
+def test_compute_limit_comes_from_the_config_before_any_ledger(
+    collector: CgpuCollector, make_container: Callable
+) -> None:
+    """The compute cap is the host's cgpu.conf: exported before the container has a ledger."""
+    from cgpu.core.config import write_config
+
+    d = make_container("c1", {UUID0: GIB}, namespace="ns", pod="p", container="c")
+    write_config(d, {UUID0: GIB}, {UUID0: (30, "share")})
+    (d / LEDGER_NAME).unlink()
+    series = scrape(collector)
+    key = ctr("ns", "p", "c", UUID0, "0")
+    assert series["cgpu_container_gpu_compute_limit_percent"] == {key: 30}
+    assert series["cgpu_container_gpu_compute_used_percent"] == {key: 0}
+    assert series["cgpu_container_gpu_memory_limit_bytes"] == {key: GIB}
