@@ -26,7 +26,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     """Add the subcommand's flags."""
     parser.add_argument("--address", default="0.0.0.0", help="listen address (default 0.0.0.0)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="listen port (32766)")
-    parser.add_argument("--kubeconfig", help="kubeconfig (default: in-cluster, else $KUBECONFIG)")
+    parser.add_argument(
+        "--kubeconfig",
+        help="kubeconfig; wins when given (else in-cluster, $KUBECONFIG, ~/.kube/config)",
+    )
     parser.add_argument("--node-policy", choices=POLICIES, default="binpack")
     parser.add_argument("--gpu-policy", choices=POLICIES, default="binpack")
     parser.add_argument(

@@ -28,7 +28,8 @@ class KubeError(Exception):
 
 
 def load_configuration(kubeconfig: str | None) -> client.Configuration:
-    """In-cluster config, else `kubeconfig`, else $KUBECONFIG (else ~/.kube/config)."""
+    """`kubeconfig` when given (an explicit flag is never ignored, even in a pod), else the
+    in-cluster config, else $KUBECONFIG, else ~/.kube/config."""
     configuration = client.Configuration()
     if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
         config.load_incluster_config(client_configuration=configuration)
