@@ -33,13 +33,6 @@ def parse_size(text: str) -> int:
     return int(out[0])
 
 
-def slice_bytes(total_bytes: int, container_units: int, device_units: int) -> int:
-    """The slice for CONTAINER of DEV units of a device: floor(total x CONTAINER / DEV)."""
-    if device_units <= 0 or container_units <= 0 or container_units > device_units:
-        raise ConfigError(f"invalid share {container_units}/{device_units}")
-    return total_bytes * container_units // device_units
-
-
 def validate_uuid(uuid: str) -> str:
     """Return `uuid` if it is safe to write into a config file, else raise ConfigError."""
     if not UUID_RE.match(uuid):

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from cgpu.core.config import ConfigError, load_config, parse_size, slice_bytes, write_config
+from cgpu.core.config import ConfigError, load_config, parse_size, write_config
 from cgpu.core.ledger import LedgerError, init_ledger, read_ledger
+from cgpu.core.limits import LimitError, parse_env, slice_for
 from cgpu.core.native import load
 
 MiB = 1 << 20
@@ -100,10 +101,11 @@ def test_parse_size_rejects(text):
         parse_size(text)
 
 
-def test_slice_bytes_matches_cgpu_rule():
-    assert slice_bytes(16130 * MiB, 4, 15) // MiB == 4301
-    with pytest.raises(ConfigError):
-        slice_bytes(MiB, 3, 2)
+def test_share_slice_matches_cgpu_rule():
+    share = {"ALIYUN_COM_GPU_MEM_CONTAINER": "4", "ALIYUN_COM_GPU_MEM_DEV": "15"}
+    assert slice_for(parse_env(share), 0, 16130 * MiB) // MiB == 4301
+    with pytest.raises(LimitError):
+        parse_env({"ALIYUN_COM_GPU_MEM_CONTAINER": "3", "ALIYUN_COM_GPU_MEM_DEV": "2"})
 
 
 def test_readers_never_hang_on_a_stopped_lock_holder(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from kube.apiserver import FakeApiServer
 from plugin_harness import UUIDS
 
-from cgpu.core.config import load_config, slice_bytes
+from cgpu.core.config import load_config
 
 GIB = 1 << 30
 
@@ -72,7 +72,7 @@ def test_gpu_count_label_spreads_over_m_gpus_and_node_capacity(
     assert envs["ALIYUN_COM_GPU_MEM_POD"] == "8"
     directory = ledger_dir(resp)
     assert load_config(directory / "cgpu.conf") == {
-        u: slice_bytes(16 * GIB, 2, 16) for u in UUIDS[:4]
+        u: 16 * GIB * 2 // 16 for u in UUIDS[:4]
     }
     meta = json.loads((directory / "meta.json").read_text())
     assert (meta["namespace"], meta["pod"], meta["container"]) == (
@@ -118,7 +118,7 @@ def test_gpushare_extender_annotations_are_honoured(start_plugin, recorded_api, 
     assert resp["envs"]["ALIYUN_COM_GPU_MEM_IDX"] == "1"
     assert resp["envs"]["ALIYUN_COM_GPU_MEM_POD"] == "4"
     assert load_config(ledger_dir(resp) / "cgpu.conf") == {
-        UUIDS[1]: slice_bytes(16130 << 20, 4, 15)
+        UUIDS[1]: (16130 << 20) * 4 // 15
     }
     plugin.wait_log("following the scheduler extender")
     (patch,) = pod_patches(server)

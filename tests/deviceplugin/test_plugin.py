@@ -10,7 +10,7 @@ import pytest
 from plugin_harness import UUIDS, assert_exits_cleanly, gib
 
 from cgpu.core import paths
-from cgpu.core.config import load_config, slice_bytes
+from cgpu.core.config import load_config
 from cgpu.core.containers import containers_root
 from cgpu.core.ledger import read_ledger
 from cgpu.core.limits import parse_env, slice_for
@@ -89,7 +89,7 @@ def test_allocate_env_and_mounts_on_disk(start_plugin) -> None:
     assert not ledger_mount["read_only"]
     assert Path(ledger_mount["host_path"]) == ledger_dir / "cgpu.ledger"
     assert ledger_dir.parent == containers_root(plugin.state_dir.resolve())
-    expected = slice_bytes(16130 << 20, 4, 15)
+    expected = (16130 << 20) * 4 // 15
     assert expected >> 20 == 4301  # the seed's figure for 4 of 15 units on a V100
     assert load_config(ledger_dir / "cgpu.conf") == {UUIDS[1]: expected}
     # cgpu.conf holds what the shim's own parser makes of the variables the container gets.

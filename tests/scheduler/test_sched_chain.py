@@ -7,34 +7,17 @@ marks the pod ALIYUN_COM_GPU_MEM_ASSIGNED=true.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-import pytest
 from kube.objects import gpu_node, gpu_pod
-from kube.processes import stop
+from node_plugin import NODE_UUIDS as UUIDS
 from sched_peer import SchedulerPeer, url_of, wait_until
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deviceplugin"))
-from fake_kubelet import FakeKubelet
-
-UUIDS = [f"GPU-c0ffee00-0000-4000-8000-00000000000{i}" for i in range(2)]
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
 ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"
 
 
-@pytest.fixture
-def short_dir():
-    root = Path(tempfile.mkdtemp(prefix="cgsc-", dir="/tmp"))  # unix socket paths are short
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
-
-def test_extender_choice_reaches_the_container(kube_api, extender, sim_env, short_dir):
+def test_extender_choice_reaches_the_container(kube_api, extender, node_plugin):
     # A V100-sized node: 16130 MiB GPUs advertise 15 GiB units each.
     kube_api.create("nodes", gpu_node("node-1", 2, 15))
     busy = {IDX: "0", ASSIGNED: "true"}
@@ -45,29 +28,14 @@ def test_extender_choice_reaches_the_container(kube_api, extender, sim_env, shor
     assert SchedulerPeer(kube_api, url_of(ext)).schedule("team-a", "infer").node == "node-1"
     assert kube_api.get("pods", "infer", "team-a")["metadata"]["annotations"][IDX] == "1"
 
-    kubelet_dir = short_dir / "device-plugins"
-    kubelet_dir.mkdir()
-    kubelet = FakeKubelet(kubelet_dir)
-    kubelet.start()
-    env = sim_env(devices=2, uuids=",".join(UUIDS), memory="16130MiB")
-    command = [
-        sys.executable, "-m", "cgpu.cli", "device-plugin",
-        "--kubelet-dir", str(kubelet_dir), "--state-dir", str(short_dir / "state"),
-        "--pod-resources-socket", str(short_dir / "pod-resources.sock"),
-        "--kubeconfig", str(kube_api.kubeconfig(short_dir / "kubeconfig")),
-        "--node-name", "node-1",
-    ]  # fmt: skip
-    log_path = short_dir / "plugin.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     client = None
     try:
-        registration = kubelet.wait_registration(1, 30)
-        client = kubelet.plugin(registration["endpoint"])
+        registration = node_plugin.kubelet.wait_registration(1, 30)
+        client = node_plugin.kubelet.plugin(registration["endpoint"])
         # An older kubelet that skips GetPreferredAllocation offers four units of GPU 0.
         (resp,) = client.allocate([f"{UUIDS[0]}-{n}" for n in range(4)])
         envs = resp["envs"]
-        assert envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1], log_path.read_text()
+        assert envs["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1], node_plugin.log_path.read_text()
         assert envs["ALIYUN_COM_GPU_MEM_IDX"] == "1"
         assert envs["ALIYUN_COM_GPU_MEM_POD"] == "4"
         assert envs["ALIYUN_COM_GPU_MEM_DEV"] == "15"
@@ -84,5 +52,3 @@ def test_extender_choice_reaches_the_container(kube_api, extender, sim_env, shor
     finally:
         if client is not None:
             client.close()
-        stop(proc, timeout=10)
-        kubelet.stop()

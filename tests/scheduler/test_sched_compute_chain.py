@@ -8,33 +8,18 @@ device plugin follows the extender's GPU for both resources of each container.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
 from compute_objects import CORE, compute_node, compute_pod, schedule
+from node_plugin import NODE_UUIDS as UUIDS
 from sched_peer import SchedulerPeer, url_of, wait_until
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "deviceplugin"))
-from fake_kubelet import FakeKubelet
-
-UUIDS = [f"GPU-c0ffee00-0000-4000-8000-00000000000{i}" for i in range(2)]
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
 ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"
 MEM = "aliyun.com/gpu-mem"
 MIB = 1 << 20
 LEDGER = "/var/run/cgpu"
-
-
-@pytest.fixture
-def short_dir():
-    root = Path(tempfile.mkdtemp(prefix="cgcc-", dir="/tmp"))  # unix socket paths are short
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def directory(resp: dict[str, Any]) -> Path:
@@ -46,7 +31,7 @@ def conf(resp: dict[str, Any]) -> list[str]:
     return [line for line in text.splitlines() if line and not line.startswith("#")]
 
 
-def test_memory_and_compute_meet_on_the_extenders_gpu(kube_api, extender, sim_env, short_dir):
+def test_memory_and_compute_meet_on_the_extenders_gpu(kube_api, extender, node_plugin):
     kube_api.create("nodes", compute_node("node-1", 2, 15))
     busy = {IDX: "0", ASSIGNED: "true"}
     kube_api.create(
@@ -62,23 +47,9 @@ def test_memory_and_compute_meet_on_the_extenders_gpu(kube_api, extender, sim_en
     assert kube_api.get("pods", "infer", "team-a")["metadata"]["annotations"][IDX] == "1"
     assert kube_api.get("pods", "solo", "team-a")["metadata"]["annotations"][IDX] == "0"
 
-    kubelet_dir = short_dir / "device-plugins"
-    kubelet_dir.mkdir()
-    kubelet = FakeKubelet(kubelet_dir)
-    kubelet.start()
-    env = sim_env(devices=2, uuids=",".join(UUIDS), memory="16130MiB")
-    command = [
-        sys.executable, "-m", "cgpu.cli", "device-plugin",
-        "--kubelet-dir", str(kubelet_dir), "--state-dir", str(short_dir / "state"),
-        "--pod-resources-socket", str(short_dir / "pod-resources.sock"),
-        "--kubeconfig", str(kube_api.kubeconfig(short_dir / "kubeconfig")),
-        "--node-name", "node-1",
-    ]  # fmt: skip
-    log_path = short_dir / "plugin.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     clients = {}
     try:
+        kubelet = node_plugin.kubelet
         kubelet.wait_registration(2, 30)
         endpoints = {r["resource_name"]: r["endpoint"] for r in kubelet.registrations}
         clients = {name: kubelet.plugin(endpoint) for name, endpoint in endpoints.items()}
@@ -87,7 +58,8 @@ def test_memory_and_compute_meet_on_the_extenders_gpu(kube_api, extender, sim_en
 
         # infer: an older kubelet offers memory units of GPU 0; the plugin follows the index.
         (mem_resp,) = memory.allocate([f"{UUIDS[0]}-{n}" for n in range(4)])
-        assert mem_resp["envs"]["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1], log_path.read_text()
+        log = node_plugin.log_path
+        assert mem_resp["envs"]["NVIDIA_VISIBLE_DEVICES"] == UUIDS[1], log.read_text()
         cores = compute.preferred(every_core, [], 30)
         assert all(c.startswith(UUIDS[1]) for c in cores), cores
         (core_resp,) = compute.allocate(cores)
@@ -120,10 +92,3 @@ def test_memory_and_compute_meet_on_the_extenders_gpu(kube_api, extender, sim_en
     finally:
         for client in clients.values():
             client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        kubelet.stop()
