@@ -146,13 +146,16 @@ static nvmlReturn_t copy_str(char *dst, unsigned int length, const char *src)
 SIM_API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
     NEED_INIT();
-    return copy_str(version, length, "580.00.00-sim");
+    return copy_str(version, length, nvs.cfg.driver_release);
 }
 
 SIM_API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 {
     NEED_INIT();
-    return copy_str(version, length, "13.580.00-sim");
+    /* "<CUDA major>.<release>", as NVML numbers itself: 12.535.261.03. */
+    char buf[48];
+    snprintf(buf, sizeof buf, "%d.%s", nvs.cfg.driver_version / 1000, nvs.cfg.driver_release);
+    return copy_str(version, length, buf);
 }
 
 SIM_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
@@ -169,22 +172,39 @@ SIM_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion)
     return nvmlSystemGetCudaDriverVersion(cudaDriverVersion);
 }
 
+/* argv[0] of the process, else its comm, else "". */
+void nvml_sim_proc_name(int pid, char *out, size_t len)
+{
+    char path[64];
+    out[0] = 0;
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, out, len - 1);
+        close(fd);
+        out[n > 0 ? n : 0] = 0;
+    }
+    if (out[0])
+        return;
+    snprintf(path, sizeof path, "/proc/%d/comm", pid);
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, out, len - 1);
+    close(fd);
+    out[n > 0 ? n : 0] = 0;
+    out[strcspn(out, "\n")] = 0;
+}
+
 SIM_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
 {
     NEED_INIT();
     if (!name || !length)
         return NVML_ERROR_INVALID_ARGUMENT;
-    char path[64], buf[256];
-    snprintf(path, sizeof path, "/proc/%u/comm", pid);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    char buf[4096];
+    nvml_sim_proc_name((int)pid, buf, sizeof buf);
+    if (!buf[0])
         return NVML_ERROR_NOT_FOUND;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return NVML_ERROR_NOT_FOUND;
-    buf[n] = 0;
-    buf[strcspn(buf, "\n")] = 0;
     snprintf(name, length, "%s", buf);
     return NVML_SUCCESS;
 }
@@ -364,6 +384,14 @@ SIM_API nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t 
     return NVML_SUCCESS;
 }
 
+int nvml_sim_procs(int i, int compute, struct sim_proc_usage procs[NVML_SIM_MAX_PROCS])
+{
+    int n = 0;
+    if (compute && nvs.st && nvs.sdev[i] >= 0)
+        n = sim_state_procs(nvs.st, nvs.sdev[i], procs, NVML_SIM_MAX_PROCS);
+    return n > NVML_SIM_MAX_PROCS ? NVML_SIM_MAX_PROCS : n;
+}
+
 /* version 1: nvmlProcessInfo_v1_t, else nvmlProcessInfo_v2_t.  Only the compute
  * list has entries: the simulator runs no graphics clients and no MPS server. */
 static nvmlReturn_t running(nvmlDevice_t device, unsigned int *infoCount, void *infos, int version,
@@ -372,12 +400,8 @@ static nvmlReturn_t running(nvmlDevice_t device, unsigned int *infoCount, void *
     NEED_DEV(device, i);
     if (!infoCount)
         return NVML_ERROR_INVALID_ARGUMENT;
-    struct sim_proc_usage procs[256];
-    int n = 0;
-    if (compute && nvs.st && nvs.sdev[i] >= 0)
-        n = sim_state_procs(nvs.st, nvs.sdev[i], procs, 256);
-    if (n > 256)
-        n = 256;
+    struct sim_proc_usage procs[NVML_SIM_MAX_PROCS];
+    int n = nvml_sim_procs(i, compute, procs);
     if (*infoCount < (unsigned)n) {
         *infoCount = (unsigned)n;
         return NVML_ERROR_INSUFFICIENT_SIZE;

@@ -48,4 +48,12 @@ int dev_index(nvmlDevice_t d);
     if (i < 0)                                    \
         return NVML_ERROR_INVALID_ARGUMENT
 
+/* The processes of device i on the compute list (compute != 0), or on the
+ * graphics or MPS lists (always empty), from the state file.  Returns the count. */
+#define NVML_SIM_MAX_PROCS 256
+int nvml_sim_procs(int i, int compute, struct sim_proc_usage procs[NVML_SIM_MAX_PROCS]);
+
+/* The name NVML gives a process: argv[0], else its comm, else "". */
+void nvml_sim_proc_name(int pid, char *out, size_t len);
+
 #endif

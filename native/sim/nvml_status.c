@@ -3,6 +3,7 @@
  * modes, encoder/decoder load, ECC counts.  A healthy, idle data-centre GPU.
  * The types are NVML's public ABI; cgpu_nvml.h declares only what cgpu uses. */
 #include "nvml_sim.h"
+#include <time.h>
 
 typedef int nvmlPstates_t;          /* NVML_PSTATE_0 = 0 */
 typedef int nvmlEnableState_t;      /* NVML_FEATURE_DISABLED = 0, ENABLED = 1 */
@@ -148,4 +149,72 @@ SIM_API nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsign
                                                      unsigned int *samplingPeriodUs)
 {
     return codec_load(device, utilization, samplingPeriodUs);
+}
+
+/* nvmlDeviceGetFieldValues: the power fields nvidia-smi -q reads for the GPU
+ * (scope 0).  The module scope (1, Grace Hopper boards) and every other field
+ * get NVML_ERROR_NOT_SUPPORTED in their own nvmlReturn, as on a GPU without
+ * them; the call itself succeeds. */
+typedef struct {
+    unsigned int fieldId;
+    unsigned int scopeId;
+    long long timestamp;   /* µs since the epoch */
+    long long latencyUsec;
+    int valueType;         /* NVML_VALUE_TYPE_UNSIGNED_INT = 1 */
+    nvmlReturn_t nvmlReturn;
+    union {
+        double dVal;
+        unsigned int uiVal;
+        unsigned long ulVal;
+        unsigned long long ullVal;
+        long long sllVal;
+        int siVal;
+    } value;
+} nvmlFieldValue_t;
+
+#define NVML_FI_DEV_POWER_AVERAGE 185
+#define NVML_FI_DEV_POWER_INSTANT 186
+#define NVML_FI_DEV_POWER_MIN_LIMIT 187
+#define NVML_FI_DEV_POWER_MAX_LIMIT 188
+#define NVML_FI_DEV_POWER_DEFAULT_LIMIT 189
+#define NVML_FI_DEV_POWER_CURRENT_LIMIT 190
+#define NVML_FI_DEV_POWER_REQUESTED_LIMIT 192
+#define POWER_DRAW_MW 75000u
+
+static int power_field(unsigned int id, unsigned int *mw)
+{
+    switch (id) {
+    case NVML_FI_DEV_POWER_AVERAGE:
+    case NVML_FI_DEV_POWER_INSTANT: *mw = POWER_DRAW_MW; return 1;
+    case NVML_FI_DEV_POWER_MIN_LIMIT: *mw = POWER_MIN_MW; return 1;
+    case NVML_FI_DEV_POWER_MAX_LIMIT:
+    case NVML_FI_DEV_POWER_DEFAULT_LIMIT:
+    case NVML_FI_DEV_POWER_CURRENT_LIMIT:
+    case NVML_FI_DEV_POWER_REQUESTED_LIMIT: *mw = POWER_LIMIT_MW; return 1;
+    default: return 0;
+    }
+}
+
+SIM_API nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvmlFieldValue_t *values)
+{
+    NEED_DEV(device, i);
+    if (valuesCount < 0 || (valuesCount && !values))
+        return NVML_ERROR_INVALID_ARGUMENT;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    for (int k = 0; k < valuesCount; k++) {
+        nvmlFieldValue_t *v = &values[k];
+        unsigned int mw;
+        v->timestamp = (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+        v->latencyUsec = 0;
+        v->value.ullVal = 0;
+        if (v->scopeId == 0 && power_field(v->fieldId, &mw)) {
+            v->valueType = 1;
+            v->value.uiVal = mw;
+            v->nvmlReturn = NVML_SUCCESS;
+        } else {
+            v->nvmlReturn = NVML_ERROR_NOT_SUPPORTED;
+        }
+    }
+    return NVML_SUCCESS;
 }

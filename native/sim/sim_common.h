@@ -15,6 +15,7 @@
 #define SIM_UUID_LEN 96
 #define SIM_NAME_LEN 96
 #define SIM_PATH_LEN 4096
+#define SIM_RELEASE_LEN 32
 
 struct sim_config {
     int ndev;
@@ -25,7 +26,8 @@ struct sim_config {
     char name[SIM_NAME_LEN];
     unsigned long long ctx_overhead;
     unsigned long long granularity;                  /* power of two */
-    int driver_version;
+    int driver_version;                              /* CGPU_SIM_DRIVER_VERSION, e.g. 13000 */
+    char driver_release[SIM_RELEASE_LEN];            /* CGPU_SIM_DRIVER_RELEASE, e.g. "580.65.06" */
     char faults[SIM_PATH_LEN];                       /* "" when unset */
     char state[SIM_PATH_LEN];                        /* "" when unset */
     unsigned long long kernel_ns;                    /* CGPU_SIM_KERNEL_NS */

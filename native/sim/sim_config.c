@@ -176,6 +176,48 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 }
 
 /* Scratch for split_list: sim_config_load runs under each library's init lock. */
+/* A driver release as NVIDIA numbers them: a branch of 3 digits, then one or two
+ * more numbers ("535.261.03", "580.65.06", "550.54"). */
+static int parse_release(const char *s)
+{
+    int parts = 0;
+    const char *p = s;
+    while (parts < 3) {
+        const char *start = p;
+        while (*p >= '0' && *p <= '9')
+            p++;
+        long n = p - start;
+        if (n < 1 || (parts == 0 && n != 3) || n > 5)
+            return -1;
+        parts++;
+        if (*p != '.')
+            break;
+        p++;
+    }
+    return *p || parts < 2 ? -1 : 0;
+}
+
+/* The driver NVIDIA's CUDA toolkit of that version ships with: the release of the
+ * newest toolkit at or before the CUDA version. */
+static const char *default_release(int cuda_version)
+{
+    static const struct {
+        int cuda;
+        const char *release;
+    } bundled[] = {
+        {11000, "450.51.06"}, {11010, "455.32.00"}, {11020, "460.32.03"}, {11030, "465.19.01"},
+        {11040, "470.57.02"}, {11050, "495.29.05"}, {11060, "510.39.01"}, {11070, "515.43.04"},
+        {11080, "520.61.05"}, {12000, "525.60.13"}, {12010, "530.30.02"}, {12020, "535.54.03"},
+        {12030, "545.23.06"}, {12040, "550.54.14"}, {12050, "555.42.02"}, {12060, "560.28.03"},
+        {12080, "570.86.10"}, {12090, "575.51.03"}, {13000, "580.65.06"},
+    };
+    const char *r = bundled[0].release;
+    for (size_t k = 0; k < sizeof bundled / sizeof bundled[0]; k++)
+        if (bundled[k].cuda <= cuda_version)
+            r = bundled[k].release;
+    return r;
+}
+
 static char (*list_buf(void))[SIM_PATH_LEN]
 {
     static char items[SIM_MAX_DEVICES][SIM_PATH_LEN];
@@ -321,6 +363,14 @@ int sim_config_load(struct sim_config *cfg)
         if (parse_int(v, 1000, 999990, &dv))
             ERR("CGPU_SIM_DRIVER_VERSION", "invalid version '%s' (e.g. 12040 for CUDA 12.4)", v);
         cfg->driver_version = (int)dv;
+    }
+
+    if ((v = getenv("CGPU_SIM_DRIVER_RELEASE"))) {
+        if (parse_release(v))
+            ERR("CGPU_SIM_DRIVER_RELEASE", "invalid release '%s' (e.g. 535.261.03 or 580.65.06)", v);
+        strcpy(cfg->driver_release, v);
+    } else {
+        strcpy(cfg->driver_release, default_release(cfg->driver_version));
     }
 
     if ((v = getenv("CGPU_SIM_FAULTS"))) {

@@ -68,7 +68,7 @@ def test_nvml_through_pynvml(simlib: Path, pynvml_ok) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("uninit ok")
     r = json.loads(proc.stdout.splitlines()[-1])
-    assert r["count"] == 2 and r["driver"] == "580.00.00-sim" and r["cuda"] == 13000
+    assert r["count"] == 2 and r["driver"] == "580.65.06" and r["cuda"] == 13000
     assert r["bad_index"] and r["bad_uuid"] and r["after_shutdown"]
     d0, d1 = r["devs"]
     assert d0["uuid"] == "GPU-5eed0000-0000-4000-8000-000000000000"
