@@ -53,4 +53,6 @@ fi
 
 # The CUDA and NVML clients tests/clients runs (pinned in tests/clients/requirements.txt).
 bash scripts/install-clients.sh
+# NVIDIA's nvidia-smi for tests/realstack: fetched from Debian and unpacked, never installed.
+bash scripts/install-nvidia-smi.sh
 echo "setup: cgpu installed in $(pwd)/.venv ($(.venv/bin/cgpu shim-path))"
