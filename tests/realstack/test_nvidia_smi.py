@@ -56,7 +56,10 @@ def run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
 
 
-def cgpu_run(state_dir: Path, env: dict[str, str], *command: str) -> subprocess.CompletedProcess[str]:
+def cgpu_run(
+    state_dir: Path, env: dict[str, str], *command: str
+) -> subprocess.CompletedProcess[str]:
+    """`cgpu run --simulate --gpu-mem 4GiB -- COMMAND`."""
     return run([sys.executable, "-m", "cgpu.cli", "run", "--simulate", "--gpu-mem", "4GiB",
                 "--state-dir", str(state_dir), "--", *command], env)  # fmt: skip
 
@@ -142,7 +145,7 @@ print(json.dumps({{"started": started, "pid": holder.pid, **out}}))
 
 
 def test_a_release_mismatch_gives_nvidia_smis_own_error(smi, sim_env):
-    """A 550 driver has a private table the simulator does not know: the 535 nvidia-smi refuses it."""
+    """Releases whose private table the simulator does not know: the 535 nvidia-smi refuses."""
     for release in ("550.54.15", "470.256.02"):
         done = run([str(smi), "-L"], sim_env(driver_release=release))
         assert done.returncode != 0
@@ -182,8 +185,9 @@ print(json.dumps({"rc": rc, "size": table[0], "answers": answers,
 
 
 def test_the_private_table_answers_its_known_slots_only(sim_env, sim_dir):
-    done = run([sys.executable, "-c", EXPORT_PROBE, str(sim_dir / "libnvidia-ml.so.1"), SMI_TABLE_ID],
-               sim_env(driver_release=RELEASE))  # fmt: skip
+    lib = str(sim_dir / "libnvidia-ml.so.1")
+    env = sim_env(driver_release=RELEASE)
+    done = run([sys.executable, "-c", EXPORT_PROBE, lib, SMI_TABLE_ID], env)
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["rc"] == 0 and out["size"] == 256 * 8
