@@ -492,6 +492,16 @@ SIM_API nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int
     return NVML_SUCCESS;
 }
 
+/* A data-centre Hopper reports NVML_BRAND_NVIDIA (14). */
+SIM_API nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *type)
+{
+    NEED_DEV(device, i);
+    if (!type)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *type = 14;
+    return NVML_SUCCESS;
+}
+
 SIM_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode,
                                           unsigned int *pendingMode)
 {
