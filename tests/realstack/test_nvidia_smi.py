@@ -152,6 +152,15 @@ def test_a_release_mismatch_gives_nvidia_smis_own_error(smi, sim_env):
         assert "Mismatch in versions between nvidia-smi and NVML" in done.stdout + done.stderr
 
 
+def test_the_default_release_follows_the_cuda_version(smi, sim_env):
+    """Unset, the release is that of NVIDIA's toolkit for the CUDA version (13.0: 580.65.06)."""
+    for cuda, release, cuda_shown in ((None, "580.65.06", "13.0"), ("12020", "535.54.03", "12.2")):
+        env = sim_env() if cuda is None else sim_env(driver_version=cuda)
+        done = run([str(smi)], env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert re.search(rf"Driver Version: {release}\s+CUDA Version: {cuda_shown}", done.stdout)
+
+
 def test_a_malformed_release_names_the_variable(smi, sim_env):
     done = run([str(smi), "-L"], sim_env(driver_release="535.x"))
     assert done.returncode != 0
