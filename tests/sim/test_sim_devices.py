@@ -99,6 +99,10 @@ def test_cuda_visible_devices(run) -> None:
         ("ctx_overhead", "-1"),
         ("granularity", "3MiB"),
         ("driver_version", "thirteen"),
+        ("driver_release", "535"),
+        ("driver_release", "5350.1"),
+        ("driver_release", "535.261.03.1"),
+        ("driver_release", "535.261.03-sim"),
         ("name", ""),
     ],
 )
