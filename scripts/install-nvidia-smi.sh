@@ -17,10 +17,17 @@ if [ -x "$dest/nvidia-smi" ]; then
   exit 0
 fi
 
+# Whether the apt lists name the pinned version.
+served() { apt-cache madison nvidia-smi 2>/dev/null | awk -F' *[|] *' -v v="$version" '$2 == v {f=1} END {exit !f}'; }
+
+. /etc/os-release
+if [ "${ID:-}" != debian ]; then
+  echo "install-nvidia-smi: needs Debian (its non-free nvidia-smi package); this is ${ID:-unknown}" >&2
+  exit 1
+fi
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 # The non-free component of the machine's own Debian release, in a list file of its own.
 if ! grep -rqsE '(^|[[:space:]])non-free([[:space:]]|$)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-  . /etc/os-release
   codename="${VERSION_CODENAME:?no VERSION_CODENAME in /etc/os-release}"
   echo "install-nvidia-smi: enabling Debian $codename non-free"
   $SUDO tee /etc/apt/sources.list.d/cgpu-non-free.sources >/dev/null <<SRC
@@ -37,10 +44,15 @@ Components: non-free
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
   $SUDO apt-get update -qq
-elif ! apt-cache show "nvidia-smi=$version" >/dev/null 2>&1; then
+elif ! served; then
   $SUDO apt-get update -qq
 fi
 
+if ! served; then
+  echo "install-nvidia-smi: Debian no longer serves nvidia-smi=$version; pin one that" \
+    "'apt-cache policy nvidia-smi' lists in $REQ" >&2
+  exit 1
+fi
 echo "install-nvidia-smi: fetching nvidia-smi $version"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
