@@ -10,6 +10,9 @@
  * every slot a function of its own that logs its calls (nvidia-smi 535.261.03;
  * NVIDIA's k8s-test-infra mock NVML documents the same slots for 580.65.06):
  *
+ *   26   NVML's debug log, printf-like: nvidia-smi hands it every line it prints
+ *        ("nvidia-smi %s: %s\n", "stdout", line) after checking that the size in
+ *        entry 0 covers the slot.  The simulator keeps no debug log.
  *   81   handle of a device by index: (unsigned index, nvmlDevice_t *out, flags)
  *   213  compute processes   (nvmlDevice_t, unsigned *count, struct export_proc *)
  *   214  graphics processes  (same)
@@ -53,6 +56,12 @@ static int tracing(void)
 {
     const char *t = getenv("CGPU_SIM_TRACE");
     return t && *t && strcmp(t, "0") != 0;
+}
+
+static int slot_debug_log(const char *format, ...)
+{
+    (void)format;
+    return 0;
 }
 
 static nvmlReturn_t slot_device_by_index(unsigned int index, nvmlDevice_t *device, unsigned int flags)
@@ -136,6 +145,7 @@ static pthread_once_t smi_table_once = PTHREAD_ONCE_INIT;
 static void smi_table_fill(void)
 {
     smi_table[0] = (void *)(sizeof(void *) * EXPORT_SLOTS);
+    smi_table[26] = (void *)slot_debug_log;
     smi_table[81] = (void *)slot_device_by_index;
     smi_table[213] = (void *)slot_compute;
     smi_table[214] = (void *)slot_graphics;

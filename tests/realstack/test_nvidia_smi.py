@@ -24,7 +24,7 @@ RELEASE = "535.261.03"  # the release of the pinned nvidia-smi
 CUDA = "12020"  # the CUDA version the 535 branch reports
 QUERY = "--query-gpu=memory.total,memory.used,memory.free,name,uuid"
 # The slots of nvmlInternalGetExportTable that the simulator answers (native/sim/nvml_export.c).
-ANSWERED_SLOTS = {81, 213, 214, 215}
+ANSWERED_SLOTS = {26, 81, 213, 214, 215}
 SMI_TABLE_ID = "6c3efec4-8fc9-4e6c-a327-ee696e12f7c4"
 
 
@@ -179,8 +179,8 @@ def table_for(text):
 
 rc, table = table_for(sys.argv[2])
 slot = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-# Every slot called with null pointers: an answered slot refuses the arguments (2), any
-# other one is not supported (3).
+# Every slot called with null pointers: the debug log (26) takes anything (0), the other
+# answered slots refuse the arguments (2), any other slot is not supported (3).
 answers = {i: slot(table[i])(None, None, None) for i in range(1, table[0] // 8)}
 handle, mine = ctypes.c_void_p(), ctypes.c_void_p()
 assert slot(table[81])(0, ctypes.cast(ctypes.byref(handle), ctypes.c_void_p).value, 0x22) == 0
@@ -202,7 +202,8 @@ def test_the_private_table_answers_its_known_slots_only(sim_env, sim_dir):
     assert out["rc"] == 0 and out["size"] == 256 * 8
     answered = {int(i) for i, rc in out["answers"].items() if rc != 3}
     assert answered == ANSWERED_SLOTS
-    assert all(out["answers"][str(i)] == 2 for i in ANSWERED_SLOTS)
+    assert out["answers"]["26"] == 0
+    assert all(out["answers"][str(i)] == 2 for i in ANSWERED_SLOTS - {26})
     assert out["handle_matches"]
     assert out["procs"] == [0, 0]  # no process on the GPU: success, an empty list
     assert out["other_id"] == 3  # an unknown table id is not supported
