@@ -175,7 +175,6 @@ static int parse_int(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-/* Scratch for split_list: sim_config_load runs under each library's init lock. */
 /* A driver release as NVIDIA numbers them: a branch of 3 digits, then one or two
  * more numbers ("535.261.03", "580.65.06", "550.54"). */
 static int parse_release(const char *s)
@@ -218,6 +217,7 @@ static const char *default_release(int cuda_version)
     return r;
 }
 
+/* Scratch for split_list: sim_config_load runs under each library's init lock. */
 static char (*list_buf(void))[SIM_PATH_LEN]
 {
     static char items[SIM_MAX_DEVICES][SIM_PATH_LEN];
