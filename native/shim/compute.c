@@ -55,6 +55,7 @@
 #define COST_MIN_NS 50LL             /* GPU time per launch: bounds */
 #define COST_MAX_NS 10000000000LL
 #define HEADROOM_PCT 5               /* `share`: idle time left for others to claim theirs */
+#define YIELD_STEP 0.03             /* `share`: others growing this much make room for them */
 #define STALE_NS 250000000ULL        /* a controller silent this long is stopped or stuck */
 #define PERIOD_US 166667ULL          /* NVML's sample period until one is seen */
 #define COST_WINDOW_US 1500000ULL    /* measured time the cost per launch is taken over */
@@ -116,6 +117,7 @@ struct dev_ctl {
     double used_total, slack_total;  /* GPU ns measured, and the rounding that may hide in it */
     uint64_t last_tick;              /* CLOCK_MONOTONIC ns of the last tick */
     double others;                   /* others' share, smoothed */
+    unsigned long long yield_until_us; /* `share`: nothing beyond the limit until then */
     double used;                     /* ours, smoothed over ~1 s, for readers */
     long long credit;                /* GPU ns the container may still use (negative: debt) */
     long long cost;                  /* GPU ns per launch; 0 until measured */
@@ -378,10 +380,6 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int
         *mine = (mine_pct > 0 ? mine_pct : 0) / 100.0 * (double)p * 1000.0;
         *slack = 0.005 * (double)(others_n + 1) * (double)p * 1000.0;
     }
-    if (getenv("CGPU_DBG"))
-        fprintf(stderr, "dbg prev=%llu newest=%llu n=%u p=%llu mine=%.1fms theirs=%.1fms dev=%d ours_n=%d same=%d pid0=%u util0=%u ts0=%llu\n",
-                prev % 100000000, newest % 100000000, n, p, *mine / 1e6, *theirs / 1e6, dev, ours_n, same, samples[0].pid,
-                samples[0].smUtil, samples[0].timeStamp % 100000000);
     c->seen_us = newest > c->dev_seen_us ? newest : c->dev_seen_us;
     return newest - prev;
 }
@@ -405,7 +403,8 @@ static void tick(int d, uint64_t now)
 
     /* The rate of this moment... */
     double rate = pct / 100.0;
-    if (g_shim.ledger.policy[d] == CGPU_COMPUTE_SHARE && 1.0 - c->others - HEADROOM_PCT / 100.0 > rate)
+    if (g_shim.ledger.policy[d] == CGPU_COMPUTE_SHARE && now_us >= c->yield_until_us &&
+        1.0 - c->others - HEADROOM_PCT / 100.0 > rate)
         rate = 1.0 - c->others - HEADROOM_PCT / 100.0;
     long long dt = c->last_tick && now > c->last_tick ? (long long)(now - c->last_tick) : 0;
     c->last_tick = now;
@@ -422,7 +421,11 @@ static void tick(int d, uint64_t now)
         if (c->seen_us > c->measured_us)
             c->measured_us = c->seen_us;
         double w = (double)w_us * 1000.0;
-        double a = w / 3e8 > 1 ? 1 : w / 3e8; /* others: ~0.3 s memory */
+        /* Others: the last period NVML closed.  When they grow, a `share` container gives up
+         * what it took beyond its limit for two periods, so a newcomer finds room at once. */
+        if (theirs / w > c->others + YIELD_STEP)
+            c->yield_until_us = now_us + 2 * c->period_us;
+        double a = w / 1e8 > 1 ? 1 : w / 1e8;
         c->others += a * (theirs / w - c->others);
         double b = w / 1e9 > 1 ? 1 : w / 1e9; /* ours, for readers: ~1 s */
         c->used += b * (mine / w - c->used);
