@@ -97,6 +97,7 @@ class Container:
     path: str = "kernel"
     device: int = 0  # the simulated GPU (CUDA_VISIBLE_DEVICES)
     start_after: float = 0.0  # seconds after the others
+    pidns: bool = False  # its processes share a pid namespace of their own (unshare)
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     def start(self, load: Path) -> None:
@@ -107,6 +108,18 @@ class Container:
             "CUDA_VISIBLE_DEVICES": str(self.device),
         }
         args = [str(load), "run", self.path, str(self.kernel_ns), str(self.seconds)]
+        if self.pidns:
+            # One namespace for all of them, as in a container: its init (sh, pid 1) starts
+            # them and fails if any fails.  /proc stays the host's, as a host reader sees it.
+            script = f'ps=""; for i in $(seq {self.processes}); do "$@" & ps="$ps $!"; done; '
+            script += "rc=0; for p in $ps; do wait $p || rc=1; done; exit $rc"
+            argv = [*unshare_pidns(), "sh", "-c", script, "sh", *args]
+            self.procs = [
+                subprocess.Popen(
+                    argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
+            ]
+            return
         self.procs = [
             subprocess.Popen(
                 args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -115,8 +128,11 @@ class Container:
         ]
 
     def pids(self) -> set[int]:
-        """The container's processes (none before it starts)."""
-        return {p.pid for p in self.procs}
+        """The container's processes as the host sees them (none before it starts)."""
+        top = {p.pid for p in self.procs}
+        if not self.pidns:
+            return top
+        return {pid for pid in descendants(top) if _comm(pid) == "compute_load"}
 
     def wait(self) -> list[str]:
         """Wait for every process; returns the failures (stderr of a non-zero exit)."""
@@ -126,6 +142,47 @@ class Container:
             if p.returncode != 0:
                 bad.append(f"{self.name} pid {p.pid} rc {p.returncode}: {err.strip()[-500:]}")
         return bad
+
+
+def unshare_pidns() -> list[str]:
+    """The command prefix that runs a program as pid 1 of a new pid namespace: `unshare --pid
+    --fork` as root, else inside a user namespace of its own."""
+    return ["unshare", "--pid", "--fork"] + ([] if os.geteuid() == 0 else ["--user", "--map-root-user"])
+
+
+def pidns_works() -> bool:
+    """Whether this machine lets a test start a pid namespace."""
+    try:
+        out = subprocess.run(
+            [*unshare_pidns(), "sh", "-c", "echo $$"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and out.stdout.strip() == "1"
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def descendants(roots: set[int]) -> set[int]:
+    """Every live descendant of the given pids (from the host's /proc)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), set(roots)
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        found |= frontier
+    return found
 
 
 def now_us() -> int:
