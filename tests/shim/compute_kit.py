@@ -95,6 +95,7 @@ class Container:
     kernel_ns: int = 10_000
     seconds: float = 11.0
     path: str = "kernel"
+    threads: int = 1  # launching threads per process (with kernel_ptsz: a stream each)
     device: int = 0  # the simulated GPU (CUDA_VISIBLE_DEVICES)
     start_after: float = 0.0  # seconds after the others
     pidns: bool = False  # its processes share a pid namespace of their own (unshare)
@@ -108,6 +109,7 @@ class Container:
             "CUDA_VISIBLE_DEVICES": str(self.device),
         }
         args = [str(load), "run", self.path, str(self.kernel_ns), str(self.seconds)]
+        args.append(str(self.threads))
         if self.pidns:
             # One namespace for all of them, as in a container: its init (sh, pid 1) starts
             # them and fails if any fails.  /proc stays the host's, as a host reader sees it.
@@ -147,7 +149,8 @@ class Container:
 def unshare_pidns() -> list[str]:
     """The command prefix that runs a program as pid 1 of a new pid namespace: `unshare --pid
     --fork` as root, else inside a user namespace of its own."""
-    return ["unshare", "--pid", "--fork"] + ([] if os.geteuid() == 0 else ["--user", "--map-root-user"])
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", "--pid", "--fork", *user]
 
 
 def pidns_works() -> bool:
