@@ -58,9 +58,7 @@ def _claim(ledger: Path, victims: list[int]) -> int:
     path = ledger / "cgpu.ledger"
     data = bytearray(path.read_bytes())
     free = [
-        s
-        for s in range(SLOTS)
-        if struct.unpack_from("<I", data, SLOTS_AT + s * SLOT_SIZE)[0] == 0
+        s for s in range(SLOTS) if struct.unpack_from("<I", data, SLOTS_AT + s * SLOT_SIZE)[0] == 0
     ]
     with path.open("r+b") as f:
         for slot, pid in zip(free, victims, strict=False):
@@ -70,9 +68,7 @@ def _claim(ledger: Path, victims: list[int]) -> int:
     return min(len(free), len(victims))
 
 
-def test_a_container_with_its_own_pid_namespace_holds_its_limit(
-    shim_env, sim_dir, load, tmp_path
-):
+def test_a_container_with_its_own_pid_namespace_holds_its_limit(shim_env, sim_dir, load, tmp_path):
     # Two containers, each in its own pid namespace, saturate one GPU: `fixed` 30% and an
     # unlimited neighbour. The limited one must find its processes among NVML's host pids (or
     # it escapes its limit), and must not count the neighbour's (or it starves). After 1.5 s the
