@@ -211,7 +211,8 @@ static int nested_ns(void)
     int levels = 0;
     while (fgets(line, sizeof line, f))
         if (!strncmp(line, "NSpid:", 6)) {
-            for (char *p = strtok(line + 6, " \t\n"); p; p = strtok(NULL, " \t\n"))
+            char *save = NULL;
+            for (char *p = strtok_r(line + 6, " \t\n", &save); p; p = strtok_r(NULL, " \t\n", &save))
                 levels++;
             break;
         }
@@ -515,15 +516,29 @@ static int nvml_ready(void)
     return 1;
 }
 
-/* Start from what is measured now: the samples so far are history. */
-static void take_over(struct dev_ctl *c, const struct ledger_compute *k)
+/* Start from what is measured now: the samples so far are history, but they tell the sample
+ * period (the spacing of the device's samples) and where the last period ended. */
+static void take_over(struct dev_ctl *c)
 {
+    static nvml_sample s[64];
     nvmlDevice_t nvml = c->nvml;
     memset(c, 0, sizeof *c);
     c->nvml = nvml;
     c->period_us = PERIOD_US;
-    c->seen_us = c->dev_seen_us = c->measured_us = real_us();
-    (void)k;
+    unsigned long long now = real_us();
+    c->seen_us = c->dev_seen_us = c->measured_us = now;
+    unsigned type = 0, n = 64;
+    if (!ctl.samples || ctl.samples(nvml, 1, now - 5000000ull, &type, &n, s) != NVML_SUCCESS || n < 2 || n > 64)
+        return;
+    unsigned long long gap = 0;
+    for (unsigned i = 1; i < n; i++)
+        if (s[i].timeStamp > s[i - 1].timeStamp && (!gap || s[i].timeStamp - s[i - 1].timeStamp < gap))
+            gap = s[i].timeStamp - s[i - 1].timeStamp;
+    if (gap >= 10000 && gap <= 2000000 && s[n - 1].timeStamp <= now) {
+        c->period_us = gap;
+        c->period_seen = c->dev_sampled = 1;
+        c->seen_us = c->dev_seen_us = c->measured_us = s[n - 1].timeStamp;
+    }
 }
 
 static void *controller(void *arg)
@@ -538,7 +553,7 @@ static void *controller(void *arg)
         if (!leading && measurable && lead()) {
             leading = 1;
             for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
-                take_over(&ctl.dev[d], &g_shim.ledger.l->compute[d]);
+                take_over(&ctl.dev[d]);
         }
         if (leading)
             for (unsigned d = 0; d < g_shim.ledger.l->ndevices && d < CGPU_MAX_DEVICES; d++)
