@@ -100,6 +100,8 @@ def test_cuda_visible_devices(run) -> None:
         ("granularity", "3MiB"),
         ("driver_version", "thirteen"),
         ("name", ""),
+        ("util_period_ns", "9999999"),
+        ("util_period_ns", "1/6 s"),
     ],
 )
 def test_malformed_env(run, var: str, value: str) -> None:
