@@ -107,6 +107,8 @@ struct dev_ctl {
     unsigned long long measured_us;  /* T_m: periods up to here are measured */
     unsigned long long period_us;    /* NVML's sample period */
     int dev_sampled, period_seen;    /* dev_seen_us is a sample's; period_us was measured */
+    int entry_period;                /* period_us is from the process samples' stamps */
+    unsigned long long entry_ts;     /* the newest process sample's stamp */
     unsigned long long dev_ts[8];    /* the device's latest samples: end of period, busy % */
     unsigned dev_pct[8];
     unsigned long long hist_us[HISTORY];
@@ -333,12 +335,8 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int
     nvmlReturn_t rc = ctl.proc_util(c->nvml, samples, &n, c->seen_us);
     unsigned long long now = real_us(), prev = c->seen_us, p = c->period_us;
     c->polled_us = asked;
-    if (rc != NVML_SUCCESS || n == 0 || n > MAX_SAMPLES) {
-        /* Nobody ran in the periods the device has closed since (its samples came first). */
-        if (rc == NVML_ERROR_NOT_FOUND && c->dev_seen_us > c->seen_us)
-            c->seen_us = c->dev_seen_us;
+    if (rc != NVML_SUCCESS || n == 0 || n > MAX_SAMPLES)
         return 0;
-    }
     unsigned long long newest = prev, ts0 = 0;
     int ours_n = 0, others_n = 0, same = 1;
     double theirs_pct = 0;
@@ -346,13 +344,17 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int
         unsigned long long ts = samples[i].timeStamp;
         if (ts <= prev || ts > now + 1000000ull)
             continue; /* not newer than asked, or from the future: ignored */
-        /* An entry averages its process's samples since prev; those not seen at the last
-         * poll ended after it (a process idle in between has no sample there). */
+        /* An entry averages its process's samples since prev.  Asked every tick, that is the
+         * one period that ended since the last poll; more only if this thread was held up for
+         * more than a period (a process idle in between has no sample there, and a sample the
+         * driver published late is one period too). */
         unsigned long long periods = (ts - prev + p / 2) / p;
-        if (polled && ts > polled && (ts - polled) / p + 1 < periods)
-            periods = (ts - polled) / p + 1;
+        unsigned long long since_poll = polled && ts > polled ? (ts - polled) / p + 1 : 1;
+        if (since_poll < periods)
+            periods = since_poll;
         periods = periods < 1 ? 1 : periods > 12 ? 12 : periods;
-        double span_ns = (double)(periods * p) * 1000.0;
+        /* (Stamps closer than half a period: the driver's windows are shorter than we think.) */
+        double span_ns = (double)(ts - prev < p / 2 ? ts - prev : periods * p) * 1000.0;
         double busy = (double)(samples[i].smUtil > 100 ? 100 : samples[i].smUtil) / 100.0 * span_ns;
         struct place *pl = place_of(l, samples[i].pid, now);
         if (pl->verdict == P_UNKNOWN && idle && samples[i].smUtil > 0)
@@ -374,6 +376,13 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int
     }
     if (newest == prev)
         return 0;
+    /* Without the device's samples, the period is the smallest spacing of these stamps. */
+    if (!c->period_seen && c->entry_ts && newest - c->entry_ts >= 10000 && newest - c->entry_ts <= 2000000 &&
+        (!c->entry_period || newest - c->entry_ts < c->period_us)) {
+        c->period_us = newest - c->entry_ts;
+        c->entry_period = 1;
+    }
+    c->entry_ts = newest;
     /* One period, and the device's own figure for it: take whichever has fewer roundings. */
     int dev = same && ts0 ? device_pct(c, ts0) : -1;
     if (dev >= 0 && ours_n > others_n + 1) {
@@ -381,7 +390,7 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int
         *mine = (mine_pct > 0 ? mine_pct : 0) / 100.0 * (double)p * 1000.0;
         *slack = 0.005 * (double)(others_n + 1) * (double)p * 1000.0;
     }
-    c->seen_us = newest > c->dev_seen_us ? newest : c->dev_seen_us;
+    c->seen_us = newest;
     return newest - prev;
 }
 
