@@ -84,7 +84,7 @@ def test_a_container_with_its_own_pid_namespace_holds_its_limit(shim_env, sim_di
             "env": {"CGPU_COMPUTE_LIMIT": "30"},
             "processes": 2,
             "kernel_ns": 1 * MS,
-            "seconds": 6.5,
+            "seconds": 7.0,
             "pidns": True,
             "ledger": str(ledgers["limited"]),
         },
@@ -93,7 +93,7 @@ def test_a_container_with_its_own_pid_namespace_holds_its_limit(shim_env, sim_di
             "env": {},
             "processes": 2,
             "kernel_ns": 1 * MS,
-            "seconds": 6.5,
+            "seconds": 7.0,
             "pidns": True,
             "ledger": str(ledgers["neighbour"]),
         },
@@ -145,14 +145,15 @@ def test_nvml_reports_host_pids_for_a_namespaced_process(shim_env, sim_dir, load
                 "env": {},
                 "processes": 2,
                 "kernel_ns": 1 * MS,
-                "seconds": 2.0,
+                "seconds": 2.5,
                 "pidns": True,
                 "ledger": str(ledger),
             }
         ],
-        "windows": [(0.5, 1.5)],
+        "windows": [(1.0, 2.0)],
     }
     (share,) = run_isolated(spec)
     # The share is summed over the host pids of the namespace's processes: had the simulator
-    # recorded namespace pids (2, 3), none of its time would be found.
-    assert share["ns"] >= 90, share
+    # recorded namespace pids (2, 3), none of its time would be found (the GPU is theirs alone;
+    # a loaded machine may keep them from filling it).
+    assert share["ns"] >= 50, share
