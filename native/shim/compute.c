@@ -62,6 +62,7 @@
 #define HISTORY 1024                 /* ticks of (time, launches) kept: ~10 s */
 #define MARKS 64                     /* measurement points kept */
 #define MAX_SAMPLES 1024
+#define DEV_RING 32                  /* device samples kept */
 #define PLACES 256                   /* pids placed, cached */
 #define PLACE_TTL_US 1000000ULL      /* a placement is checked again after this */
 #define CONTROLLER_BYTE (CGPU_ADMIN_BYTE - 1)
@@ -109,8 +110,9 @@ struct dev_ctl {
     int dev_sampled, period_seen;    /* dev_seen_us is a sample's; period_us was measured */
     int entry_period;                /* period_us is from the process samples' stamps */
     unsigned long long entry_ts;     /* the newest process sample's stamp */
-    unsigned long long dev_ts[8];    /* the device's latest samples: end of period, busy % */
-    unsigned dev_pct[8];
+    unsigned long long dev_ts[DEV_RING]; /* the device's latest samples: end of period, busy % */
+    unsigned dev_pct[DEV_RING];
+    unsigned dev_n;
     unsigned long long hist_us[HISTORY];
     uint64_t hist_launches[HISTORY];
     unsigned hist_n;
@@ -308,18 +310,34 @@ static void device_samples(struct dev_ctl *c)
             c->period_seen = 1;
         }
         c->dev_sampled = 1;
-        unsigned slot = (unsigned)(s[i].timeStamp / 1000) % 8;
+        unsigned slot = c->dev_n++ % DEV_RING;
         c->dev_ts[slot] = s[i].timeStamp;
-        c->dev_pct[slot] = type == 1 /* unsigned int */ ? (unsigned)(s[i].value & 0xffffffffu) : 0;
+        unsigned v = type == 1 /* unsigned int */ ? (unsigned)(s[i].value & 0xffffffffu) : 101;
+        c->dev_pct[slot] = v;
         c->dev_seen_us = s[i].timeStamp;
     }
 }
 
-/* The device's busy % for the period ending at ts, or -1. */
-static int device_pct(const struct dev_ctl *c, unsigned long long ts)
+/* The device's busy ns over its samples of the periods ending in (from, to]; *count of them
+ * (-1 when one is unusable). */
+static double device_busy(const struct dev_ctl *c, unsigned long long from, unsigned long long to, int *count)
 {
-    unsigned slot = (unsigned)(ts / 1000) % 8;
-    return c->dev_ts[slot] == ts && c->dev_pct[slot] <= 100 ? (int)c->dev_pct[slot] : -1;
+    double busy = 0;
+    int n = 0;
+    unsigned have = c->dev_n < DEV_RING ? c->dev_n : DEV_RING;
+    for (unsigned i = 0; i < have; i++) {
+        unsigned slot = (c->dev_n - 1 - i) % DEV_RING;
+        if (c->dev_ts[slot] <= from || c->dev_ts[slot] > to)
+            continue;
+        if (c->dev_pct[slot] > 100) {
+            *count = -1;
+            return 0;
+        }
+        busy += c->dev_pct[slot] / 100.0 * (double)c->period_us * 1000.0;
+        n++;
+    }
+    *count = n;
+    return busy;
 }
 
 /* Take the per-process samples newer than c->seen_us.  *mine, *theirs: GPU ns; returns the time
@@ -337,9 +355,8 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int
     c->polled_us = asked;
     if (rc != NVML_SUCCESS || n == 0 || n > MAX_SAMPLES)
         return 0;
-    unsigned long long newest = prev, ts0 = 0;
-    int ours_n = 0, others_n = 0, same = 1;
-    double theirs_pct = 0;
+    unsigned long long newest = prev;
+    int ours_n = 0, others_n = 0;
     for (unsigned i = 0; i < n; i++) {
         unsigned long long ts = samples[i].timeStamp;
         if (ts <= prev || ts > now + 1000000ull)
@@ -365,12 +382,8 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int
             ours_n++;
         } else {
             *theirs += busy;
-            theirs_pct += samples[i].smUtil;
             others_n++;
         }
-        if (periods != 1 || (ts0 && ts != ts0))
-            same = 0;
-        ts0 = ts;
         if (ts > newest)
             newest = ts;
     }
@@ -383,12 +396,23 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int
         c->entry_period = 1;
     }
     c->entry_ts = newest;
-    /* One period, and the device's own figure for it: take whichever has fewer roundings. */
-    int dev = same && ts0 ? device_pct(c, ts0) : -1;
-    if (dev >= 0 && ours_n > others_n + 1) {
-        double mine_pct = (double)dev - theirs_pct;
-        *mine = (mine_pct > 0 ? mine_pct : 0) / 100.0 * (double)p * 1000.0;
-        *slack = 0.005 * (double)(others_n + 1) * (double)p * 1000.0;
+    /* The device's own figures for the same periods, when it has them all.  Ours is what it
+     * says less the others' when nobody else ran (an entry that averages several periods, some
+     * idle, cannot over-count then) or when that has fewer roundings in it; and the two never
+     * add up to more than the device was busy. */
+    int cnt;
+    unsigned long long expect = (newest - prev + p / 2) / p;
+    double dev_ns = device_busy(c, prev, newest, &cnt);
+    if (expect >= 1 && cnt == (int)expect) {
+        if (others_n == 0 || ours_n > others_n + 1) {
+            double m = dev_ns - *theirs;
+            *mine = m > 0 ? m : 0;
+            *slack = 0.005 * (double)(others_n + 1) * (double)(expect * p) * 1000.0;
+        } else if (*mine + *theirs > dev_ns) {
+            double f = dev_ns / (*mine + *theirs);
+            *mine *= f;
+            *theirs *= f;
+        }
     }
     c->seen_us = newest;
     return newest - prev;
