@@ -7,7 +7,10 @@
  * is always at least one period late.  It never assumes a bound on that lag:
  *   1. measure: the samples newer than the last one seen (lastSeenTimeStamp), split into the
  *      container's processes and everyone else's (pid placement below).  Each sample is a whole
- *      period's busy time; the newest period end seen is the measured horizon T_m;
+ *      period's busy time.  The device's own samples (nvmlDeviceGetSamples) give the period,
+ *      say which periods have closed even when nobody ran (the newest is the measured horizon
+ *      T_m), and bound the process figures: they have fewer roundings, and cannot be inflated
+ *      by an entry that averages several periods;
  *   2. budget: credit += rate x wall time - measured GPU time.  Debt is carried, so over any
  *      window the container gets rate x window, plus or minus what the next step misjudges;
  *   3. work not measured yet: the launches admitted since T_m - d (d: a launch's time from its
@@ -15,10 +18,11 @@
  *      last ~1.5 s of closed periods divided by the launches whose work fell in them.  While
  *      few launches have been measured, the cost is bounded from above by what NVML's rounding
  *      could have hidden, so a new container never overshoots while it learns;
- *   4. refill: tickets = (credit - unmeasured work) / cost, rounded; room above BURST_NS is not
- *      kept (an idle container saves up at most BURST_NS).
- * rate is the limit (`fixed`), or under `share` the limit raised to what the others leave idle
- * less HEADROOM_PCT.
+ *   4. refill: tickets = (credit - unmeasured work) / cost, rounded; room above BURST_NS plus
+ *      one launch is not kept (an idle container saves up at most that).
+ * rate is the limit (`fixed`), or under `share` the limit raised to what the others left idle in
+ * the last closed period less HEADROOM_PCT; when the others grow by YIELD_STEP, nothing beyond
+ * the limit for two periods, so a newcomer finds room at once.
  *
  * Pid placement.  NVML reports the kernel's pids as the host sees them; the ledger holds the
  * pids of the container's own namespace.  A pid counts as the container's only when the kernel
