@@ -32,7 +32,8 @@
  * time.  A pid in another namespace is someone else's, whatever the ledger says.  A pid /proc
  * does not show (a container whose /proc hides the host's pids) cannot be placed: it counts as
  * the container's (the limit holds, neighbours count against it), until it runs in a period in
- * which the container had no work admitted at all, which proves it is someone else's.
+ * which the container had no work admitted at all, which proves it is someone else's (for
+ * FOREIGN_US; then it must be proven again, as the pid may have been reused).
  *
  * The budget is kept in the controller's memory: the file's copy is for readers.  The tickets
  * word is the container's to take from; a container that writes it escapes its limit as code that
@@ -69,6 +70,7 @@
 #define DEV_RING 32                  /* device samples kept */
 #define PLACES 256                   /* pids placed, cached */
 #define PLACE_TTL_US 1000000ULL      /* a placement is checked again after this */
+#define FOREIGN_US 10000000ULL       /* an unplaceable pid proven someone else's stays so this long */
 #define CONTROLLER_BYTE (CGPU_ADMIN_BYTE - 1)
 
 typedef struct {
@@ -93,7 +95,8 @@ enum { P_OTHER = 0, P_OURS = 1, P_UNKNOWN = 2 };
 struct place {
     unsigned pid;
     int verdict;
-    int foreign;                     /* unknown, but seen busy while the container admitted nothing */
+    unsigned long long foreign_until_us; /* unknown, but seen busy while the container had nothing
+                                          * running: someone else's until then */
     unsigned long long checked_us;
 };
 
@@ -126,6 +129,7 @@ struct dev_ctl {
     uint64_t last_tick;              /* CLOCK_MONOTONIC ns of the last tick */
     double others;                   /* others' share, smoothed */
     unsigned long long yield_until_us; /* `share`: nothing beyond the limit until then */
+    unsigned long long next_poll_us; /* when the next period should have ended */
     double used;                     /* ours, smoothed over ~1 s, for readers */
     long long credit;                /* GPU ns the container may still use (negative: debt) */
     long long cost;                  /* GPU ns per launch; 0 until measured */
@@ -262,7 +266,7 @@ static struct place *place_of(const struct ledger *l, unsigned pid, unsigned lon
             if (now_us - p->checked_us > PLACE_TTL_US) {
                 int v = judge(l, pid);
                 if (v != p->verdict)
-                    p->foreign = 0;
+                    p->foreign_until_us = 0;
                 p->verdict = v;
                 p->checked_us = now_us;
             }
@@ -379,8 +383,8 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int
         double busy = (double)(samples[i].smUtil > 100 ? 100 : samples[i].smUtil) / 100.0 * span_ns;
         struct place *pl = place_of(l, samples[i].pid, now);
         if (pl->verdict == P_UNKNOWN && idle && samples[i].smUtil > 0)
-            pl->foreign = 1; /* busy while we had nothing running: not ours */
-        if (pl->verdict == P_OURS || (pl->verdict == P_UNKNOWN && !pl->foreign)) {
+            pl->foreign_until_us = now + FOREIGN_US; /* busy while we had nothing running */
+        if (pl->verdict == P_OURS || (pl->verdict == P_UNKNOWN && now >= pl->foreign_until_us)) {
             *mine += busy;
             *slack += 0.005 * span_ns;
             ours_n++;
@@ -448,11 +452,17 @@ static void tick(int d, uint64_t now)
     c->last_tick = now;
     long long credit = c->credit + (long long)(rate * (double)(dt > 100000000LL ? 100000000LL : dt));
 
-    /* ... less the GPU time measured, whenever a measurement comes. */
-    device_samples(c);
-    int idle = launches_at(c, c->seen_us - lag_us, launches) == launches;
-    double mine, theirs, slack;
-    unsigned long long w_us = measure(c, l, idle, &mine, &theirs, &slack);
+    /* ... less the GPU time measured, whenever a measurement comes: NVML is asked when a
+     * period should have ended (then every tick until it has), not every tick. */
+    double mine = 0, theirs = 0, slack = 0;
+    unsigned long long w_us = 0;
+    if (now_us >= c->next_poll_us) {
+        unsigned long long dev_before = c->dev_seen_us;
+        device_samples(c);
+        int idle = launches_at(c, c->seen_us - lag_us, launches) == launches;
+        w_us = measure(c, l, idle, &mine, &theirs, &slack);
+        c->next_poll_us = c->dev_seen_us > dev_before && ctl.samples ? c->dev_seen_us + c->period_us : 0;
+    }
     if (c->dev_seen_us > c->measured_us)
         c->measured_us = c->dev_seen_us;
     if (w_us) {
