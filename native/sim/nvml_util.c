@@ -1,12 +1,25 @@
 /* The simulated NVML (libnvidia-ml.so.1): utilization from the kernel
- * timeline in the CGPU_SIM_STATE file (without one, every device is idle).
- * Only whole 10 ms buckets that have ended are read:
- *  - nvmlDeviceGetUtilizationRates: gpu = busy share of the last 1 s (100
- *    buckets), memory = half of it;
- *  - nvmlDeviceGetProcessUtilization / nvmlDeviceGetProcessesUtilizationInfo:
- *    one sample per live process with kernel time in the window from
- *    lastSeenTimeStamp (at most 10 s back) to now; smUtil = its busy share of
- *    that window; timeStamp = the window's end, in µs since the epoch. */
+ * timeline in the CGPU_SIM_STATE file (without one, every device is idle),
+ * as coarse as the real driver's.
+ *
+ * The driver samples on a fixed period (CGPU_SIM_UTIL_PERIOD_NS, default
+ * 1/6 s; periods tile CLOCK_REALTIME, so every caller sees the same ones).  A
+ * sample describes a period that has ended: nothing about the current period
+ * is visible.  Values are whole percent.  Per process:
+ *  - a raw sample is (pid, end of the period, busy %) for each live process
+ *    with kernel time in that period; the device keeps the newest
+ *    SIM_UTIL_BUFFER raw samples, at most 10 s back;
+ *  - nvmlDeviceGetProcessUtilization returns one entry per process with raw
+ *    samples newer than lastSeenTimeStamp: timeStamp = its newest sample's,
+ *    smUtil = the mean of those samples (so a late reader gets an average
+ *    over the periods the process ran, not over wall time);
+ *    NVML_ERROR_NOT_FOUND when there are none; a NULL array or a count too
+ *    small gives NVML_ERROR_INSUFFICIENT_SIZE and the count needed.
+ * Per device:
+ *  - nvmlDeviceGetUtilizationRates: gpu = busy % of the last completed
+ *    period, memory = half of it;
+ *  - nvmlDeviceGetSamples(NVML_GPU_UTILIZATION_SAMPLES): one sample per
+ *    completed period newer than lastSeenTimeStamp (0 included). */
 #include "nvml_sim.h"
 
 #include <time.h>
@@ -30,13 +43,71 @@ typedef struct {
     sim_proc_util_info *procUtilArray;
 } sim_procs_util_info;
 
-#define PROCS_UTIL_INFO_V1 (unsigned)(sizeof(sim_procs_util_info) | 1u << 24)
-#define MAX_SAMPLES 1024
+typedef struct {
+    unsigned long long timeStamp;
+    unsigned long long value; /* nvmlValue_t: a union of 8 bytes */
+} sim_sample;
 
-static unsigned pct(unsigned long long busy, unsigned long long window)
+#define PROCS_UTIL_INFO_V1 (unsigned)(sizeof(sim_procs_util_info) | 1u << 24)
+#define MAX_PROCS 1024
+#define SIM_UTIL_BUFFER 1024          /* raw per-process samples a device keeps */
+#define GPU_UTILIZATION_SAMPLES 1     /* nvmlSamplingType_t */
+#define MEMORY_UTILIZATION_SAMPLES 2
+#define VALUE_TYPE_UNSIGNED_INT 1     /* nvmlValueType_t */
+
+/* The period grid: period k covers CLOCK_REALTIME [k P, (k+1) P) ns; its
+ * samples carry the end, in µs.  `off` maps realtime to the timeline's
+ * CLOCK_MONOTONIC. */
+struct grid {
+    unsigned long long p;             /* period, ns */
+    unsigned long long newest;        /* the last completed period */
+    unsigned long long oldest;        /* the oldest one still readable */
+    long long off;                    /* realtime - monotonic, ns */
+};
+
+static struct grid grid_now(void)
 {
-    unsigned long long p = window ? (busy * 100 + window / 2) / window : 0;
-    return p > 100 ? 100 : (unsigned)p;
+    struct timespec rt;
+    clock_gettime(CLOCK_REALTIME, &rt);
+    unsigned long long mono = sim_now_ns();
+    unsigned long long real = (unsigned long long)rt.tv_sec * 1000000000ULL + (unsigned long long)rt.tv_nsec;
+    struct grid g = {.p = nvs.cfg.util_period_ns, .off = (long long)(real - mono)};
+    g.newest = real / g.p - 1;
+    unsigned long long back = (SIM_TL_HISTORY - 1) * SIM_TL_BUCKET_NS / g.p; /* 10 s */
+    g.oldest = g.newest > back ? g.newest - back : 0;
+    return g;
+}
+
+static unsigned long long period_end_us(const struct grid *g, unsigned long long k)
+{
+    return (k + 1) * g->p / 1000ULL;
+}
+
+/* Busy ns of `tl` in monotonic [a, b): whole buckets, and a bucket cut by an
+ * end in proportion (the timeline keeps 10 ms buckets). */
+static unsigned long long tl_busy_ns(const struct sim_tl *tl, unsigned long long a, unsigned long long b)
+{
+    const unsigned long long B = SIM_TL_BUCKET_NS;
+    if (b <= a)
+        return 0;
+    unsigned long long ba = a / B, bb = (b - 1) / B;
+    if (ba == bb)
+        return sim_tl_busy(tl, ba, ba + 1) * (b - a) / B;
+    unsigned long long t = sim_tl_busy(tl, ba, ba + 1) * ((ba + 1) * B - a) / B;
+    t += sim_tl_busy(tl, ba + 1, bb);
+    t += sim_tl_busy(tl, bb, bb + 1) * (b - bb * B) / B;
+    return t;
+}
+
+/* Busy whole percent of `tl` in period k. */
+static unsigned period_pct(const struct grid *g, const struct sim_tl *tl, unsigned long long k, unsigned long long *busy)
+{
+    unsigned long long a = k * g->p - (unsigned long long)g->off;
+    unsigned long long ns = tl_busy_ns(tl, a, a + g->p);
+    if (busy)
+        *busy = ns;
+    unsigned long long pct = (ns * 100 + g->p / 2) / g->p;
+    return pct > 100 ? 100 : (unsigned)pct;
 }
 
 SIM_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
@@ -44,54 +115,102 @@ SIM_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtil
     NEED_DEV(device, i);
     if (!utilization)
         return NVML_ERROR_INVALID_ARGUMENT;
-    unsigned long long busy = 0, b1 = sim_now_ns() / SIM_TL_BUCKET_NS;
-    if (nvs.st && nvs.sdev[i] >= 0)
-        busy = sim_tl_busy(&nvs.st->f->dev[nvs.sdev[i]].tl, b1 - 100, b1);
-    utilization->gpu = pct(busy, 100 * SIM_TL_BUCKET_NS);
-    utilization->memory = utilization->gpu / 2;
+    unsigned gpu = 0;
+    if (nvs.st && nvs.sdev[i] >= 0) {
+        struct grid g = grid_now();
+        gpu = period_pct(&g, &nvs.st->f->dev[nvs.sdev[i]].tl, g.newest, NULL);
+    }
+    utilization->gpu = gpu;
+    utilization->memory = gpu / 2;
     return NVML_SUCCESS;
 }
 
-struct proc_busy {
+SIM_API nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t device, unsigned int type, unsigned long long lastSeenTimeStamp,
+                                          unsigned int *sampleValType, unsigned int *sampleCount, sim_sample *samples)
+{
+    NEED_DEV(device, i);
+    if (!sampleValType || !sampleCount)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (type != GPU_UTILIZATION_SAMPLES && type != MEMORY_UTILIZATION_SAMPLES)
+        return NVML_ERROR_NOT_SUPPORTED;
+    struct grid g = grid_now();
+    unsigned long long first = g.oldest;
+    while (first <= g.newest && period_end_us(&g, first) <= lastSeenTimeStamp)
+        first++;
+    unsigned n = first <= g.newest ? (unsigned)(g.newest - first + 1) : 0;
+    *sampleValType = VALUE_TYPE_UNSIGNED_INT;
+    if (!n)
+        return NVML_ERROR_NOT_FOUND;
+    if (!samples) { /* the size to allocate */
+        *sampleCount = n;
+        return NVML_SUCCESS;
+    }
+    if (*sampleCount < n) /* the newest that fit */
+        first = g.newest - *sampleCount + 1, n = *sampleCount;
+    for (unsigned k = 0; k < n; k++) {
+        unsigned pct = 0;
+        if (nvs.st && nvs.sdev[i] >= 0)
+            pct = period_pct(&g, &nvs.st->f->dev[nvs.sdev[i]].tl, first + k, NULL);
+        samples[k].timeStamp = period_end_us(&g, first + k);
+        samples[k].value = type == GPU_UTILIZATION_SAMPLES ? pct : pct / 2;
+    }
+    *sampleCount = n;
+    return NVML_SUCCESS;
+}
+
+struct proc_util {
     unsigned pid;
     unsigned util;
+    unsigned long long ts;
 };
 
-/* Live processes with kernel time on device i in the window from `last_seen`
- * (µs since the epoch) to now; *end_us: the window's end. */
-static int proc_busy(int i, unsigned long long last_seen, struct proc_busy *out,
-                     unsigned long long *end_us)
+/* One entry per live process with raw samples on device i newer than
+ * `last_seen` (µs), from the newest SIM_UTIL_BUFFER raw samples. */
+static int proc_util(int i, unsigned long long last_seen, struct proc_util *out)
 {
-    struct timespec rt;
-    clock_gettime(CLOCK_REALTIME, &rt);
-    unsigned long long mono = sim_now_ns();
-    unsigned long long real = (unsigned long long)rt.tv_sec * 1000000000ULL + (unsigned long long)rt.tv_nsec;
-    unsigned long long b1 = mono / SIM_TL_BUCKET_NS, b0 = b1 - SIM_TL_HISTORY;
-    unsigned long long seen_mono = last_seen * 1000ULL + mono > real ? last_seen * 1000ULL + mono - real : 0;
-    /* The nearest bucket boundary: a timeStamp handed back starts where it ended. */
-    unsigned long long seen_b = (seen_mono + SIM_TL_BUCKET_NS / 2) / SIM_TL_BUCKET_NS;
-    if (seen_b > b0)
-        b0 = seen_b;
-    *end_us = (b1 * SIM_TL_BUCKET_NS + real - mono) / 1000ULL;
-    if (!nvs.st || nvs.sdev[i] < 0 || b0 >= b1)
+    if (!nvs.st || nvs.sdev[i] < 0)
         return 0;
     struct sim_state_file *f = nvs.st->f;
-    int n = 0, sdev = nvs.sdev[i];
+    int sdev = nvs.sdev[i];
+    struct grid g = grid_now();
+    static __thread const struct sim_tl *tls[MAX_PROCS];
+    static __thread unsigned long long sum[MAX_PROCS], cnt[MAX_PROCS];
+    int n = 0;
     unsigned hw = atomic_load(&f->high_water);
-    for (unsigned k = 0; k < hw && k < SIM_STATE_SLOTS && n < MAX_SAMPLES; k++) {
+    for (unsigned k = 0; k < hw && k < SIM_STATE_SLOTS && n < MAX_PROCS; k++) {
         struct sim_state_slot *s = &f->slots[k];
         int pid = atomic_load(&s->pid);
-        struct sim_tl *tl = pid ? sim_slot_tl(s, sdev, 0) : NULL;
-        if (!tl)
+        const struct sim_tl *tl = pid ? sim_slot_tl(s, sdev, 0) : NULL;
+        if (!tl || !sim_pid_alive(pid, atomic_load(&s->start_time)))
             continue;
-        unsigned long long busy = sim_tl_busy(tl, b0, b1);
-        if (!busy || !sim_pid_alive(pid, atomic_load(&s->start_time)))
-            continue;
-        out[n].pid = (unsigned)pid;
-        out[n].util = pct(busy, (b1 - b0) * SIM_TL_BUCKET_NS);
+        tls[n] = tl;
+        out[n] = (struct proc_util){.pid = (unsigned)pid};
+        sum[n] = cnt[n] = 0;
         n++;
     }
-    return n;
+    /* Newest period first, until the buffer's capacity is used. */
+    unsigned raw = 0;
+    for (unsigned long long k = g.newest + 1; k-- > g.oldest && raw < SIM_UTIL_BUFFER;) {
+        unsigned long long ts = period_end_us(&g, k);
+        if (ts <= last_seen)
+            break;
+        for (int p = 0; p < n && raw < SIM_UTIL_BUFFER; p++) {
+            unsigned long long busy;
+            unsigned pct = period_pct(&g, tls[p], k, &busy);
+            if (!busy)
+                continue;
+            raw++;
+            sum[p] += pct;
+            if (!cnt[p]++)
+                out[p].ts = ts;
+        }
+    }
+    int m = 0;
+    for (int p = 0; p < n; p++)
+        if (cnt[p])
+            out[m++] = (struct proc_util){.pid = out[p].pid, .ts = out[p].ts,
+                                          .util = (unsigned)((sum[p] * 2 + cnt[p]) / (2 * cnt[p]))};
+    return m;
 }
 
 SIM_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
@@ -102,9 +221,8 @@ SIM_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
     NEED_DEV(device, i);
     if (!processSamplesCount)
         return NVML_ERROR_INVALID_ARGUMENT;
-    static __thread struct proc_busy procs[MAX_SAMPLES];
-    unsigned long long end_us;
-    int n = proc_busy(i, lastSeenTimeStamp, procs, &end_us);
+    static __thread struct proc_util procs[MAX_PROCS];
+    int n = proc_util(i, lastSeenTimeStamp, procs);
     if (!n)
         return NVML_ERROR_NOT_FOUND;
     if (!utilization || *processSamplesCount < (unsigned)n) {
@@ -112,7 +230,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
         return NVML_ERROR_INSUFFICIENT_SIZE;
     }
     for (int k = 0; k < n; k++)
-        utilization[k] = (sim_proc_util_sample){.pid = procs[k].pid, .timeStamp = end_us,
+        utilization[k] = (sim_proc_util_sample){.pid = procs[k].pid, .timeStamp = procs[k].ts,
                                                 .smUtil = procs[k].util};
     *processSamplesCount = (unsigned)n;
     return NVML_SUCCESS;
@@ -126,16 +244,45 @@ SIM_API nvmlReturn_t nvmlDeviceGetProcessesUtilizationInfo(nvmlDevice_t device,
         return NVML_ERROR_INVALID_ARGUMENT;
     if (info->version != PROCS_UTIL_INFO_V1)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    static __thread struct proc_busy procs[MAX_SAMPLES];
-    unsigned long long end_us;
-    int n = proc_busy(i, info->lastSeenTimeStamp, procs, &end_us);
+    static __thread struct proc_util procs[MAX_PROCS];
+    int n = proc_util(i, info->lastSeenTimeStamp, procs);
     if (!info->procUtilArray || info->processSamplesCount < (unsigned)n) {
         info->processSamplesCount = (unsigned)n;
         return n ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_ERROR_NOT_FOUND;
     }
+    if (!n)
+        return NVML_ERROR_NOT_FOUND;
     for (int k = 0; k < n; k++)
-        info->procUtilArray[k] = (sim_proc_util_info){.timeStamp = end_us, .pid = procs[k].pid,
+        info->procUtilArray[k] = (sim_proc_util_info){.timeStamp = procs[k].ts, .pid = procs[k].pid,
                                                       .smUtil = procs[k].util};
     info->processSamplesCount = (unsigned)n;
     return NVML_SUCCESS;
+}
+
+/* Test oracle (not an NVML function): exact kernel ns of process `pid` on
+ * device `index` in CLOCK_REALTIME [since_us, until_us), from the timeline's
+ * 10 ms buckets (a bucket cut by an end counts in proportion; at most 10 s
+ * back).  0 for an unknown process.  Used by the compute limit's tests and
+ * benchmark to judge shares independently of NVML's coarse samples. */
+SIM_API unsigned long long cgpuSimProcessBusyNs(unsigned int index, unsigned int pid,
+                                                unsigned long long since_us, unsigned long long until_us)
+{
+    if (!__atomic_load_n(&nvs.refcount, __ATOMIC_ACQUIRE) || index >= (unsigned)nvs.cfg.ndev || !nvs.st ||
+        nvs.sdev[index] < 0 || until_us <= since_us)
+        return 0;
+    struct sim_state_file *f = nvs.st->f;
+    struct grid g = grid_now();
+    unsigned long long a = since_us * 1000ULL - (unsigned long long)g.off;
+    unsigned long long b = until_us * 1000ULL - (unsigned long long)g.off;
+    unsigned hw = atomic_load(&f->high_water);
+    unsigned long long total = 0;
+    for (unsigned k = 0; k < hw && k < SIM_STATE_SLOTS; k++) {
+        struct sim_state_slot *s = &f->slots[k];
+        if ((unsigned)atomic_load(&s->pid) != pid)
+            continue;
+        const struct sim_tl *tl = sim_slot_tl(s, nvs.sdev[index], 0);
+        if (tl)
+            total += tl_busy_ns(tl, a, b);
+    }
+    return total;
 }

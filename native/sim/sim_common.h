@@ -33,6 +33,7 @@ struct sim_config {
     unsigned long long kernel_ns;                    /* CGPU_SIM_KERNEL_NS */
     unsigned int queue_depth;                        /* CGPU_SIM_QUEUE_DEPTH */
     unsigned long long timeslice_ns;                 /* CGPU_SIM_TIMESLICE_NS */
+    unsigned long long util_period_ns;               /* CGPU_SIM_UTIL_PERIOD_NS */
 };
 
 /* PCI location of simulated device i (domain 0, device 0, function 0). */
@@ -142,6 +143,9 @@ unsigned long long sim_proc_start_time(int pid);
 
 /* ---- Timeline (sim_timeline.c) ---- */
 unsigned long long sim_now_ns(void);
+/* This process's pid as the kernel's /proc shows it (readlink /proc/self): the
+ * host's pid when /proc is the host's, as NVML reports it; getpid() otherwise. */
+int sim_host_pid(void);
 /* Sleep until monotonic time `t` (ns). */
 void sim_sleep_until(unsigned long long t);
 /* Add the busy interval [s, e) to `tl`. */

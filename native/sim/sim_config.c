@@ -397,6 +397,13 @@ int sim_config_load(struct sim_config *cfg)
             ERR("CGPU_SIM_TIMESLICE_NS", "invalid time slice '%s' (0..1000000000 ns)", v);
         cfg->timeslice_ns = (unsigned long long)ns;
     }
+    cfg->util_period_ns = 166666667;
+    if ((v = getenv("CGPU_SIM_UTIL_PERIOD_NS"))) {
+        long ns;
+        if (parse_int(v, 10000000L, 10000000000L, &ns))
+            ERR("CGPU_SIM_UTIL_PERIOD_NS", "invalid period '%s' (10000000..10000000000 ns)", v);
+        cfg->util_period_ns = (unsigned long long)ns;
+    }
     cfg->queue_depth = 1024;
     if ((v = getenv("CGPU_SIM_QUEUE_DEPTH"))) {
         long q;

@@ -34,11 +34,11 @@ int sim_pid_alive(int pid, unsigned long long start_time)
 {
     if (pid <= 0)
         return 0;
-    if (kill(pid, 0) != 0 && errno == ESRCH)
-        return 0;
     char state;
     unsigned long long start;
-    if (!proc_stat(pid, &state, &start)) /* gone since kill(), or another pid namespace */
+    /* /proc first: slots hold the pid /proc shows (the host's, as NVML reports it), which a
+     * process in a child pid namespace cannot kill() but can find in the host's /proc. */
+    if (!proc_stat(pid, &state, &start)) /* gone, or a /proc of another pid namespace */
         return !(kill(pid, 0) != 0 && errno == ESRCH);
     if (state == 'Z' || state == 'X')
         return 0;
@@ -164,7 +164,7 @@ int sim_state_device(struct sim_state *st, const char *uuid)
 int sim_state_claim(struct sim_state *st)
 {
     struct sim_state_file *f = st->f;
-    int me = getpid(), slot = -1;
+    int me = sim_host_pid(), slot = -1;
     unsigned long long start = sim_proc_start_time(me);
     sim_state_lock(st);
     unsigned hw = atomic_load(&f->high_water);
@@ -194,7 +194,7 @@ int sim_state_claim(struct sim_state *st)
         atomic_store(&s->pid, me);
         if ((unsigned)slot >= hw)
             atomic_store(&f->high_water, (unsigned)slot + 1);
-        st->self_pid = me;
+        st->self_pid = getpid(); /* (fork detection compares it with getpid()) */
     }
     sim_state_unlock(st);
     return slot;
@@ -211,7 +211,7 @@ unsigned long long sim_state_used(struct sim_state *st, int sdev)
         if (!u)
             continue;
         int pid = atomic_load(&s->pid);
-        if ((st->self_pid && pid == st->self_pid) || sim_pid_alive(pid, atomic_load(&s->start_time)))
+        if ((st->self_pid && pid == sim_host_pid()) || sim_pid_alive(pid, atomic_load(&s->start_time)))
             total += u;
     }
     return total;

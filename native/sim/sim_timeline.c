@@ -3,7 +3,9 @@
 #include "sim_common.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define TAG_MASK ((1ULL << (64 - SIM_TL_NS_BITS)) - 1)
 #define NS_MASK ((1ULL << SIM_TL_NS_BITS) - 1)
@@ -13,6 +15,28 @@ unsigned long long sim_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+
+int sim_host_pid(void)
+{
+    /* Cached per process; a forked child (another getpid()) reads it again. */
+    static _Atomic long long cache; /* getpid() << 32 | pid in /proc */
+    int me = getpid();
+    long long c = atomic_load_explicit(&cache, memory_order_relaxed);
+    if (c && (int)(c >> 32) == me)
+        return (int)(c & 0xffffffff);
+    char buf[32];
+    ssize_t n = readlink("/proc/self", buf, sizeof buf - 1);
+    int pid = me;
+    if (n > 0) {
+        buf[n] = 0;
+        char *end;
+        long v = strtol(buf, &end, 10);
+        if (*end == 0 && v > 0 && v < 0x7fffffff)
+            pid = (int)v;
+    }
+    atomic_store_explicit(&cache, (long long)me << 32 | (unsigned)pid, memory_order_relaxed);
+    return pid;
 }
 
 void sim_sleep_until(unsigned long long t)

@@ -2,8 +2,9 @@
 
 Shared by tests/shim/test_compute_limit.py and benchmarks/compute_share.py. A "container" is a
 set of processes with one ledger directory (the shim's container-wide state). Shares come from the
-simulator's NVML per-process utilization, read by this process without the shim: the
-simulator's own accounting of kernel time, independent of the shim's bookkeeping.
+simulator's own accounting of each process's kernel time (cgpuSimProcessBusyNs, read by this
+process without the shim): exact, independent of the shim's bookkeeping and of the coarse NVML
+samples the shim's controller works from.
 """
 
 from __future__ import annotations
@@ -60,17 +61,6 @@ def build_load(cc: str, sim_dir: Path, out: Path) -> Path:
     return exe
 
 
-class _Sample(ctypes.Structure):
-    _fields_ = [
-        ("pid", ctypes.c_uint),
-        ("timeStamp", ctypes.c_ulonglong),
-        ("smUtil", ctypes.c_uint),
-        ("memUtil", ctypes.c_uint),
-        ("encUtil", ctypes.c_uint),
-        ("decUtil", ctypes.c_uint),
-    ]
-
-
 class Nvml:
     """The simulator's NVML, loaded in this process (no shim here)."""
 
@@ -84,17 +74,14 @@ class Nvml:
         assert self.lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(h)) == 0
         return h
 
-    def utilization(self, index: int, since_us: int) -> dict[int, int]:
-        """Each process's busy share (percent) of device `index` from `since_us` to now."""
-        samples = (_Sample * 1024)()
-        count = ctypes.c_uint(1024)
-        rc = self.lib.nvmlDeviceGetProcessUtilization(
-            self.handle(index), samples, ctypes.byref(count), ctypes.c_ulonglong(since_us)
-        )
-        if rc == 6:  # NVML_ERROR_NOT_FOUND: nobody ran a kernel
-            return {}
-        assert rc == 0, rc
-        return {samples[i].pid: samples[i].smUtil for i in range(count.value)}
+    def share(self, index: int, pids: set[int], since_us: int, until_us: int) -> float:
+        """The processes' busy share (percent) of device `index` in [since_us, until_us): the
+        simulator's exact kernel time (cgpuSimProcessBusyNs), not NVML's coarse samples."""
+        fn = self.lib.cgpuSimProcessBusyNs
+        fn.restype = ctypes.c_ulonglong
+        fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_ulonglong, ctypes.c_ulonglong]
+        busy = sum(fn(index, pid, since_us, until_us) for pid in pids)
+        return 100.0 * busy / ((until_us - since_us) * 1000)
 
 
 @dataclass
@@ -108,8 +95,10 @@ class Container:
     kernel_ns: int = 10_000
     seconds: float = 11.0
     path: str = "kernel"
+    threads: int = 1  # launching threads per process (with kernel_ptsz: a stream each)
     device: int = 0  # the simulated GPU (CUDA_VISIBLE_DEVICES)
     start_after: float = 0.0  # seconds after the others
+    pidns: bool = False  # its processes share a pid namespace of their own (unshare)
     procs: list[subprocess.Popen] = field(default_factory=list)
 
     def start(self, load: Path) -> None:
@@ -120,6 +109,19 @@ class Container:
             "CUDA_VISIBLE_DEVICES": str(self.device),
         }
         args = [str(load), "run", self.path, str(self.kernel_ns), str(self.seconds)]
+        args.append(str(self.threads))
+        if self.pidns:
+            # One namespace for all of them, as in a container: its init (sh, pid 1) starts
+            # them and fails if any fails.  /proc stays the host's, as a host reader sees it.
+            script = f'ps=""; for i in $(seq {self.processes}); do "$@" & ps="$ps $!"; done; '
+            script += "rc=0; for p in $ps; do wait $p || rc=1; done; exit $rc"
+            argv = [*unshare_pidns(), "sh", "-c", script, "sh", *args]
+            self.procs = [
+                subprocess.Popen(
+                    argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+                )
+            ]
+            return
         self.procs = [
             subprocess.Popen(
                 args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -128,8 +130,11 @@ class Container:
         ]
 
     def pids(self) -> set[int]:
-        """The container's processes (none before it starts)."""
-        return {p.pid for p in self.procs}
+        """The container's processes as the host sees them (none before it starts)."""
+        top = {p.pid for p in self.procs}
+        if not self.pidns:
+            return top
+        return {pid for pid in descendants(top) if _comm(pid) == "compute_load"}
 
     def wait(self) -> list[str]:
         """Wait for every process; returns the failures (stderr of a non-zero exit)."""
@@ -141,8 +146,56 @@ class Container:
         return bad
 
 
+def unshare_pidns() -> list[str]:
+    """The command prefix that runs a program as pid 1 of a new pid namespace: `unshare --pid
+    --fork` as root, else inside a user namespace of its own."""
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return ["unshare", "--pid", "--fork", *user]
+
+
+def pidns_works() -> bool:
+    """Whether this machine lets a test start a pid namespace."""
+    try:
+        out = subprocess.run(
+            [*unshare_pidns(), "sh", "-c", "echo $$"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and out.stdout.strip() == "1"
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def descendants(roots: set[int]) -> set[int]:
+    """Every live descendant of the given pids (from the host's /proc)."""
+    parent: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = set(), set(roots)
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        found |= frontier
+    return found
+
+
 def now_us() -> int:
-    return time.time_ns() // 1000
+    """Now, rounded down to the simulator's 10 ms buckets (so busy time is read exactly)."""
+    return time.time_ns() // 10_000_000 * 10_000
+
+
+def one_second_windows(start: float, end: float) -> list[tuple[float, float]]:
+    """Consecutive 1 s windows from `start` to `end` (seconds from the start)."""
+    return [(start + i, start + i + 1.0) for i in range(int(end - start))]
 
 
 def run(
@@ -173,12 +226,9 @@ def run(
             if not is_end:
                 since[i] = now_us()
                 continue
-            by_device: dict[int, dict[int, int]] = {}
+            until = now_us()
             for c in containers:
-                if c.device not in by_device:
-                    by_device[c.device] = nvml.utilization(c.device, since[i])
-                util = by_device[c.device]
-                shares[i][c.name] = float(sum(util.get(pid, 0) for pid in c.pids()))
+                shares[i][c.name] = nvml.share(c.device, c.pids(), since[i], until)
     finally:
         failures = [f for c in containers for f in c.wait()]
     assert not failures, failures

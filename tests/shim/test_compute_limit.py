@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from compute_kit import build_load, run_isolated
+from compute_kit import build_load, one_second_windows, run_isolated
 
 from cgpu.core.config import ConfigError, load_compute, load_config, render_config, write_config
 from cgpu.core.ledger import read_ledger
@@ -61,90 +61,72 @@ def _limit(percent: int, policy: str = "fixed") -> dict[str, str]:
 # ---- accuracy ----------------------------------------------------------------------------
 
 SMALL, LARGE = 10_000, 50 * MS
+SECONDS = 12.0
 
 
-def test_fixed_and_share_hold_their_targets(shim_env, sim_dir, load, tmp_path):
-    # Two simulated machines run at once (the simulator keeps per-process time for 4 GPUs of a
-    # process), each scenario on its own GPU:
-    # - a saturating container with a fixed 30% limit, of 1, 4 or 16 processes, launching
-    #   10 us or 50 ms kernels: 30 +- 5 points in each of two 5 s windows;
-    # - two saturating containers under `share`, 30% and 70%: 30 +- 5 and 70 +- 5; then the
-    #   70% one stops, and the other gets >= 90%;
-    # - a `share` 30% container alone takes >= 90%; a 70% one arrives, and from 1 s after its
-    #   arrival the two get 30 +- 5 and 70 +- 5 (the first one backs off within a second).
+def _fixed(n: int, kernel_ns: int, device: int, **extra) -> dict:
+    return {
+        "name": f"fixed-{n}x{kernel_ns}" + ("-streams" if extra else ""),
+        "env": _limit(30),
+        "processes": n,
+        "kernel_ns": kernel_ns,
+        "seconds": SECONDS + 0.5,
+        "device": device,
+        **extra,
+    }
+
+
+def test_fixed_and_share_hold_their_targets_each_second(shim_env, sim_dir, load, tmp_path):
+    # Two simulated machines of four GPUs run at once, one scenario per GPU, judged in 1 s
+    # windows by the simulator's exact kernel time while the controllers see only NVML's
+    # coarse samples (1/6 s, whole percent):
+    # - `fixed` 30%, saturating, 1, 4 or 16 processes of 10 us or 50 ms kernels, and one
+    #   process of 4 threads each on its own stream: 30 +- 6 in every window from 2 s;
+    # - `share` 30% and 70% on one GPU: 30 / 70 +- 6 while both run; the 70% one stops at 5 s
+    #   and the 30% one has >= 85% in [7, 8); a new 70% one arrives at 8 s and from [10, 11)
+    #   they are back at 30 / 70 +- 6.
+    # (The promise is +- 5 and >= 90 within 2 s: benchmarks/compute_share.py measures it; the
+    # margin here is for a loaded 2-core CI machine.)
     counts = (1, 4) if SANITIZED else (1, 4, 16)
-    machines = []
-    for m, kernel_ns in enumerate((SMALL, LARGE)):
-        containers = [
+    share = {"env": _limit(30, "share"), "processes": 2, "kernel_ns": 200_000, "device": 3}
+    machines = [
+        [
+            *(_fixed(n, SMALL, i) for i, n in enumerate(counts)),
+            _fixed(1, 200_000, 3, threads=4, path="kernel_ptsz"),
+        ],
+        [
+            *(_fixed(n, LARGE, i) for i, n in enumerate(counts)),
+            {**share, "name": "share-30", "seconds": SECONDS + 0.5},
+            {**share, "name": "share-70", "env": _limit(70, "share"), "seconds": 5.0},
             {
-                "name": f"fixed-{n}x{kernel_ns}",
-                "env": _limit(30),
-                "processes": n,
-                "kernel_ns": kernel_ns,
-                "seconds": 11.5,
-                "device": i,
-            }
-            for i, n in enumerate(counts)
-        ]
-        if m == 0:
-            containers += [
-                {
-                    "name": "share-30",
-                    "env": _limit(30, "share"),
-                    "processes": 2,
-                    "kernel_ns": 1 * MS,
-                    "seconds": 13.0,
-                    "device": 3,
-                },
-                {
-                    "name": "share-70",
-                    "env": _limit(70, "share"),
-                    "processes": 2,
-                    "kernel_ns": 1 * MS,
-                    "seconds": 6.0,
-                    "device": 3,
-                },
-            ]
-        else:
-            containers += [
-                {
-                    "name": "early-30",
-                    "env": _limit(30, "share"),
-                    "processes": 2,
-                    "kernel_ns": 1 * MS,
-                    "seconds": 11.5,
-                    "device": 3,
-                },
-                {
-                    "name": "late-70",
-                    "env": _limit(70, "share"),
-                    "processes": 2,
-                    "kernel_ns": 1 * MS,
-                    "seconds": 8.0,
-                    "device": 3,
-                    "start_after": 2.0,
-                },
-            ]
-        windows = [(1.0, 6.0), (6.0, 11.0), (7.5, 12.5), (0.5, 2.0), (3.0, 8.0)]
-        machines.append(
-            _spec(shim_env, sim_dir, load, tmp_path, 4, containers, windows, state=f"sim{m}.state")
-        )
+                **share,
+                "name": "share-70-back",
+                "env": _limit(70, "share"),
+                "seconds": SECONDS - 7.5,
+                "start_after": 8.0,
+            },
+        ],
+    ]
+    windows = one_second_windows(0.0, SECONDS)
+    specs = [
+        _spec(shim_env, sim_dir, load, tmp_path, 4, cs, windows, state=f"sim{m}.state")
+        for m, cs in enumerate(machines)
+    ]
     with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(run_isolated, machines))
-    for spec, (first, second, *_) in zip(machines, results, strict=True):
+        results = list(pool.map(run_isolated, specs))
+    for spec, per_second in zip(specs, results, strict=True):
         for c in spec["containers"]:
             if c["name"].startswith("fixed"):
-                assert abs(first[c["name"]] - 30) <= 5, (c["name"], first)
-                assert abs(second[c["name"]] - 30) <= 5, (c["name"], second)
-    first, _, alone, _, _ = results[0]
-    assert abs(first["share-30"] - 30) <= 5, first
-    assert abs(first["share-70"] - 70) <= 5, first
-    assert alone["share-30"] >= 90, alone
-    _, _, _, before, after = results[1]
-    assert before["early-30"] >= 90, before
-    assert abs(after["early-30"] - 30) <= 5 and abs(after["late-70"] - 70) <= 5, after
+                got = [round(w[c["name"]], 1) for w in per_second]
+                assert all(abs(v - 30) <= 6 for v in got[2:]), (c["name"], got)
+    s = results[1]
+    both = [(round(w["share-30"], 1), round(w["share-70"], 1)) for w in s[1:5]]
+    assert all(abs(a - 30) <= 6 and abs(b - 70) <= 6 for a, b in both), both
+    assert s[7]["share-30"] >= 85, [round(w["share-30"], 1) for w in s]
+    back = [(round(w["share-30"], 1), round(w["share-70-back"], 1)) for w in s[10:]]
+    assert all(abs(a - 30) <= 6 and abs(b - 70) <= 6 for a, b in back), back
     # The exporter's view of one container: its limit from the config, and what it used.
-    shown = read_ledger(Path(machines[0]["containers"][0]["ledger"]) / "cgpu.ledger").devices[0]
+    shown = read_ledger(Path(specs[0]["containers"][0]["ledger"]) / "cgpu.ledger").devices[0]
     assert (shown.compute_limit, shown.compute_policy) == (30, "fixed")
     assert abs(shown.compute_used - 30) <= 5, shown
 

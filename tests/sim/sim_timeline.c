@@ -242,6 +242,27 @@ static int cmd_run(int argc, char **argv)
     return 0;
 }
 
+/* pulses <ns> <start> <gap_ns> <n>: at monotonic time <start> + i * <gap_ns>, launch
+ * one kernel of <ns> and wait for it (i < n); print "done", then wait for stdin to close. */
+static int cmd_pulses(int argc, char **argv)
+{
+    CHECK(argc >= 6);
+    setup(0);
+    unsigned long long ns = strtoull(argv[2], NULL, 10), start = strtoull(argv[3], NULL, 10);
+    unsigned long long gap = strtoull(argv[4], NULL, 10);
+    int n = atoi(argv[5]);
+    for (int i = 0; i < n; i++) {
+        sleep_until(start + (unsigned long long)i * gap);
+        OK(busy(NULL, ns));
+        OK(cuCtxSynchronize());
+    }
+    printf("{\"pid\": %d}\n", (int)getpid());
+    fflush(stdout);
+    while (getchar() != EOF)
+        ;
+    return 0;
+}
+
 /* saturate <ns> <ms> <start>: from monotonic time <start>, launch kernels
  * of <ns> for <ms> milliseconds, wait for them, print how many, then wait
  * for stdin to close. */
@@ -366,6 +387,7 @@ int main(int argc, char **argv)
     if (!strcmp(c, "run")) return cmd_run(argc, argv);
     if (!strcmp(c, "hold")) return cmd_hold(argc, argv);
     if (!strcmp(c, "saturate")) return cmd_saturate(argc, argv);
+    if (!strcmp(c, "pulses")) return cmd_pulses(argc, argv);
     if (!strcmp(c, "queue")) return cmd_queue();
     if (!strcmp(c, "cost")) return cmd_cost(argc, argv);
     if (!strcmp(c, "crossdev")) return cmd_crossdev();

@@ -77,57 +77,133 @@ def test_kernels_serialize_across_processes(timeline_probe, simlib, tmp_path) ->
     assert all(200 * MS <= r["end"] - start < 270 * MS for r in runs)
 
 
-UTILIZATION = """
-    import json, subprocess, sys, time
+PERIOD_NS = 166_666_667  # CGPU_SIM_UTIL_PERIOD_NS's default: NVML's 1/6 s
+
+# Periods tile CLOCK_REALTIME; the scripts start their kernels 15 ms into a period (the
+# timeline's 10 ms buckets split in proportion where a period boundary cuts one).
+ALIGN = """
+    import ctypes, json, subprocess, sys, time
     import pynvml as N
-    exe = sys.argv[1]
+    exe, P = sys.argv[1], 166_666_667
     N.nvmlInit()
     h = N.nvmlDeviceGetHandleByIndex(0)
+    real, mono = time.time_ns(), time.monotonic_ns()
+    k = real // P + 2                      # the first period of the work
+    start = mono + (k * P - real) + 15_000_000
+    end_us = lambda period: (period + 1) * P // 1000
+"""
+
+SAMPLED = (
+    ALIGN
+    + """
     seen = int(time.time() * 1e6)
-    start = time.monotonic_ns() + 200_000_000
-    procs = [subprocess.Popen([exe, "run", str(100_000_000), str(n), str(start), "linger"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for n in (3, 2)]
-    runs = [json.loads(p.stdout.readline()) for p in procs]
-    time.sleep(0.03)  # the last 10 ms bucket has ended
-    gpu = N.nvmlDeviceGetUtilizationRates(h).gpu
-    samples = {s.pid: (s.smUtil, s.timeStamp) for s in N.nvmlDeviceGetProcessUtilization(h, seen)}
-    infos = {s.pid: s.smUtil for s in N.nvmlDeviceGetProcessesUtilizationInfo(h, seen)}
+    p = subprocess.Popen([exe, "run", str(50_000_000), "8", str(start), "linger"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    entries, device, rates = [], [], []
+    dev_seen = seen
+    while time.time_ns() < (k + 4) * P:  # nvtop's loop: hand the newest timeStamp back
+        time.sleep(0.02)
+        try:
+            for s in N.nvmlDeviceGetProcessUtilization(h, seen):
+                entries.append((s.pid, s.smUtil, s.timeStamp, int(time.time() * 1e6)))
+                seen = max(seen, s.timeStamp)
+        except N.NVMLError_NotFound:
+            pass
+        try:
+            _, got = N.nvmlDeviceGetSamples(h, N.NVML_GPU_UTILIZATION_SAMPLES, dev_seen)
+            device += [(g.timeStamp, g.sampleValue.uiVal) for g in got]
+            dev_seen = max([dev_seen] + [g.timeStamp for g in got])
+        except N.NVMLError_NotFound:
+            pass
+        rates.append((time.time_ns(), N.nvmlDeviceGetUtilizationRates(h).gpu))
+    pid = json.loads(p.stdout.readline())["pid"]
+    p.stdin.close()
+    p.wait()
     try:
-        N.nvmlDeviceGetProcessUtilization(h, int(time.time() * 1e6))
+        N.nvmlDeviceGetProcessUtilization(h, seen)
         later = "found"
     except N.NVMLError_NotFound:
         later = "not found"
-    for p in procs:
-        p.stdin.close()
-        p.wait()
-    time.sleep(1.1)
-    idle = N.nvmlDeviceGetUtilizationRates(h).gpu
-    print(json.dumps({"seen": seen, "pids": [r["pid"] for r in runs], "gpu": gpu,
-                      "samples": samples, "infos": infos, "later": later, "idle": idle}))
+    print(json.dumps({"k": k, "pid": pid, "entries": entries, "device": device,
+                      "rates": rates, "later": later}))
 """
+)
 
 
-def test_nvml_utilization_follows_the_timeline(timeline_probe, simlib, tmp_path, pynvml_ok):
-    # 300 ms and 200 ms of kernels from two processes, all within the last second.
+def test_samples_are_whole_periods_that_have_ended(timeline_probe, simlib, tmp_path, pynvml_ok):
+    # 400 ms of kernels from 15 ms into period k: 151.7 ms of k (91%), all of k+1 (100%) and
+    # 81.7 ms of k+2 (49%). Read every 20 ms as nvtop does, NVML shows each period once it has
+    # ended, never before, in whole percent, stamped with its end.
     proc = run_py(
-        simlib,
-        UTILIZATION.replace("sys.argv[1]", repr(str(timeline_probe))),
-        state=tmp_path / "state",
+        simlib, SAMPLED.replace("sys.argv[1]", repr(str(timeline_probe))), state=tmp_path / "state"
     )
     assert proc.returncode == 0, proc.stderr
     r = json_out(proc)
-    assert 48 <= r["gpu"] <= 52
-    a, b = r["pids"]
-    samples = {int(k): v for k, v in r["samples"].items()}
-    assert set(samples) == {a, b}
-    for pid, busy_ms in ((a, 300), (b, 200)):
-        util, stamp = samples[pid]
-        window_ms = (stamp - r["seen"]) / 1000
-        assert abs(util - 100 * busy_ms / window_ms) <= 2, (util, busy_ms, window_ms)
-    assert {int(k): v for k, v in r["infos"].items()} == {p: s[0] for p, s in samples.items()}
-    assert r["later"] == "not found"  # nothing ran since
-    assert r["idle"] == 0
+    k, pid = r["k"], r["pid"]
+    ends = [(k + i + 1) * PERIOD_NS // 1000 for i in range(3)]
+    got = [(util, ts) for p, util, ts, _ in r["entries"] if p == pid]
+    assert [ts for _, ts in got] == ends, got  # each period once, in order, stamped at its end
+    assert [util for util, _ in got] == [91, 100, 49], got
+    for _, _, ts, at in r["entries"]:
+        assert ts <= at < ts + 200_000, (ts, at)  # after its period ended, and not long after
+    device = dict((ts, v) for ts, v in r["device"])
+    assert [device.get(ts) for ts in ends] == [91, 100, 49], r["device"]
+    assert all(v == 0 for ts, v in device.items() if ts not in ends), r["device"]
+    # nvmlDeviceGetUtilizationRates: the last completed period, whatever runs now.
+    for t, gpu in r["rates"]:
+        last = t // PERIOD_NS - 1
+        if last - k in (0, 1, 2):
+            assert gpu == [91, 100, 49][last - k], (t, gpu)
+        elif last > k + 2:
+            assert gpu == 0, (t, gpu)
+    assert r["later"] == "not found"
+
+
+MEAN = (
+    ALIGN
+    + """
+    seen = int(time.time() * 1e6)
+    # Two 100 ms kernels in periods k and k + 3 (60% of each), nothing in between.
+    p = subprocess.Popen([exe, "pulses", str(100_000_000), str(start), str(3 * P), "2"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    pid = json.loads(p.stdout.readline())["pid"]
+    time.sleep(max(0.0, ((k + 4) * P - time.time_ns()) / 1e9) + 0.02)
+    late = [(s.pid, s.smUtil, s.timeStamp) for s in N.nvmlDeviceGetProcessUtilization(h, seen)]
+    second = [(s.pid, s.smUtil, s.timeStamp)
+              for s in N.nvmlDeviceGetProcessUtilization(h, end_us(k))]
+    # The size rule: no array, or one too small, gives INSUFFICIENT_SIZE and the count.
+    fn = N._nvmlGetFunctionPointer("nvmlDeviceGetProcessUtilization")
+    count = ctypes.c_uint(0)
+    rc_null = fn(h, None, ctypes.byref(count), ctypes.c_ulonglong(seen))
+    null_count = count.value
+    buf = (N.c_nvmlProcessUtilizationSample_t * 1)()
+    count.value = 0
+    rc_small = fn(h, buf, ctypes.byref(count), ctypes.c_ulonglong(seen))
+    p.stdin.close()
+    p.wait()
+    print(json.dumps({"k": k, "pid": pid, "late": late, "second": second, "rc_null": rc_null,
+                      "null_count": null_count, "rc_small": rc_small,
+                      "small_count": count.value}))
+"""
+)
+
+
+def test_a_late_reader_gets_the_mean_of_the_periods_a_process_ran(
+    timeline_probe, simlib, tmp_path, pynvml_ok
+):
+    # As the driver's sample buffer does: one entry per process, the mean of its samples newer
+    # than lastSeenTimeStamp, stamped with the newest. Over wall time the process was busy 30%
+    # of those four periods; the entry says 60%.
+    proc = run_py(
+        simlib, MEAN.replace("sys.argv[1]", repr(str(timeline_probe))), state=tmp_path / "state"
+    )
+    assert proc.returncode == 0, proc.stderr
+    r = json_out(proc)
+    k, pid = r["k"], r["pid"]
+    assert r["late"] == [[pid, 60, (k + 4) * PERIOD_NS // 1000]], r
+    assert r["second"] == [[pid, 60, (k + 4) * PERIOD_NS // 1000]], r  # only period k + 3
+    assert (r["rc_null"], r["null_count"]) == (7, 1), r  # NVML_ERROR_INSUFFICIENT_SIZE
+    assert (r["rc_small"], r["small_count"]) == (7, 1), r
 
 
 KILLED = """
@@ -186,7 +262,8 @@ SATURATE = """
     N.nvmlInit()
     h = N.nvmlDeviceGetHandleByIndex(0)
     start = time.monotonic_ns() + 600_000_000
-    seen = int(time.time() * 1e6) + 600_000
+    P = 166_666_667  # from the first period that starts after them
+    seen = ((time.time_ns() + 600_000_000) // P + 1) * P // 1000
     procs = [subprocess.Popen([exe, "saturate", sys.argv[2], "1200", str(start)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for _ in range(4)]
@@ -219,40 +296,3 @@ def test_saturating_processes_share_the_gpu(
     slack = 4 if kernel_ns < MS else 5
     assert all(abs(u - 25) <= slack for u in r["util"]), r
     assert 96 <= sum(r["util"]) <= 102, r
-
-
-TILING = """
-    import json, subprocess, sys, time
-    import pynvml as N
-    exe = sys.argv[1]
-    N.nvmlInit()
-    h = N.nvmlDeviceGetHandleByIndex(0)
-    seen = int(time.time() * 1e6)
-    start = time.monotonic_ns() + 200_000_000
-    p = subprocess.Popen([exe, "run", str(50_000_000), "8", str(start), "linger"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    windows = []
-    for _ in range(6):  # the limiter's loop: hand each sample's timeStamp back
-        time.sleep(0.13)
-        try:
-            (s,) = N.nvmlDeviceGetProcessUtilization(h, seen)
-            windows.append((s.smUtil, s.timeStamp - seen))
-            seen = s.timeStamp
-        except N.NVMLError_NotFound:
-            windows.append((0, None))
-    p.stdout.readline()
-    p.stdin.close()
-    p.wait()
-    print(json.dumps(windows))
-"""
-
-
-def test_consecutive_samples_tile_the_time(timeline_probe, simlib, tmp_path, pynvml_ok) -> None:
-    # 400 ms of kernels, sampled every ~130 ms with lastSeenTimeStamp = the last timeStamp:
-    # the samples add up to what ran, none counted twice or lost.
-    code = TILING.replace("sys.argv[1]", repr(str(timeline_probe)))
-    proc = run_py(simlib, code, state=tmp_path / "state")
-    assert proc.returncode == 0, proc.stderr
-    windows = json_out(proc)
-    busy_ms = sum(util * us / 1000 / 100 for util, us in windows if us)
-    assert abs(busy_ms - 400) <= 15, windows  # each sample rounds to a percent of its window
