@@ -2,6 +2,8 @@
  * cuMemCreate, reserve, map, access. */
 #include "cuda_sim.h"
 
+#include <unistd.h>
+
 /* ------------------------------------------------------------------------ */
 /* Virtual memory management                                                 */
 
@@ -63,8 +65,12 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     struct sim_vmm *h = NULL;
     rc = charge(phys, chg);
     if (!rc) {
-        h = obj_new(sizeof *h, O_VMM, NULL);
+        int fd = backing_memfd(size);
+        h = fd >= 0 ? obj_new(sizeof *h, O_VMM, NULL) : NULL;
+        if (!h && fd >= 0)
+            close(fd);
         if (h) {
+            h->fd = fd;
             h->phys = phys;
             h->size = size;
             h->charge = chg;
@@ -88,6 +94,7 @@ static void vmm_maybe_destroy(struct sim_vmm *h)
     if (h->refs > 0 || h->maps > 0)
         return;
     uncharge(h->phys, h->charge);
+    close(h->fd); /* its pages go with the last mapping of the file */
     obj_free(h);
 }
 
@@ -162,6 +169,7 @@ SIM_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align
 static void unmap_at(struct region *r, size_t i)
 {
     struct sim_vmm *h = r->maps[i].h;
+    backing_unmap(r->maps[i].va, r->maps[i].size);
     memmove(&r->maps[i], &r->maps[i + 1], (r->nmaps - i - 1) * sizeof *r->maps);
     r->nmaps--;
     h->maps--;
@@ -216,6 +224,10 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         }
         r->maps = nm;
         r->capmaps = ncap;
+    }
+    if (backing_map(ptr, size, h->fd, offset)) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
     }
     r->maps[r->nmaps++] = (struct mapping){ptr, size, offset, h};
     h->maps++;
