@@ -809,6 +809,40 @@ static int cmd_errors(void)
     return 0;
 }
 
+/* ---- IPC: the importer sees the exporter's bytes ---- */
+
+static int cmd_ipc(void)
+{
+    setup();
+    enum { B = 1 << 20 };
+    static unsigned char in[B], out[B];
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, B));
+    fill(in, B, 90);
+    OK(cuMemcpyHtoD(p, in, B));
+    CUipcMemHandle h;
+    OK(cuIpcGetMemHandle(&h, p));
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (!pid) {
+        setup(); /* a forked child starts over */
+        CUdeviceptr q;
+        OK(cuIpcOpenMemHandle(&q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+        OK(cuMemcpyDtoH(out, q, B));
+        CHECK(!memcmp(in, out, B));
+        OK(cuMemsetD8(q + 10, 0xC3, 5));
+        OK(cuIpcCloseMemHandle(q));
+        _exit(0);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    OK(cuMemcpyDtoH(out, p, B));
+    CHECK(out[9] == in[9] && out[10] == 0xC3 && out[14] == 0xC3 && out[15] == in[15]);
+    puts("ok");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -824,5 +858,6 @@ int main(int argc, char **argv)
     if (!strcmp(c, "order")) return cmd_order();
     if (!strcmp(c, "host")) return cmd_host();
     if (!strcmp(c, "errors")) return cmd_errors();
+    if (!strcmp(c, "ipc")) return cmd_ipc();
     return 2;
 }

@@ -16,6 +16,7 @@ from simkit import GiB, MiB, json_out
         "order",  # async copies and sets run in stream order, behind kernels
         "host",  # pinned host memory and pointer attributes
         "errors",  # bad pointers and ranges are refused; the host faults on device memory
+        "ipc",  # a process that opens an IPC handle sees and writes the exporter's bytes
     ],
 )
 def test_memory_contents(run_bytes, command: str) -> None:
