@@ -24,6 +24,7 @@ struct side {
     unsigned long long addr;       /* host pointer, device address, or byte offset in the array */
     struct sim_array *arr;
     unsigned long long pitch, height; /* bytes per row; rows per slice */
+    unsigned long long rid;        /* S_DEV: the region's id when checked */
 };
 
 struct xfer {
@@ -105,7 +106,10 @@ static CUresult side_check(struct side *s, const struct xfer *x)
         s->type = S_HOST;
         return s->addr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     case S_DEV:
-        return dev_span_ok(s->addr, s->addr + span) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+        if (!dev_span_ok(s->addr, s->addr + span))
+            return CUDA_ERROR_INVALID_VALUE;
+        s->rid = live_containing(s->addr)->id;
+        return CUDA_SUCCESS;
     case S_ARRAY: {
         if (!s->arr || (!obj_get(s->arr, O_ARRAY)))
             return CUDA_ERROR_INVALID_VALUE;
@@ -142,22 +146,23 @@ static unsigned char *side_row(const struct side *s, unsigned long long y, unsig
     }
 }
 
+/* A device side still names the memory it was checked against. */
+static int dev_side_live(const struct side *s, const struct xfer *x)
+{
+    unsigned long long span = (x->d - 1) * s->pitch * s->height + (x->h - 1) * s->pitch + x->w;
+    struct region *r = live_containing(s->addr);
+    return r && r->id == s->rid && dev_span_ok(s->addr, s->addr + span);
+}
+
 /* Run a transfer (drv.mu held).  Device sides are checked again: memory
- * freed while the copy waited is skipped, as a fault would lose it. */
+ * freed while the copy waited (even if its address was given out again) is
+ * skipped, as a fault would lose it. */
 static void run_locked(struct xfer *x)
 {
-    if (x->dst.type == S_DEV) {
-        unsigned long long span = (x->d - 1) * x->dst.pitch * x->dst.height +
-                                  (x->h - 1) * x->dst.pitch + x->w;
-        if (!dev_span_ok(x->dst.addr, x->dst.addr + span))
-            return;
-    }
-    if (!x->set && !x->stage && x->src.type == S_DEV) {
-        unsigned long long span = (x->d - 1) * x->src.pitch * x->src.height +
-                                  (x->h - 1) * x->src.pitch + x->w;
-        if (!dev_span_ok(x->src.addr, x->src.addr + span))
-            return;
-    }
+    if (x->dst.type == S_DEV && !dev_side_live(&x->dst, x))
+        return;
+    if (!x->set && !x->stage && x->src.type == S_DEV && !dev_side_live(&x->src, x))
+        return;
     if ((x->dst.type == S_ARRAY && !obj_get(x->dst.arr, O_ARRAY)) ||
         (!x->set && !x->stage && x->src.type == S_ARRAY && !obj_get(x->src.arr, O_ARRAY)))
         return;
@@ -494,9 +499,9 @@ static CUresult make_side(struct side *s, CUmemorytype t, const void *host, CUde
                           unsigned long long x, unsigned long long y, unsigned long long z)
 {
     switch (t) {
-    case CU_MEMORYTYPE_HOST: *s = (struct side){S_HOST, HP(host), NULL, pitch, height}; break;
-    case CU_MEMORYTYPE_DEVICE: *s = (struct side){S_DEV, dev, NULL, pitch, height}; break;
-    case CU_MEMORYTYPE_UNIFIED: *s = (struct side){S_ANY, dev, NULL, pitch, height}; break;
+    case CU_MEMORYTYPE_HOST: *s = (struct side){S_HOST, HP(host), NULL, pitch, height, 0}; break;
+    case CU_MEMORYTYPE_DEVICE: *s = (struct side){S_DEV, dev, NULL, pitch, height, 0}; break;
+    case CU_MEMORYTYPE_UNIFIED: *s = (struct side){S_ANY, dev, NULL, pitch, height, 0}; break;
     case CU_MEMORYTYPE_ARRAY: {
         struct sim_array *a = obj_get(arr, O_ARRAY);
         if (!a)
@@ -504,7 +509,7 @@ static CUresult make_side(struct side *s, CUmemorytype t, const void *host, CUde
         unsigned long long rows, slices, row = array_row(a, &rows, &slices);
         if (x >= row || y >= rows || z >= slices)
             return CUDA_ERROR_INVALID_VALUE;
-        *s = (struct side){S_ARRAY, z * row * rows + y * row + x, a, row, rows};
+        *s = (struct side){S_ARRAY, z * row * rows + y * row + x, a, row, rows, 0};
         return CUDA_SUCCESS;
     }
     default:

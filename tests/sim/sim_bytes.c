@@ -792,7 +792,14 @@ static int cmd_errors(void)
     busy(s, 50);
     OK(cuMemsetD8Async(q, 1, 4096, s));
     OK(cuMemFree(q));
+    CUdeviceptr filler, q2;
+    OK(cuMemAlloc(&filler, 4096)); /* takes p's old place */
+    OK(cuMemAlloc(&q2, 4096));
+    CHECK(q2 == q); /* the address is given out again, lowest first */
+    OK(cuMemsetD8(q2, 2, 4096));
     OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(buf, q2, 4096));
+    CHECK(buf[0] == 2 && buf[4095] == 2); /* the old set did not land in the new memory */
     /* The host faults on device memory, as on a GPU. */
     CUdeviceptr r;
     OK(cuMemAlloc(&r, 4096));
