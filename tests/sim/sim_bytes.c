@@ -796,7 +796,9 @@ static int cmd_errors(void)
     OK(cuMemAlloc(&filler, 4096)); /* takes p's old place */
     OK(cuMemAlloc(&q2, 4096));
     CHECK(q2 == q); /* the address is given out again, lowest first */
-    OK(cuMemsetD8(q2, 2, 4096));
+    CUstream idle;
+    OK(cuStreamCreate(&idle, CU_STREAM_NON_BLOCKING));
+    OK(cuMemsetD8Async(q2, 2, 4096, idle)); /* runs now, before the queued set's time */
     OK(cuStreamSynchronize(s));
     OK(cuMemcpyDtoH(buf, q2, 4096));
     CHECK(buf[0] == 2 && buf[4095] == 2); /* the old set did not land in the new memory */
