@@ -11,8 +11,8 @@
  * view + (va - zone base).  A page costs memory only once written (or read),
  * and freeing punches the range out of the file.  Managed memory maps the same
  * file pages at the device address itself, so the host reads and writes it.
- * Physical VMM allocations (cuMemCreate) are memfds of their own; cuMemMap
- * overlays the handle's file on the view, so every mapping of one handle
+ * Physical VMM allocations (cuMemCreate) are ranges of one more file; cuMemMap
+ * overlays the handle's range on the view, so every mapping of one handle
  * shares its bytes. */
 #include "cuda_sim.h"
 
@@ -30,6 +30,11 @@ struct arena {
 
 /* [0]: legacy 32-bit zone (may be empty), [1]: everything else. */
 static struct arena arenas[2] = {{.fd = -1}, {.fd = -1}};
+
+/* Physical memory of VMM handles: ranges of one more sparse file (one file
+ * descriptor for all handles: a program may hold thousands of them). */
+static int phys_fd = -1;
+static struct zone phys_zone;
 
 #define GiB (1ULL << 30)
 #define MiB (1ULL << 20)
@@ -93,6 +98,8 @@ int backing_init(void)
 {
     for (int i = 0; i < 2; i++)
         arena_drop(&arenas[i]); /* a forked child drops its parent's */
+    if (phys_fd >= 0)
+        close(phys_fd);
     unsigned long long total = 0;
     for (int i = 0; i < drv.cfg.ndev; i++)
         total += drv.cfg.memory[i];
@@ -111,6 +118,11 @@ int backing_init(void)
         arenas[0] = (struct arena){.fd = -1};
     if (zone_init(&drv.zone[0], arenas[0].base, arenas[0].base + arenas[0].size) ||
         zone_init(&drv.zone[1], arenas[1].base, arenas[1].base + arenas[1].size))
+        return -1;
+    /* Offset 0 stays unused, so a handle's offset is never 0. */
+    phys_fd = memfd_create("cgpu-sim-physical", MFD_CLOEXEC);
+    if (phys_fd < 0 || ftruncate(phys_fd, (off_t)(size + GiB)) ||
+        zone_init(&phys_zone, GiB, size + GiB))
         return -1;
     return 0;
 }
@@ -173,14 +185,20 @@ void backing_unmap(unsigned long long va, unsigned long long size)
         backing_map(va, size, a->fd, va - a->base);
 }
 
-int backing_memfd(unsigned long long size)
+int backing_phys_alloc(unsigned long long size, unsigned long long *off)
 {
-    int fd = memfd_create("cgpu-sim-vmm", MFD_CLOEXEC);
-    if (fd >= 0 && ftruncate(fd, (off_t)size)) {
-        close(fd);
-        fd = -1;
-    }
-    return fd;
+    return zone_take(&phys_zone, size, drv.cfg.granularity, 0, off);
+}
+
+void backing_phys_free(unsigned long long off, unsigned long long size)
+{
+    fallocate(phys_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)size);
+    zone_give(&phys_zone, off, size);
+}
+
+int backing_phys_map(unsigned long long va, unsigned long long size, unsigned long long off)
+{
+    return backing_map(va, size, phys_fd, off);
 }
 
 int backing_fd(unsigned long long va, unsigned long long *off)

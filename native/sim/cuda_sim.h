@@ -138,7 +138,7 @@ struct sim_vmm {
     unsigned long long size, charge;
     CUmemAllocationProp prop;
     int refs, maps;
-    int fd;              /* its bytes (cuda_backing.c) */
+    unsigned long long off; /* its bytes: at off in the physical file (cuda_backing.c) */
 };
 
 /* A range of the fake device address space. */
@@ -261,8 +261,12 @@ void backing_free(unsigned long long va, unsigned long long size, int managed);
 /* Back [va, va+size) by `fd` from `off` (cuMemMap, IPC); backing_unmap undoes it. */
 int backing_map(unsigned long long va, unsigned long long size, int fd, unsigned long long off);
 void backing_unmap(unsigned long long va, unsigned long long size);
-/* A new sparse memory file of `size` bytes (a cuMemCreate handle), or -1. */
-int backing_memfd(unsigned long long size);
+/* Physical memory for a cuMemCreate handle: a range of the physical file
+ * (drv.mu held); 0 or -1.  backing_phys_free gives its pages back;
+ * backing_phys_map backs [va, va+size) by the file from `off`. */
+int backing_phys_alloc(unsigned long long size, unsigned long long *off);
+void backing_phys_free(unsigned long long off, unsigned long long size);
+int backing_phys_map(unsigned long long va, unsigned long long size, unsigned long long off);
 /* The zone file behind `va` and its offset there, or -1. */
 int backing_fd(unsigned long long va, unsigned long long *off);
 

@@ -2,8 +2,6 @@
  * cuMemCreate, reserve, map, access. */
 #include "cuda_sim.h"
 
-#include <unistd.h>
-
 /* ------------------------------------------------------------------------ */
 /* Virtual memory management                                                 */
 
@@ -65,12 +63,12 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     struct sim_vmm *h = NULL;
     rc = charge(phys, chg);
     if (!rc) {
-        int fd = backing_memfd(size);
-        h = fd >= 0 ? obj_new(sizeof *h, O_VMM, NULL) : NULL;
-        if (!h && fd >= 0)
-            close(fd);
+        unsigned long long off = 0;
+        h = backing_phys_alloc(size, &off) ? NULL : obj_new(sizeof *h, O_VMM, NULL);
+        if (!h && off)
+            backing_phys_free(off, size);
         if (h) {
-            h->fd = fd;
+            h->off = off;
             h->phys = phys;
             h->size = size;
             h->charge = chg;
@@ -94,7 +92,7 @@ static void vmm_maybe_destroy(struct sim_vmm *h)
     if (h->refs > 0 || h->maps > 0)
         return;
     uncharge(h->phys, h->charge);
-    close(h->fd); /* its pages go with the last mapping of the file */
+    backing_phys_free(h->off, h->size);
     obj_free(h);
 }
 
@@ -225,7 +223,7 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         r->maps = nm;
         r->capmaps = ncap;
     }
-    if (backing_map(ptr, size, h->fd, offset)) {
+    if (backing_phys_map(ptr, size, h->off + offset)) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
     }

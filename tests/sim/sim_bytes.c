@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -492,6 +493,27 @@ static int cmd_vmm(void)
     OK(cuMemRelease(h3));
     OK(cuMemAddressFree(va, 2 * gran));
     OK(cuMemAddressFree(vb, gran));
+
+    /* Thousands of handles mapped side by side, as PyTorch's expandable
+     * segments grow, with few file descriptors to spare. */
+    struct rlimit rl = {256, 256};
+    CHECK(!setrlimit(RLIMIT_NOFILE, &rl));
+    enum { MANY = 3000 };
+    static CUmemGenericAllocationHandle hs[MANY];
+    CUdeviceptr seg;
+    OK(cuMemAddressReserve(&seg, MANY * gran, 0, 0, 0));
+    for (int i = 0; i < MANY; i++) {
+        OK(cuMemCreate(&hs[i], gran, &prop, 0));
+        OK(cuMemMap(seg + i * gran, gran, 0, hs[i], 0));
+        OK(cuMemRelease(hs[i])); /* the mapping keeps it */
+    }
+    OK(cuMemSetAccess(seg, MANY * gran, &acc, 1));
+    OK(cuMemcpyHtoD(seg + 1234 * gran - 100, in, sizeof in));
+    memset(out, 0, sizeof out);
+    OK(cuMemcpyDtoH(out, seg + 1234 * gran - 100, sizeof out));
+    CHECK(!memcmp(in, out, sizeof in));
+    OK(cuMemUnmap(seg, MANY * gran));
+    OK(cuMemAddressFree(seg, MANY * gran));
     puts("ok");
     return 0;
 }
