@@ -17,6 +17,10 @@
  * written when the copy runs. */
 #include "cuda_sim.h"
 
+#include <errno.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
 enum { S_HOST = 1, S_DEV, S_ARRAY, S_ANY };
 
 struct side {
@@ -154,24 +158,54 @@ static int dev_side_live(const struct side *s, const struct xfer *x)
     return r && r->id == s->rid && dev_span_ok(s->addr, s->addr + span);
 }
 
-/* Run a transfer (drv.mu held).  Device sides are checked again: memory
- * freed while the copy waited (even if its address was given out again) is
- * skipped, as a fault would lose it. */
-static void run_locked(struct xfer *x)
+/* Copy n bytes where either side may be a bad host pointer: through the
+ * kernel (process_vm_readv on this process), so that a bad pointer is an
+ * error, not a crash.  0, or -1 on a fault. */
+static int host_copy(void *dst, const void *src, size_t n)
+{
+    static _Atomic int unavailable;
+    if (!atomic_load_explicit(&unavailable, memory_order_relaxed)) {
+        while (n) {
+            struct iovec l = {dst, n}, r = {(void *)(uintptr_t)src, n};
+            ssize_t got = process_vm_readv(getpid(), &l, 1, &r, 1, 0);
+            if (got > 0) {
+                dst = (char *)dst + got;
+                src = (const char *)src + got;
+                n -= (size_t)got;
+                continue;
+            }
+            if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
+                atomic_store(&unavailable, 1); /* seccomp or an old kernel: plain copies */
+                break;
+            }
+            return -1;
+        }
+        if (!n)
+            return 0;
+    }
+    memmove(dst, src, n);
+    return 0;
+}
+
+/* Run a transfer (drv.mu held); 0, or -1 when a host side faults.  Device
+ * sides are checked again: memory freed while the copy waited (even if its
+ * address was given out again) is skipped, as a fault would lose it. */
+static int run_locked(struct xfer *x)
 {
     if (x->dst.type == S_DEV && !dev_side_live(&x->dst, x))
-        return;
+        return 0;
     if (!x->set && !x->stage && x->src.type == S_DEV && !dev_side_live(&x->src, x))
-        return;
+        return 0;
     if ((x->dst.type == S_ARRAY && !obj_get(x->dst.arr, O_ARRAY)) ||
         (!x->set && !x->stage && x->src.type == S_ARRAY && !obj_get(x->src.arr, O_ARRAY)))
-        return;
+        return 0;
+    int host = x->dst.type == S_HOST || (!x->stage && x->src.type == S_HOST);
     const unsigned char *st = x->stage;
     for (unsigned long long z = 0; z < x->d; z++)
         for (unsigned long long y = 0; y < x->h; y++) {
             unsigned char *d = side_row(&x->dst, y, z);
             if (!d)
-                return;
+                return 0;
             if (x->set) {
                 if (x->esize == 1) {
                     memset(d, (int)(x->val & 0xff), x->w);
@@ -183,11 +217,15 @@ static void run_locked(struct xfer *x)
             }
             const unsigned char *s = st ? st : side_row(&x->src, y, z);
             if (!s)
-                return;
-            memmove(d, s, x->w);
+                return 0;
+            if (!host)
+                memmove(d, s, x->w);
+            else if (host_copy(d, s, x->w))
+                return -1;
             if (st)
                 st += x->w;
         }
+    return 0;
 }
 
 static void pend_reset_if_forked(void)
@@ -206,7 +244,7 @@ static void settle_locked(unsigned long long t)
     pend_reset_if_forked();
     size_t i = 0;
     while (i < npend && pend[i].due <= t) {
-        run_locked(&pend[i].x);
+        run_locked(&pend[i].x); /* a fault here would be a sticky error on a GPU */
         free(pend[i].x.stage);
         i++;
     }
@@ -283,9 +321,9 @@ static CUresult issue(struct xfer *x, CUstream stream, int mode)
     int to_pageable = x->dst.type == S_HOST && !host_pinned_locked(x->dst.addr);
     int from_pageable = !x->set && x->src.type == S_HOST && !host_pinned_locked(x->src.addr);
     if (due <= now) {
-        run_locked(x);
+        rc = run_locked(x) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
         UNLOCK();
-        return CUDA_SUCCESS;
+        return rc;
     }
     if (mode == T_SYNC || to_pageable) {
         /* Wait for the stream, then copy. */
@@ -293,9 +331,9 @@ static CUresult issue(struct xfer *x, CUstream stream, int mode)
         wait_until(due);
         LOCK();
         settle_locked(due);
-        run_locked(x);
+        rc = run_locked(x) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
         UNLOCK();
-        return CUDA_SUCCESS;
+        return rc;
     }
     if (from_pageable) {
         unsigned char *st = malloc(x->w * x->h * x->d);
@@ -306,7 +344,11 @@ static CUresult issue(struct xfer *x, CUstream stream, int mode)
         unsigned char *o = st;
         for (unsigned long long z = 0; z < x->d; z++)
             for (unsigned long long y = 0; y < x->h; y++, o += x->w)
-                memcpy(o, side_row(&x->src, y, z), x->w);
+                if (host_copy(o, side_row(&x->src, y, z), x->w)) {
+                    free(st);
+                    UNLOCK();
+                    return CUDA_ERROR_INVALID_VALUE;
+                }
         x->stage = st;
     }
     if (pend_add(x, due)) {

@@ -804,6 +804,15 @@ static int cmd_errors(void)
     RC(cuMemsetD8((CUdeviceptr)(uintptr_t)buf, 0, 16), CUDA_ERROR_INVALID_VALUE); /* pageable */
     RC(cuMemcpyHtoDAsync(p, buf, 16, (CUstream)buf), CUDA_ERROR_INVALID_HANDLE);
     OK(cuMemcpyHtoD(p, buf, 0)); /* nothing to copy */
+    /* Unmapped host memory is an error, never a crash. */
+    void *gone = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(gone != MAP_FAILED);
+    munmap(gone, 8192);
+    RC(cuMemcpyHtoD(p, gone, 16), CUDA_ERROR_INVALID_VALUE);
+    RC(cuMemcpyDtoH(gone, p, 16), CUDA_ERROR_INVALID_VALUE);
+    RC(cuMemcpyHtoDAsync(p, gone, 16, NULL), CUDA_ERROR_INVALID_VALUE);
+    RC(cuMemcpy((CUdeviceptr)(uintptr_t)buf, (CUdeviceptr)(uintptr_t)gone, 16),
+       CUDA_ERROR_INVALID_VALUE);
     OK(cuMemFree(p));
     RC(cuMemcpyHtoD(p, buf, 16), CUDA_ERROR_INVALID_VALUE);             /* freed */
     RC(cuMemcpyDtoH(buf, p, 16), CUDA_ERROR_INVALID_VALUE);
