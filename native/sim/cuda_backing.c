@@ -94,8 +94,27 @@ static int arena_make(struct arena *a, unsigned long long size, unsigned long lo
     return -1;
 }
 
+/* A forked child has no driver state: it loses its parent's device memory at
+ * once (the files are shared, so writing them would change the parent's). */
+static void drop_in_child(void)
+{
+    for (int i = 0; i < 2; i++)
+        arena_drop(&arenas[i]);
+    if (phys_fd >= 0)
+        close(phys_fd);
+    phys_fd = -1;
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void install_atfork(void)
+{
+    pthread_atfork(NULL, NULL, drop_in_child);
+}
+
 int backing_init(void)
 {
+    pthread_once(&atfork_once, install_atfork);
     for (int i = 0; i < 2; i++)
         arena_drop(&arenas[i]); /* a forked child drops its parent's */
     if (phys_fd >= 0)

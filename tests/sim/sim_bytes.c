@@ -862,10 +862,22 @@ static int cmd_ipc(void)
     OK(cuMemcpyHtoD(p, in, B));
     CUipcMemHandle h;
     OK(cuIpcGetMemHandle(&h, p));
+    CUdeviceptr managed;
+    OK(cuMemAllocManaged(&managed, 4096, CU_MEM_ATTACH_GLOBAL));
+    *(unsigned char *)(uintptr_t)managed = 7;
     fflush(stdout);
+    int st;
     pid_t pid = fork();
     CHECK(pid >= 0);
     if (!pid) {
+        /* A forked child loses its parent's managed memory at once. */
+        pid_t g = fork();
+        if (!g) {
+            volatile unsigned char *mp = (unsigned char *)(uintptr_t)managed;
+            mp[0] = 1;
+            _exit(0);
+        }
+        CHECK(waitpid(g, &st, 0) == g && WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
         setup(); /* a forked child starts over */
         CUdeviceptr q;
         OK(cuIpcOpenMemHandle(&q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
@@ -875,10 +887,10 @@ static int cmd_ipc(void)
         OK(cuIpcCloseMemHandle(q));
         _exit(0);
     }
-    int st;
     CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
     OK(cuMemcpyDtoH(out, p, B));
     CHECK(out[9] == in[9] && out[10] == 0xC3 && out[14] == 0xC3 && out[15] == in[15]);
+    CHECK(*(unsigned char *)(uintptr_t)managed == 7); /* untouched by the children */
     puts("ok");
     return 0;
 }
