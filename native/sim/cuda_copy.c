@@ -52,8 +52,13 @@ static _Atomic size_t pend_count;
 
 /* ---- Resolving sides (drv.mu held) ---- */
 
-/* [lo, hi) lies in one live allocation, or in mapped ranges of one reservation. */
-static int dev_span_ok(unsigned long long lo, unsigned long long hi)
+#define R_ACCESS ((unsigned)CU_MEM_ACCESS_FLAGS_PROT_READ)
+#define W_ACCESS ((unsigned)CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+
+/* [lo, hi) lies in one live allocation, or in mapped ranges of one
+ * reservation that a device may access (`need`: CU_MEM_ACCESS_FLAGS_PROT_READ
+ * to read, _PROT_READWRITE to write; cuMemSetAccess grants it). */
+static int dev_span_ok(unsigned long long lo, unsigned long long hi, unsigned need)
 {
     if (hi < lo)
         return 0;
@@ -64,7 +69,7 @@ static int dev_span_ok(unsigned long long lo, unsigned long long hi)
         return 1;
     for (unsigned long long p = lo; p < hi;) {
         struct mapping *m = mapping_containing(r, p);
-        if (!m)
+        if (!m || (m->access & need) != need)
             return 0;
         p = m->va + m->size;
     }
@@ -88,7 +93,7 @@ static unsigned long long array_row(const struct sim_array *a, unsigned long lon
 
 /* Check one side of a transfer and settle its type: S_ANY becomes S_HOST or
  * S_DEV, a host pointer inside the device address space becomes S_DEV. */
-static CUresult side_check(struct side *s, const struct xfer *x)
+static CUresult side_check(struct side *s, const struct xfer *x, unsigned need)
 {
     unsigned long long span = (x->d - 1) * s->pitch * s->height + (x->h - 1) * s->pitch + x->w;
     if (x->d > 1 && s->type != S_ARRAY && s->height < x->h)
@@ -110,7 +115,7 @@ static CUresult side_check(struct side *s, const struct xfer *x)
         s->type = S_HOST;
         return s->addr ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     case S_DEV:
-        if (!dev_span_ok(s->addr, s->addr + span))
+        if (!dev_span_ok(s->addr, s->addr + span, need))
             return CUDA_ERROR_INVALID_VALUE;
         s->rid = live_containing(s->addr)->id;
         return CUDA_SUCCESS;
@@ -151,11 +156,11 @@ static unsigned char *side_row(const struct side *s, unsigned long long y, unsig
 }
 
 /* A device side still names the memory it was checked against. */
-static int dev_side_live(const struct side *s, const struct xfer *x)
+static int dev_side_live(const struct side *s, const struct xfer *x, unsigned need)
 {
     unsigned long long span = (x->d - 1) * s->pitch * s->height + (x->h - 1) * s->pitch + x->w;
     struct region *r = live_containing(s->addr);
-    return r && r->id == s->rid && dev_span_ok(s->addr, s->addr + span);
+    return r && r->id == s->rid && dev_span_ok(s->addr, s->addr + span, need);
 }
 
 /* Copy n bytes where either side may be a bad host pointer: through the
@@ -192,9 +197,9 @@ static int host_copy(void *dst, const void *src, size_t n)
  * address was given out again) is skipped, as a fault would lose it. */
 static int run_locked(struct xfer *x)
 {
-    if (x->dst.type == S_DEV && !dev_side_live(&x->dst, x))
+    if (x->dst.type == S_DEV && !dev_side_live(&x->dst, x, W_ACCESS))
         return 0;
-    if (!x->set && !x->stage && x->src.type == S_DEV && !dev_side_live(&x->src, x))
+    if (!x->set && !x->stage && x->src.type == S_DEV && !dev_side_live(&x->src, x, R_ACCESS))
         return 0;
     if ((x->dst.type == S_ARRAY && !obj_get(x->dst.arr, O_ARRAY)) ||
         (!x->set && !x->stage && x->src.type == S_ARRAY && !obj_get(x->src.arr, O_ARRAY)))
@@ -307,9 +312,9 @@ static CUresult issue(struct xfer *x, CUstream stream, int mode)
     else
         q = &c->q_legacy;
     if (!rc && x->w && x->h && x->d) {
-        rc = side_check(&x->dst, x);
+        rc = side_check(&x->dst, x, W_ACCESS);
         if (!rc && !x->set)
-            rc = side_check(&x->src, x);
+            rc = side_check(&x->src, x, R_ACCESS);
     }
     if (rc || !x->w || !x->h || !x->d) {
         UNLOCK();

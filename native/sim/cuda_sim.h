@@ -147,6 +147,7 @@ enum { R_ALLOC = 1, R_RESERVE };
 struct mapping {
     unsigned long long va, size, off;
     struct sim_vmm *h;
+    unsigned access;     /* CU_MEM_ACCESS_FLAGS_PROT_* that cuMemSetAccess granted (any device) */
 };
 
 struct region {

@@ -227,7 +227,7 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
     }
-    r->maps[r->nmaps++] = (struct mapping){ptr, size, offset, h};
+    r->maps[r->nmaps++] = (struct mapping){ptr, size, offset, h, 0};
     h->maps++;
     rc = CUDA_SUCCESS;
 out:
@@ -301,6 +301,17 @@ SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
         }
         if (covered == size)
             rc = CUDA_SUCCESS;
+    }
+    /* What copies may do there: the most any device was granted (the copy
+     * engines do not care which device's context issues a copy). */
+    unsigned grant = 0;
+    for (size_t i = 0; !rc && i < count; i++)
+        if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+            grant |= (unsigned)desc[i].flags;
+    for (size_t i = 0; !rc && i < r->nmaps; i++) {
+        struct mapping *m = &r->maps[i];
+        if (m->va < ptr + size && ptr < m->va + m->size)
+            m->access = grant;
     }
     UNLOCK();
     return rc;

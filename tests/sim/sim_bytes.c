@@ -449,9 +449,17 @@ static int cmd_vmm(void)
     OK(cuMemMap(va + gran, gran, 0, h2, 0));
     CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
                            .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-    OK(cuMemSetAccess(va, 2 * gran, &acc, 1));
     static unsigned char in[4096], out[4096];
     fill(in, sizeof in, 70);
+    /* No device may touch a mapping before cuMemSetAccess. */
+    RC(cuMemcpyHtoD(va + 100, in, sizeof in), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemSetAccess(va, 2 * gran, &acc, 1));
+    CUmemAccessDesc ro = acc;
+    ro.flags = CU_MEM_ACCESS_FLAGS_PROT_READ;
+    OK(cuMemSetAccess(vb, gran, &ro, 1));
+    RC(cuMemsetD8(vb, 0, 16), CUDA_ERROR_INVALID_VALUE); /* read-only */
+    OK(cuMemcpyDtoH(out, vb, 16));
+    OK(cuMemSetAccess(vb, gran, &acc, 1));
     OK(cuMemcpyHtoD(va + 100, in, sizeof in));
     OK(cuMemcpyDtoH(out, vb + 100, sizeof out));
     CHECK(!memcmp(in, out, sizeof in));
@@ -484,6 +492,8 @@ static int cmd_vmm(void)
     CUmemGenericAllocationHandle h3;
     OK(cuMemCreate(&h3, gran, &prop, 0));
     OK(cuMemMap(va, gran, 0, h3, 0));
+    RC(cuMemcpyDtoH(out, va, 16), CUDA_ERROR_INVALID_VALUE); /* a new mapping: no access yet */
+    OK(cuMemSetAccess(va, gran, &acc, 1));
     OK(cuMemcpyDtoH(out, va, 16));
     for (int i = 0; i < 16; i++)
         CHECK(out[i] == 0);
@@ -554,6 +564,9 @@ static int cmd_lazy(int argc, char **argv)
     OK(cuMemCreate(&h, vsize, &prop, 0));
     OK(cuMemAddressReserve(&va, vsize, 0, 0, 0));
     OK(cuMemMap(va, vsize, 0, h, 0));
+    CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                           .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    OK(cuMemSetAccess(va, vsize, &acc, 1));
     OK(cuMemsetD8(va, 3, touch));
     long r6 = rss_kib();
     OK(cuMemUnmap(va, vsize));
