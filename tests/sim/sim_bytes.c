@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -908,6 +909,50 @@ static int cmd_ipc(void)
     return 0;
 }
 
+/* ---- threads: copies from many threads keep their own bytes ---- */
+
+static CUcontext thread_ctx;
+
+static void *copier(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    OK(cuCtxSetCurrent(thread_ctx));
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    static _Thread_local unsigned char in[1 << 16], out[1 << 16];
+    for (int i = 0; i < 200; i++) {
+        size_t n = 1 + (seed * 7919u + (unsigned)i * 104729u) % sizeof in;
+        CUdeviceptr p;
+        OK(cuMemAlloc(&p, n));
+        fill(in, n, seed * 1000 + (unsigned)i);
+        if (i % 10 == 0)
+            busy(s, 2); /* these copies wait in the queue */
+        OK(cuMemcpyHtoDAsync(p, in, n, s));
+        OK(cuMemsetD8Async(p, (unsigned char)i, n / 2, s));
+        memset(out, 0, n);
+        OK(cuMemcpyDtoHAsync(out, p, n, s));
+        OK(cuStreamSynchronize(s));
+        for (size_t k = 0; k < n; k++)
+            CHECK(out[k] == (k < n / 2 ? (unsigned char)i : in[k]));
+        OK(cuMemFree(p));
+    }
+    OK(cuStreamDestroy(s));
+    return NULL;
+}
+
+static int cmd_threads(void)
+{
+    thread_ctx = setup();
+    busy(NULL, 1); /* loads the kernel before the threads start */
+    pthread_t t[6];
+    for (unsigned i = 0; i < 6; i++)
+        CHECK(!pthread_create(&t[i], NULL, copier, (void *)(uintptr_t)(i + 1)));
+    for (int i = 0; i < 6; i++)
+        CHECK(!pthread_join(t[i], NULL));
+    puts("ok");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -924,5 +969,6 @@ int main(int argc, char **argv)
     if (!strcmp(c, "host")) return cmd_host();
     if (!strcmp(c, "errors")) return cmd_errors();
     if (!strcmp(c, "ipc")) return cmd_ipc();
+    if (!strcmp(c, "threads")) return cmd_threads();
     return 2;
 }

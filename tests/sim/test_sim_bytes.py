@@ -17,6 +17,7 @@ from simkit import GiB, MiB, json_out
         "host",  # pinned host memory and pointer attributes
         "errors",  # bad pointers and ranges are refused; the host faults on device memory
         "ipc",  # a process that opens an IPC handle sees and writes the exporter's bytes
+        "threads",  # six threads copying on their own streams keep their own bytes
     ],
 )
 def test_memory_contents(run_bytes, command: str) -> None:
