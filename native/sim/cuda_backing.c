@@ -228,3 +228,49 @@ int backing_fd(unsigned long long va, unsigned long long *off)
     *off = va - a->base;
     return a->fd;
 }
+
+/* Move a handle's bytes out of the physical file into a file of its own (to
+ * share it as a file descriptor): a new file of `size` bytes plus one page
+ * for `tail_len` bytes of `tail`.  The caller remaps and frees the old range.
+ * The new descriptor, or -1. */
+int backing_phys_own(unsigned long long off, unsigned long long size, const void *tail,
+                     size_t tail_len)
+{
+    int fd = memfd_create("cgpu-sim-vmm", MFD_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (ftruncate(fd, (off_t)(size + 4096)) || tail_len > 4096 ||
+        pwrite(fd, tail, tail_len, (off_t)size) != (ssize_t)tail_len) {
+        close(fd);
+        return -1;
+    }
+    /* Copy only the data the range holds (holes stay holes). */
+    enum { CHUNK = 1 << 20 };
+    unsigned char *buf = malloc(CHUNK);
+    if (!buf) {
+        close(fd);
+        return -1;
+    }
+    unsigned long long pos = 0;
+    while (pos < size) {
+        off_t data = lseek(phys_fd, (off_t)(off + pos), SEEK_DATA);
+        if (data < 0 || (unsigned long long)data >= off + size)
+            break;
+        off_t hole = lseek(phys_fd, data, SEEK_HOLE);
+        unsigned long long end = hole < 0 || (unsigned long long)hole > off + size
+                                     ? off + size : (unsigned long long)hole;
+        for (unsigned long long from = (unsigned long long)data; from < end;) {
+            size_t len = end - from < CHUNK ? (size_t)(end - from) : CHUNK;
+            ssize_t n = pread(phys_fd, buf, len, (off_t)from);
+            if (n <= 0 || pwrite(fd, buf, (size_t)n, (off_t)(from - off)) != n) {
+                free(buf);
+                close(fd);
+                return -1;
+            }
+            from += (unsigned long long)n;
+        }
+        pos = end - off;
+    }
+    free(buf);
+    return fd;
+}

@@ -138,7 +138,8 @@ struct sim_vmm {
     unsigned long long size, charge;
     CUmemAllocationProp prop;
     int refs, maps;
-    unsigned long long off; /* its bytes: at off in the physical file (cuda_backing.c) */
+    unsigned long long off; /* its bytes: at off in the physical file (cuda_backing.c), */
+    int fd;                 /* or, once exported or imported, a file of its own (else -1) */
 };
 
 /* A range of the fake device address space. */
@@ -268,6 +269,9 @@ void backing_unmap(unsigned long long va, unsigned long long size);
 int backing_phys_alloc(unsigned long long size, unsigned long long *off);
 void backing_phys_free(unsigned long long off, unsigned long long size);
 int backing_phys_map(unsigned long long va, unsigned long long size, unsigned long long off);
+/* A file of its own with a handle's bytes, and `tail` after them; fd or -1. */
+int backing_phys_own(unsigned long long off, unsigned long long size, const void *tail,
+                     size_t tail_len);
 /* The zone file behind `va` and its offset there, or -1. */
 int backing_fd(unsigned long long va, unsigned long long *off);
 

@@ -909,6 +909,82 @@ static int cmd_ipc(void)
     return 0;
 }
 
+/* ---- VMM shareable handles: another process maps the same bytes ---- */
+
+static int cmd_vmmshare(void)
+{
+    setup();
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                                .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR};
+    CUmemAccessDesc acc = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                           .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    size_t gran;
+    OK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CUmemGenericAllocationHandle h, plain, back;
+    OK(cuMemCreate(&h, 2 * gran, &prop, 0));
+    CUdeviceptr va;
+    OK(cuMemAddressReserve(&va, 2 * gran, 0, 0, 0));
+    OK(cuMemMap(va, 2 * gran, 0, h, 0));
+    OK(cuMemSetAccess(va, 2 * gran, &acc, 1));
+    static unsigned char in[8192], out[8192];
+    fill(in, sizeof in, 95);
+    OK(cuMemcpyHtoD(va + gran - 4096, in, sizeof in)); /* before the export */
+    int fd = -1;
+    RC(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_FABRIC, 0),
+       CUDA_ERROR_NOT_SUPPORTED);
+    OK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    CHECK(fd >= 0);
+    /* the mapping still shows the bytes, now from the shared file */
+    OK(cuMemcpyDtoH(out, va + gran - 4096, sizeof out));
+    CHECK(!memcmp(in, out, sizeof out));
+    prop.requestedHandleTypes = 0;
+    OK(cuMemCreate(&plain, gran, &prop, 0));
+    int fd2;
+    RC(cuMemExportToShareableHandle(&fd2, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+       CUDA_ERROR_INVALID_VALUE); /* not asked for at cuMemCreate */
+    int other = memfd_create("not-cuda", 0);
+    CHECK(other >= 0 && !ftruncate(other, 4 * gran));
+    RC(cuMemImportFromShareableHandle(&back, (void *)(intptr_t)other,
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+       CUDA_ERROR_INVALID_VALUE); /* a file, but no memory this driver exported */
+    close(other);
+    fflush(stdout);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (!pid) {
+        setup();
+        CUmemGenericAllocationHandle imp;
+        OK(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
+                                          CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+        close(fd);
+        CUmemAllocationProp got;
+        OK(cuMemGetAllocationPropertiesFromHandle(&got, imp));
+        CHECK(got.location.id == 0 &&
+              got.requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        CUdeviceptr vb;
+        OK(cuMemAddressReserve(&vb, 2 * gran, 0, 0, 0));
+        OK(cuMemMap(vb, 2 * gran, 0, imp, 0));
+        OK(cuMemSetAccess(vb, 2 * gran, &acc, 1));
+        OK(cuMemcpyDtoH(out, vb + gran - 4096, sizeof out));
+        CHECK(!memcmp(in, out, sizeof out));
+        OK(cuMemsetD8(vb, 0x5E, 4));
+        OK(cuMemUnmap(vb, 2 * gran));
+        OK(cuMemRelease(imp));
+        _exit(0);
+    }
+    int st;
+    CHECK(waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    OK(cuMemcpyDtoH(out, va, 8));
+    CHECK(out[0] == 0x5E && out[3] == 0x5E && out[4] == 0);
+    close(fd);
+    OK(cuMemUnmap(va, 2 * gran));
+    OK(cuMemRelease(h));
+    OK(cuMemRelease(plain));
+    puts("ok");
+    return 0;
+}
+
 /* ---- threads: copies from many threads keep their own bytes ---- */
 
 static CUcontext thread_ctx;
@@ -970,5 +1046,6 @@ int main(int argc, char **argv)
     if (!strcmp(c, "errors")) return cmd_errors();
     if (!strcmp(c, "ipc")) return cmd_ipc();
     if (!strcmp(c, "threads")) return cmd_threads();
+    if (!strcmp(c, "vmmshare")) return cmd_vmmshare();
     return 2;
 }

@@ -13,6 +13,7 @@ from simkit import GiB, MiB, json_out
         "pitched",  # 2-D, 2-D unaligned, 3-D, 3-D peer, arrays, sync and async
         "memset",  # D8/D16/D32, D2D8/16/32 and their async forms
         "vmm",  # two mappings of one handle share bytes; copies across handles
+        "vmmshare",  # a handle exported as a file descriptor maps the same bytes elsewhere
         "order",  # async copies and sets run in stream order, behind kernels
         "host",  # pinned host memory and pointer attributes
         "errors",  # bad pointers and ranges are refused; the host faults on device memory
