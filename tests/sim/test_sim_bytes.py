@@ -38,7 +38,8 @@ def test_lazy_backing_costs_pages_touched(run_bytes) -> None:
         ("vmm_touched", "vmm_released"),
     ):
         grown = r[touched] - r["start"]
-        assert touch // kib <= grown < touch // kib + slack, (touched, r)
+        # (RSS counters may lag by a few pages: 1 MiB of tolerance below.)
+        assert touch // kib - 1024 <= grown < touch // kib + slack, (touched, r)
         assert r[freed] - r["start"] < slack, (freed, r)
 
 
