@@ -82,11 +82,11 @@ static int arena_make(struct arena *a, unsigned long long size, unsigned long lo
         void *view = MAP_FAILED;
         if (fd >= 0 && !ftruncate(fd, (off_t)size))
             view = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
-        if (view == MAP_FAILED) {
+        if (view == MAP_FAILED) { /* e.g. RLIMIT_AS: try a smaller one */
             if (fd >= 0)
                 close(fd);
             munmap((void *)(uintptr_t)base, size);
-            return -1;
+            continue;
         }
         *a = (struct arena){base, size, view, fd};
         return 0;
@@ -126,7 +126,7 @@ int backing_init(void)
      * such as PyTorch's expandable segments take a device's size each). */
     unsigned long long size = total > 512 * GiB ? 2048 * GiB : round_up(4 * total + 64 * GiB, GiB);
     unsigned long long align = drv.cfg.granularity > GiB ? drv.cfg.granularity : GiB;
-    if (arena_make(&arenas[1], size, 4 * GiB, align, 0)) {
+    if (arena_make(&arenas[1], size, 256 * MiB, align, 0)) {
         fprintf(stderr, "cgpu-sim: cannot reserve address space for device memory\n");
         return -1;
     }
