@@ -117,7 +117,9 @@ static CUresult side_check(struct side *s, const struct xfer *x, unsigned need)
     case S_DEV:
         if (!dev_span_ok(s->addr, s->addr + span, need))
             return CUDA_ERROR_INVALID_VALUE;
-        s->rid = live_containing(s->addr)->id;
+        struct region *r = live_containing(s->addr);
+        s->rid = r->id;
+        r->touched = 1; /* its pages may now hold memory: give them back at free */
         return CUDA_SUCCESS;
     case S_ARRAY: {
         if (!s->arr || (!obj_get(s->arr, O_ARRAY)))

@@ -52,6 +52,7 @@ SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
         h.size = r->req;
         h.id = r->id;
         h.fd = backing_fd(r->base, &h.off);
+        r->touched = 1; /* an importer may write it: free must give its pages back */
         rc = h.fd >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     }
     UNLOCK();

@@ -86,7 +86,8 @@ void region_free(struct region *r)
     live_remove(r);
     if (r->ipc)
         backing_unmap(r->base, r->size);
-    backing_free(r->base, r->size, r->managed);
+    else if (r->touched || r->managed) /* no syscall for memory nothing reached */
+        backing_free(r->base, r->size, r->managed);
     zone_give(zone_of(r->base), r->base, r->size);
     free(r->maps);
     free(r);

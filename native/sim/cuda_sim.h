@@ -160,6 +160,7 @@ struct region {
     int phys;
     int managed;
     int ipc;                         /* opened from another process's handle */
+    int touched;                     /* a copy or set reached its bytes (cuda_copy.c) */
     struct sim_ctx *ctx;
     struct sim_pool *pool;
     struct mapping *maps;            /* R_RESERVE */
