@@ -2,6 +2,8 @@
  * charged by their size. */
 #include "cuda_sim.h"
 
+#include <sys/mman.h>
+
 /* ------------------------------------------------------------------------ */
 /* Arrays                                                                    */
 
@@ -90,6 +92,23 @@ static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *desc, un
             a->desc = *desc;
             a->levels = levels;
             a->charge = chg;
+            /* Bytes for copies (plain arrays): rows of level 0, lazily backed. */
+            unsigned long long rows = desc->Height ? desc->Height : 1;
+            unsigned long long slices = desc->Depth ? desc->Depth : 1;
+            a->row_bytes = level_bytes(desc->Format, desc->NumChannels, desc->Width, 1, 1);
+            a->bytes = a->row_bytes * rows * slices;
+            if (type == O_ARRAY) {
+                void *p = mmap(NULL, a->bytes > bytes ? a->bytes : bytes, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                if (p == MAP_FAILED) {
+                    obj_free(a);
+                    a = NULL;
+                    uncharge(c->phys, chg);
+                    rc = CUDA_ERROR_OUT_OF_MEMORY;
+                } else {
+                    a->bk = p;
+                }
+            }
         } else {
             uncharge(c->phys, chg);
             rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -102,15 +121,23 @@ static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *desc, un
     return CUDA_SUCCESS;
 }
 
+void array_free_locked(struct sim_array *a)
+{
+    uncharge(a->phys, a->charge);
+    if (a->bk) {
+        unsigned long long bytes = array_bytes(&a->desc, a->levels);
+        munmap(a->bk, a->bytes > bytes ? a->bytes : bytes);
+    }
+    obj_free(a);
+}
+
 static CUresult array_destroy(void *h, int type)
 {
     NEED_INIT();
     LOCK();
     struct sim_array *a = obj_get(h, type);
-    if (a) {
-        uncharge(a->phys, a->charge);
-        obj_free(a);
-    }
+    if (a)
+        array_free_locked(a);
     UNLOCK();
     return a ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }

@@ -94,8 +94,9 @@ static void ctx_teardown(struct sim_ctx *c)
     for (size_t i = 0; i < n; i++) {
         struct obj *o = doomed[i];
         if (o->type == O_ARRAY || o->type == O_MIPMAP)
-            uncharge(((struct sim_array *)o)->phys, ((struct sim_array *)o)->charge);
-        obj_free(o);
+            array_free_locked((struct sim_array *)o);
+        else
+            obj_free(o);
     }
     free(doomed);
     atomic_store(&c->alive, 0);

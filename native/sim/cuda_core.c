@@ -209,7 +209,7 @@ void zone_give(struct zone *z, unsigned long long base, unsigned long long size)
 
 struct zone *zone_of(unsigned long long addr)
 {
-    return addr < ZONE_LOW_HI ? &drv.zone[0] : &drv.zone[1];
+    return addr >= drv.zone[0].lo && addr < drv.zone[0].hi ? &drv.zone[0] : &drv.zone[1];
 }
 
 /* Index of the first live region with base >= addr. */

@@ -141,8 +141,7 @@ SIM_API CUresult cuInit(unsigned int Flags)
         }
     }
     timeline_init();
-    if (zone_init(&drv.zone[0], ZONE_LOW_LO, ZONE_LOW_HI) ||
-        zone_init(&drv.zone[1], ZONE_HIGH_LO, ZONE_HIGH_HI)) {
+    if (backing_init()) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
         goto out;
     }

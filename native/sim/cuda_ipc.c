@@ -2,9 +2,12 @@
  * for programs that export and open device memory and events (numba, pycuda,
  * torch.multiprocessing) to run.  A handle names the exporting process and
  * the allocation; opening it in another process maps a fresh address range
- * there that is not charged again: the memory stays the exporter's. */
+ * there that is not charged again: the memory stays the exporter's, and both
+ * see the same bytes (the exporter's backing file, cuda_backing.c). */
 #include "cuda_sim.h"
 
+#include <fcntl.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #define IPC_MAGIC "cgpuipc"
@@ -14,6 +17,8 @@ struct ipc_mem {
     int pid;
     int phys;
     unsigned long long start_time, base, size, id;
+    unsigned long long off; /* the bytes: at `off` in the exporter's file `fd` */
+    int fd;
 };
 
 struct ipc_event {
@@ -46,7 +51,9 @@ SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
         h.base = r->base;
         h.size = r->req;
         h.id = r->id;
-        rc = CUDA_SUCCESS;
+        h.fd = backing_fd(r->base, &h.off);
+        r->touched = 1; /* an importer may write it: free must give its pages back */
+        rc = h.fd >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     }
     UNLOCK();
     if (rc)
@@ -74,14 +81,26 @@ static CUresult ipc_open(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int
         return CUDA_ERROR_INVALID_CONTEXT; /* as the driver: not in the exporter */
     if (!sim_pid_alive(h.pid, h.start_time))
         return CUDA_ERROR_INVALID_VALUE;
+    /* The exporter's bytes: its device memory file, opened through /proc. */
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", h.pid, h.fd);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return CUDA_ERROR_INVALID_VALUE;
     LOCK();
     rc = mem_alloc_locked(c, -1, h.size, 0, 0, NULL, pdptr);
     if (!rc) {
         struct region *r = live_exact(*pdptr);
-        r->ipc = 1;
-        r->phys = c->phys; /* reported device; r->charge is 0 */
+        if (backing_map(r->base, r->size, fd, h.off)) {
+            region_free(r);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            r->ipc = 1;
+            r->phys = c->phys; /* reported device; r->charge is 0 */
+        }
     }
     UNLOCK();
+    close(fd);
     return rc;
 }
 

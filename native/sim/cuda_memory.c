@@ -1,6 +1,9 @@
 /* The simulated CUDA driver (libcuda.so.1). Device memory: allocation, free,
- * info, host memory, copies and sets, pointer attributes. */
+ * info; pinned host memory; pointer attributes.  Copies and sets are in
+ * cuda_copy.c, the bytes behind device addresses in cuda_backing.c. */
 #include "cuda_sim.h"
+
+#include <sys/mman.h>
 
 /* ------------------------------------------------------------------------ */
 /* Device memory                                                             */
@@ -44,7 +47,9 @@ CUresult mem_alloc_locked(struct sim_ctx *ctx, int phys, unsigned long long byte
     r->ctx = ctx;
     r->pool = pool;
     r->id = ++drv.next_id;
-    if (live_insert(r)) {
+    if ((managed && backing_managed(addr, foot)) || live_insert(r)) {
+        if (managed)
+            backing_free(addr, foot, 1);
         zone_give(z, addr, foot);
         uncharge(phys, chg);
         free(r);
@@ -79,6 +84,10 @@ void region_free(struct region *r)
     if (r->pool && r->pool->used >= r->size)
         r->pool->used -= r->size;
     live_remove(r);
+    if (r->ipc)
+        backing_unmap(r->base, r->size);
+    else if (r->touched || r->managed) /* no syscall for memory nothing reached */
+        backing_free(r->base, r->size, r->managed);
     zone_give(zone_of(r->base), r->base, r->size);
     free(r->maps);
     free(r);
@@ -274,9 +283,58 @@ SIM_API CUresult cuMemGetAddressRange(CUdeviceptr_v1 *pbase, unsigned int *psize
     return CUDA_SUCCESS;
 }
 
-/* ---- Host memory: real memory, never charged to a device ---- */
+/* ------------------------------------------------------------------------ */
+/* Pinned host memory: real host memory, never charged to a device.  With
+ * unified addressing its device address is its host address.              */
 
-static CUresult host_alloc(void **pp, size_t bytesize)
+struct hrange *host_range(unsigned long long p)
+{
+    size_t lo = 0, hi = drv.nhr;
+    while (lo < hi) { /* first range with base > p */
+        size_t mid = (lo + hi) / 2;
+        if (drv.hr[mid].base > p)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    if (!lo)
+        return NULL;
+    struct hrange *h = &drv.hr[lo - 1];
+    return p - h->base < h->size ? h : NULL;
+}
+
+/* Add [base, base+size); -1 when it overlaps a range or out of memory. */
+static int host_add(unsigned long long base, unsigned long long size, unsigned flags, int registered,
+                    struct sim_ctx *ctx)
+{
+    size_t i = 0;
+    while (i < drv.nhr && drv.hr[i].base < base)
+        i++;
+    if ((i > 0 && drv.hr[i - 1].base + drv.hr[i - 1].size > base) ||
+        (i < drv.nhr && drv.hr[i].base < base + size))
+        return -1;
+    if (drv.nhr == drv.caphr) {
+        size_t ncap = drv.caphr ? drv.caphr * 2 : 16;
+        struct hrange *n = realloc(drv.hr, ncap * sizeof *n);
+        if (!n)
+            return -2;
+        drv.hr = n;
+        drv.caphr = ncap;
+    }
+    memmove(&drv.hr[i + 1], &drv.hr[i], (drv.nhr - i) * sizeof *drv.hr);
+    drv.hr[i] = (struct hrange){base, size, flags, registered, ctx, ++drv.next_id};
+    drv.nhr++;
+    return 0;
+}
+
+static void host_remove(struct hrange *h)
+{
+    size_t i = (size_t)(h - drv.hr);
+    memmove(&drv.hr[i], &drv.hr[i + 1], (drv.nhr - i - 1) * sizeof *drv.hr);
+    drv.nhr--;
+}
+
+static CUresult host_alloc(void **pp, size_t bytesize, unsigned flags)
 {
     struct sim_ctx *c;
     CUresult rc = cur_ctx(&c);
@@ -284,252 +342,313 @@ static CUresult host_alloc(void **pp, size_t bytesize)
         return rc;
     if (!pp || !bytesize)
         return CUDA_ERROR_INVALID_VALUE;
-    void *p = NULL;
-    if (posix_memalign(&p, 4096, bytesize))
+    size_t len = (size_t)round_up(bytesize, 4096);
+    if (len < bytesize)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
     LOCK();
-    int err = hm_put(&drv.host, (uintptr_t)p, (void *)(uintptr_t)bytesize);
+    int err = host_add((uintptr_t)p, bytesize, flags, 0, c);
     UNLOCK();
     if (err) {
-        free(p);
+        munmap(p, len);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *pp = p;
     return CUDA_SUCCESS;
 }
 
+#define HOSTALLOC_FLAGS \
+    ((unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED))
+
 SIM_API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
-    return host_alloc(pp, bytesize);
+    return host_alloc(pp, bytesize, 0);
 }
 
 SIM_API CUresult cuMemAllocHost(void **pp, unsigned int bytesize)
 {
-    return host_alloc(pp, bytesize);
+    return host_alloc(pp, bytesize, 0);
 }
 
 SIM_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
-    if (INITED() && (Flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
-                                         CU_MEMHOSTALLOC_WRITECOMBINED)))
+    if (INITED() && (Flags & ~HOSTALLOC_FLAGS))
         return CUDA_ERROR_INVALID_VALUE;
-    return host_alloc(pp, bytesize);
+    return host_alloc(pp, bytesize, Flags);
 }
 
 SIM_API CUresult cuMemFreeHost(void *p)
-{
-    NEED_INIT();
-    LOCK();
-    void *had = hm_del(&drv.host, (uintptr_t)p);
-    UNLOCK();
-    if (!had)
-        return CUDA_ERROR_INVALID_VALUE;
-    free(p);
-    return CUDA_SUCCESS;
-}
-
-/* ---- Copies and sets: validated no-ops ---- */
-
-/* [p, p+n) must lie in one live allocation or mapping.  drv.mu held. */
-static int dev_range_ok(unsigned long long p, unsigned long long n)
-{
-    struct region *r = live_containing(p);
-    if (!r)
-        return 0;
-    if (r->kind == R_ALLOC)
-        return p + n >= p && p + n <= r->base + r->size;
-    struct mapping *m = mapping_containing(r, p);
-    return m && p + n >= p && p + n <= m->va + m->size;
-}
-
-static int is_device_ptr(unsigned long long p)
-{
-    return live_containing(p) != NULL;
-}
-
-CUresult stream_ctx(CUstream s, struct sim_ctx **out);
-
-enum { M_HOST = 1, M_DEV = 2, M_ANY = 3 };
-
-/* Check a copy or set.  A synchronous copy (use_stream 0) then waits for the
- * work queued in the context, as one on the legacy stream does; other
- * copies and sets take no device time. */
-static CUresult copy_check(unsigned long long dst, int dkind, unsigned long long src, int skind,
-                           unsigned long long n, CUstream stream, int use_stream)
 {
     struct sim_ctx *c;
     CUresult rc = cur_ctx(&c);
     if (rc)
         return rc;
     LOCK();
-    if (use_stream)
-        rc = stream_ctx(stream, &c);
-    if (!rc && n) {
-        if ((dkind == M_DEV && !dev_range_ok(dst, n)) ||
-            (skind == M_DEV && !dev_range_ok(src, n)) || (dkind == M_HOST && !dst) ||
-            (skind == M_HOST && !src))
-            rc = CUDA_ERROR_INVALID_VALUE;
-        if (dkind == M_ANY && is_device_ptr(dst) && !dev_range_ok(dst, n))
-            rc = CUDA_ERROR_INVALID_VALUE;
-        if (skind == M_ANY && is_device_ptr(src) && !dev_range_ok(src, n))
-            rc = CUDA_ERROR_INVALID_VALUE;
-        if ((dkind == M_ANY && !dst) || (skind == M_ANY && !src))
-            rc = CUDA_ERROR_INVALID_VALUE;
+    struct hrange *h = host_range((uintptr_t)p);
+    unsigned long long size = 0;
+    if (h && h->base == (uintptr_t)p && !h->registered) {
+        size = h->size;
+        host_remove(h);
     }
-    unsigned long long until = !use_stream && skind ? c->last_end : 0;
     UNLOCK();
-    if (!rc && until)
-        wait_until(until);
+    if (!size)
+        return CUDA_ERROR_INVALID_VALUE;
+    munmap(p, (size_t)round_up(size, 4096));
+    return CUDA_SUCCESS;
+}
+
+#define HOSTREGISTER_FLAGS                                                       \
+    ((unsigned)(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |    \
+                CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY))
+
+static CUresult host_register(void *p, size_t bytesize, unsigned int flags)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if (!p || !bytesize || (flags & ~HOSTREGISTER_FLAGS))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flags & CU_MEMHOSTREGISTER_IOMEMORY)
+        return CUDA_ERROR_NOT_SUPPORTED; /* no I/O memory here */
+    unsigned long long a = (uintptr_t)p, end = a + bytesize;
+    if (end < a || backing_is_device(a) || backing_is_device(end - 1))
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The pages must exist, as the driver pins them. */
+    unsigned long long pa = a & ~4095ULL;
+    if (msync((void *)(uintptr_t)pa, (size_t)(end - pa), MS_ASYNC))
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    int err = host_add(a, bytesize, flags, 1, c);
+    UNLOCK();
+    return err == -1 ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+           : err     ? CUDA_ERROR_OUT_OF_MEMORY
+                     : CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+    return host_register(p, bytesize, Flags);
+}
+
+SIM_API CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+    return host_register(p, bytesize, Flags);
+}
+
+SIM_API CUresult cuMemHostUnregister(void *p)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct hrange *h = host_range((uintptr_t)p);
+    rc = CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    if (h && h->base == (uintptr_t)p && h->registered) {
+        host_remove(h);
+        rc = CUDA_SUCCESS;
+    }
+    UNLOCK();
     return rc;
 }
 
-#define HP(p) ((unsigned long long)(uintptr_t)(p))
-
-SIM_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{ return copy_check(dst, M_ANY, src, M_ANY, ByteCount, NULL, 0); }
-SIM_API CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
-{ return copy_check(dst, M_ANY, src, M_ANY, ByteCount, NULL, 0); }
-SIM_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
-{ return copy_check(dst, M_ANY, src, M_ANY, ByteCount, hStream, 1); }
-SIM_API CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
-{ return copy_check(dst, M_ANY, src, M_ANY, ByteCount, hStream, 1); }
-
-SIM_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{ return copy_check(dstDevice, M_DEV, HP(srcHost), M_HOST, ByteCount, NULL, 0); }
-SIM_API CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
-{ return copy_check(dstDevice, M_DEV, HP(srcHost), M_HOST, ByteCount, NULL, 0); }
-SIM_API CUresult cuMemcpyHtoD(CUdeviceptr_v1 dstDevice, const void *srcHost, unsigned int ByteCount)
-{ return copy_check(dstDevice, M_DEV, HP(srcHost), M_HOST, ByteCount, NULL, 0); }
-
-SIM_API CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{ return copy_check(HP(dstHost), M_HOST, srcDevice, M_DEV, ByteCount, NULL, 0); }
-SIM_API CUresult cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
-{ return copy_check(HP(dstHost), M_HOST, srcDevice, M_DEV, ByteCount, NULL, 0); }
-SIM_API CUresult cuMemcpyDtoH(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
-{ return copy_check(HP(dstHost), M_HOST, srcDevice, M_DEV, ByteCount, NULL, 0); }
-
-SIM_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{ return copy_check(dstDevice, M_DEV, srcDevice, M_DEV, ByteCount, NULL, 0); }
-SIM_API CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
-{ return copy_check(dstDevice, M_DEV, srcDevice, M_DEV, ByteCount, NULL, 0); }
-SIM_API CUresult cuMemcpyDtoD(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice, unsigned int ByteCount)
-{ return copy_check(dstDevice, M_DEV, srcDevice, M_DEV, ByteCount, NULL, 0); }
-
-SIM_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount,
-                                      CUstream hStream)
-{ return copy_check(dstDevice, M_DEV, HP(srcHost), M_HOST, ByteCount, hStream, 1); }
-SIM_API CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost,
-                                           size_t ByteCount, CUstream hStream)
-{ return copy_check(dstDevice, M_DEV, HP(srcHost), M_HOST, ByteCount, hStream, 1); }
-SIM_API CUresult cuMemcpyHtoDAsync(CUdeviceptr_v1 dstDevice, const void *srcHost,
-                                   unsigned int ByteCount, CUstream hStream)
-{ return copy_check(dstDevice, M_DEV, HP(srcHost), M_HOST, ByteCount, hStream, 1); }
-
-SIM_API CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-                                      CUstream hStream)
-{ return copy_check(HP(dstHost), M_HOST, srcDevice, M_DEV, ByteCount, hStream, 1); }
-SIM_API CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
-                                           CUstream hStream)
-{ return copy_check(HP(dstHost), M_HOST, srcDevice, M_DEV, ByteCount, hStream, 1); }
-SIM_API CUresult cuMemcpyDtoHAsync(void *dstHost, CUdeviceptr_v1 srcDevice, unsigned int ByteCount,
-                                   CUstream hStream)
-{ return copy_check(HP(dstHost), M_HOST, srcDevice, M_DEV, ByteCount, hStream, 1); }
-
-SIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount,
-                                      CUstream hStream)
-{ return copy_check(dstDevice, M_DEV, srcDevice, M_DEV, ByteCount, hStream, 1); }
-SIM_API CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
-                                           size_t ByteCount, CUstream hStream)
-{ return copy_check(dstDevice, M_DEV, srcDevice, M_DEV, ByteCount, hStream, 1); }
-SIM_API CUresult cuMemcpyDtoDAsync(CUdeviceptr_v1 dstDevice, CUdeviceptr_v1 srcDevice,
-                                   unsigned int ByteCount, CUstream hStream)
-{ return copy_check(dstDevice, M_DEV, srcDevice, M_DEV, ByteCount, hStream, 1); }
-
-static CUresult set_check(unsigned long long dst, unsigned long long n, CUstream s, int use_stream)
+static CUresult host_dev_ptr(unsigned long long *out, void *p, unsigned int flags)
 {
-    if (n > (1ULL << 62))
-        return INITED() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
-    return copy_check(dst, M_DEV, 0, 0, n, s, use_stream);
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if (!out || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct hrange *h = host_range((uintptr_t)p);
+    UNLOCK();
+    if (!h)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = (uintptr_t)p;
+    return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{ return set_check(dstDevice, N, NULL, 0); }
-SIM_API CUresult cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
-{ return set_check(dstDevice, N, NULL, 0); }
-SIM_API CUresult cuMemsetD8(CUdeviceptr_v1 dstDevice, unsigned char uc, unsigned int N)
-{ return set_check(dstDevice, N, NULL, 0); }
-SIM_API CUresult cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{ return set_check(dstDevice, 4ULL * N, NULL, 0); }
-SIM_API CUresult cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
-{ return set_check(dstDevice, 4ULL * N, NULL, 0); }
-SIM_API CUresult cuMemsetD32(CUdeviceptr_v1 dstDevice, unsigned int ui, unsigned int N)
-{ return set_check(dstDevice, 4ULL * N, NULL, 0); }
-SIM_API CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
-{ return set_check(dstDevice, N, hStream, 1); }
-SIM_API CUresult cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N,
-                                      CUstream hStream)
-{ return set_check(dstDevice, N, hStream, 1); }
-SIM_API CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
-{ return set_check(dstDevice, 4ULL * N, hStream, 1); }
-SIM_API CUresult cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N,
-                                       CUstream hStream)
-{ return set_check(dstDevice, 4ULL * N, hStream, 1); }
+SIM_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+    unsigned long long d;
+    CUresult rc = host_dev_ptr(&d, p, Flags);
+    if (!rc)
+        *pdptr = d;
+    return rc;
+}
+
+SIM_API CUresult cuMemHostGetDevicePointer(CUdeviceptr_v1 *pdptr, void *p, unsigned int Flags)
+{
+    unsigned long long d;
+    CUresult rc = host_dev_ptr(&d, p, Flags);
+    if (!rc && d > UINT_MAX)
+        rc = CUDA_ERROR_INVALID_VALUE; /* not reachable through a 32-bit pointer */
+    if (!rc)
+        *pdptr = (CUdeviceptr_v1)d;
+    return rc;
+}
+
+SIM_API CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if (!pFlags)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct hrange *h = host_range((uintptr_t)p);
+    int ok = h && !h->registered;
+    /* Under unified addressing every allocation is mapped. */
+    unsigned flags = ok ? h->flags | CU_MEMHOSTALLOC_DEVICEMAP : 0;
+    UNLOCK();
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pFlags = flags;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pointer attributes                                                        */
+
+/* What one pointer is: device memory (a region, maybe a mapping of a
+ * reservation) or pinned host memory. */
+struct ptr_info {
+    int kind;                     /* 0: unknown, 1: device, 2: pinned host */
+    struct sim_ctx *ctx;
+    int phys, managed, ipc_capable;
+    unsigned long long range_base, range_size, map_base, map_size, id, handle_types;
+    struct sim_pool *pool;
+};
+
+static void ptr_info(unsigned long long ptr, struct ptr_info *pi)
+{
+    memset(pi, 0, sizeof *pi);
+    struct region *r = live_containing(ptr);
+    if (r && r->kind == R_ALLOC) {
+        *pi = (struct ptr_info){1, r->ctx, r->phys, r->managed,
+                                !r->pool && !r->managed && !r->ipc && r->phys >= 0,
+                                r->base, r->req, r->base, r->req, r->id, 0, r->pool};
+        if (ptr - r->base >= r->req)
+            pi->kind = 0; /* the rounding past the end is no allocation */
+        return;
+    }
+    if (r) {
+        struct mapping *m = mapping_containing(r, ptr);
+        if (m)
+            *pi = (struct ptr_info){1, NULL, m->h->phys, 0, 0, r->base, r->size, m->va, m->size,
+                                    (uintptr_t)m->h, m->h->prop.requestedHandleTypes, NULL};
+        return;
+    }
+    struct hrange *h = host_range(ptr);
+    if (h)
+        *pi = (struct ptr_info){2, h->ctx, h->ctx ? h->ctx->phys : -1, 0, 0, h->base, h->size,
+                                h->base, h->size, h->id, 0, NULL};
+}
+
+/* One attribute of a known pointer; CUDA_ERROR_INVALID_VALUE when it has none. */
+static CUresult attr_of(const struct ptr_info *pi, CUpointer_attribute a, void *data,
+                        unsigned long long ptr)
+{
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = (CUcontext)pi->ctx; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = pi->kind == 2 ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (pi->kind == 1 && !pi->managed)
+            return CUDA_ERROR_INVALID_VALUE; /* device memory has no host address */
+        *(void **)data = (void *)(uintptr_t)ptr;
+        break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(int *)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = pi->id; break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data = (unsigned)pi->managed; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = pi->phys >= 0 ? drv.ord[pi->phys] : -1;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *(int *)data = pi->ipc_capable; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = pi->range_base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = pi->range_size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 1; break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+        *(unsigned long long *)data = pi->handle_types;
+        break;
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: *(int *)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+        *(unsigned int *)data = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+        break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *(CUmemoryPool *)data = (CUmemoryPool)pi->pool; break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *(size_t *)data = pi->map_size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *(CUdeviceptr *)data = pi->map_base; break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *(unsigned long long *)data = pi->id; break;
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *(int *)data = 0; break;
+    default: return CUDA_ERROR_INVALID_VALUE; /* P2P tokens: no kernel interface here */
+    }
+    return CUDA_SUCCESS;
+}
+
+/* The size an attribute's value takes, 0 for an unknown attribute. */
+static size_t attr_size(CUpointer_attribute a)
+{
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER: case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+        return 8;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: case CU_POINTER_ATTRIBUTE_MAPPED:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
+        return 4;
+    case CU_POINTER_ATTRIBUTE_P2P_TOKENS:
+        return sizeof(CUDA_POINTER_ATTRIBUTE_P2P_TOKENS);
+    default:
+        return 0;
+    }
+}
 
 SIM_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
     NEED_INIT();
-    if (!data)
+    if (!data || !attr_size(attribute))
         return CUDA_ERROR_INVALID_VALUE;
+    struct ptr_info pi;
     LOCK();
-    struct region *r = live_containing(ptr);
-    if (!r) {
-        /* Host memory from cuMemAllocHost (looked up by its start). */
-        int host = hm_get(&drv.host, (uintptr_t)ptr) != NULL;
-        UNLOCK();
-        if (!host)
-            return CUDA_ERROR_INVALID_VALUE;
-        switch (attribute) {
-        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = CU_MEMORYTYPE_HOST; break;
-        case CU_POINTER_ATTRIBUTE_HOST_POINTER: *(void **)data = (void *)(uintptr_t)ptr; break;
-        case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
-        case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data = 0; break;
-        case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 1; break;
-        default: return CUDA_ERROR_INVALID_VALUE;
-        }
-        return CUDA_SUCCESS;
-    }
-    unsigned long long base = r->base, size = r->req;
-    int phys = r->phys;
-    struct mapping *m = NULL;
-    if (r->kind == R_RESERVE) {
-        m = mapping_containing(r, ptr);
-        if (!m) {
-            UNLOCK();
-            return CUDA_ERROR_INVALID_VALUE;
-        }
-        base = m->va;
-        size = m->size;
-        phys = m->h->phys;
-    }
-    CUresult rc = CUDA_SUCCESS;
-    switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = (CUcontext)r->ctx; break;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *(unsigned int *)data = CU_MEMORYTYPE_DEVICE; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(CUdeviceptr *)data = ptr; break;
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER: rc = CUDA_ERROR_INVALID_VALUE; break;
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(int *)data = 0; break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *(unsigned long long *)data = r->id; break;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned int *)data = (unsigned)r->managed; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = phys >= 0 ? drv.ord[phys] : -1; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = base; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = size; break;
-    case CU_POINTER_ATTRIBUTE_MAPPED: *(int *)data = 1; break;
-    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *(CUdeviceptr *)data = base; break;
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *(size_t *)data = size; break;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *(CUmemoryPool *)data = (CUmemoryPool)r->pool; break;
-    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *(unsigned int *)data = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE; break;
-    default: rc = CUDA_ERROR_INVALID_VALUE; break;
-    }
+    ptr_info(ptr, &pi);
+    CUresult rc = pi.kind ? attr_of(&pi, attribute, data, ptr) : CUDA_ERROR_INVALID_VALUE;
     UNLOCK();
     return rc;
+}
+
+SIM_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+                                        void **data, CUdeviceptr ptr)
+{
+    NEED_INIT();
+    if (!numAttributes || !attributes || !data)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < numAttributes; i++)
+        if (!attr_size(attributes[i]) || !data[i])
+            return CUDA_ERROR_INVALID_VALUE;
+    struct ptr_info pi;
+    LOCK();
+    ptr_info(ptr, &pi);
+    /* Unknown pointers and attributes a pointer lacks read as zero (NULL),
+     * as the header says; the memory type 0 is cudart's "unregistered". */
+    for (unsigned i = 0; i < numAttributes; i++) {
+        if (!pi.kind || attr_of(&pi, attributes[i], data[i], ptr))
+            memset(data[i], 0, attr_size(attributes[i]));
+    }
+    UNLOCK();
+    return CUDA_SUCCESS;
 }

@@ -118,6 +118,18 @@ struct sim_array {
     CUDA_ARRAY3D_DESCRIPTOR desc;
     unsigned levels;     /* mipmapped: level count; plain: 0 */
     unsigned long long charge;
+    unsigned char *bk;   /* its bytes (level 0 first, rows of row_bytes), or NULL */
+    unsigned long long bytes, row_bytes;
+};
+
+/* Pinned host memory: cuMemHostAlloc/cuMemAllocHost (registered 0) or
+ * cuMemHostRegister (registered 1). */
+struct hrange {
+    unsigned long long base, size;
+    unsigned flags;
+    int registered;
+    struct sim_ctx *ctx;
+    unsigned long long id;
 };
 
 struct sim_vmm {
@@ -126,6 +138,8 @@ struct sim_vmm {
     unsigned long long size, charge;
     CUmemAllocationProp prop;
     int refs, maps;
+    unsigned long long off; /* its bytes: at off in the physical file (cuda_backing.c), */
+    int fd;                 /* or, once exported or imported, a file of its own (else -1) */
 };
 
 /* A range of the fake device address space. */
@@ -134,6 +148,7 @@ enum { R_ALLOC = 1, R_RESERVE };
 struct mapping {
     unsigned long long va, size, off;
     struct sim_vmm *h;
+    unsigned access;     /* CU_MEM_ACCESS_FLAGS_PROT_* that cuMemSetAccess granted (any device) */
 };
 
 struct region {
@@ -145,6 +160,7 @@ struct region {
     int phys;
     int managed;
     int ipc;                         /* opened from another process's handle */
+    int touched;                     /* a copy or set reached its bytes (cuda_copy.c) */
     struct sim_ctx *ctx;
     struct sim_pool *pool;
     struct mapping *maps;            /* R_RESERVE */
@@ -161,12 +177,9 @@ struct zone {
     size_t n, cap;
 };
 
-/* Legacy (32-bit) allocations come from below 4 GiB; everything else from a
- * high range far from the usual heap and mmap areas. */
-#define ZONE_LOW_LO 0x10000000ULL
-#define ZONE_LOW_HI 0xF0000000ULL
-#define ZONE_HIGH_LO 0x200000000000ULL
-#define ZONE_HIGH_HI 0x700000000000ULL
+/* Legacy (32-bit) allocations come from zone 0, below 4 GiB; everything else
+ * from zone 1.  Both are address space reserved in this process
+ * (cuda_backing.c). */
 
 /* ---- The driver state ------------------------------------------------------ */
 
@@ -196,7 +209,8 @@ struct sim_driver {
     struct region **live;
     size_t nlive, caplive;
     struct hmap objs;                 /* handle -> struct obj* */
-    struct hmap host;                 /* host pointer -> size */
+    struct hrange *hr;                /* pinned host ranges, sorted by base */
+    size_t nhr, caphr;
     unsigned long long next_id;
 };
 
@@ -235,6 +249,33 @@ struct region *live_exact(unsigned long long addr);
 struct region *live_containing(unsigned long long addr);
 struct mapping *mapping_containing(struct region *r, unsigned long long addr);
 
+/* ---- Backing store (cuda_backing.c) ------------------------------------------ */
+
+/* Reserve the zones and their backing files (cuInit); 0 or -1. */
+int backing_init(void);
+/* Whether `va` lies in a zone (device address space, live or not). */
+int backing_is_device(unsigned long long va);
+/* Where the bytes of device address `va` are, or NULL outside the zones. */
+void *backing_ptr(unsigned long long va);
+/* Make [va, va+size) readable and writable by the host (managed memory). */
+int backing_managed(unsigned long long va, unsigned long long size);
+/* Give the pages of [va, va+size) back (and unmap managed memory). */
+void backing_free(unsigned long long va, unsigned long long size, int managed);
+/* Back [va, va+size) by `fd` from `off` (cuMemMap, IPC); backing_unmap undoes it. */
+int backing_map(unsigned long long va, unsigned long long size, int fd, unsigned long long off);
+void backing_unmap(unsigned long long va, unsigned long long size);
+/* Physical memory for a cuMemCreate handle: a range of the physical file
+ * (drv.mu held); 0 or -1.  backing_phys_free gives its pages back;
+ * backing_phys_map backs [va, va+size) by the file from `off`. */
+int backing_phys_alloc(unsigned long long size, unsigned long long *off);
+void backing_phys_free(unsigned long long off, unsigned long long size);
+int backing_phys_map(unsigned long long va, unsigned long long size, unsigned long long off);
+/* A file of its own with a handle's bytes, and `tail` after them; fd or -1. */
+int backing_phys_own(unsigned long long off, unsigned long long size, const void *tail,
+                     size_t tail_len);
+/* The zone file behind `va` and its offset there, or -1. */
+int backing_fd(unsigned long long va, unsigned long long *off);
+
 /* ---- Accounting (cuda_core.c; drv.mu held) --------------------------------- */
 
 void state_publish(int phys);
@@ -264,6 +305,12 @@ CUresult cur_ctx(struct sim_ctx **out);
 CUresult mem_alloc_locked(struct sim_ctx *ctx, int phys, unsigned long long bytes, int low,
                           int managed, struct sim_pool *pool, CUdeviceptr *out);
 void region_free(struct region *r);
+/* The pinned host range containing `p`, or NULL. */
+struct hrange *host_range(unsigned long long p);
+/* Release an array's memory and handle (cuda_array.c). */
+void array_free_locked(struct sim_array *a);
+/* Run the copies and sets waiting for time `t` (cuda_copy.c; no lock held). */
+void mem_settle(unsigned long long t);
 /* prop->location -> physical device, -1 for host locations; -2 invalid (*err set). */
 int location_phys(const CUmemLocation *loc, CUresult *err);
 /* The context of stream `s` (NULL and the special handles: the current one). */

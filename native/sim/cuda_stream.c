@@ -51,6 +51,7 @@ void wait_until(unsigned long long t)
 {
     if (t > sim_now_ns())
         sim_sleep_until(t);
+    mem_settle(t); /* copies and sets queued up to t */
 }
 
 /* When the work queued so far on stream `s` ends; the legacy stream waits
@@ -81,7 +82,10 @@ static CUresult stream_query(CUstream s)
 {
     unsigned long long end;
     CUresult rc = stream_end(s, &end);
-    return rc ? rc : sim_now_ns() < end ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    if (rc || sim_now_ns() < end)
+        return rc ? rc : CUDA_ERROR_NOT_READY;
+    mem_settle(end);
+    return CUDA_SUCCESS;
 }
 
 CUresult stream_check(CUstream s)
@@ -252,7 +256,10 @@ static CUresult event_query(CUevent e)
 {
     unsigned long long t;
     CUresult rc = event_time(e, &t);
-    return rc ? rc : sim_now_ns() < t ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+    if (rc || sim_now_ns() < t)
+        return rc ? rc : CUDA_ERROR_NOT_READY;
+    mem_settle(t);
+    return CUDA_SUCCESS;
 }
 
 SIM_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream) { return event_record(hEvent, hStream); }

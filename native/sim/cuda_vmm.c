@@ -2,6 +2,10 @@
  * cuMemCreate, reserve, map, access. */
 #include "cuda_sim.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 /* ------------------------------------------------------------------------ */
 /* Virtual memory management                                                 */
 
@@ -63,8 +67,13 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     struct sim_vmm *h = NULL;
     rc = charge(phys, chg);
     if (!rc) {
-        h = obj_new(sizeof *h, O_VMM, NULL);
+        unsigned long long off = 0;
+        h = backing_phys_alloc(size, &off) ? NULL : obj_new(sizeof *h, O_VMM, NULL);
+        if (!h && off)
+            backing_phys_free(off, size);
         if (h) {
+            h->off = off;
+            h->fd = -1;
             h->phys = phys;
             h->size = size;
             h->charge = chg;
@@ -88,6 +97,10 @@ static void vmm_maybe_destroy(struct sim_vmm *h)
     if (h->refs > 0 || h->maps > 0)
         return;
     uncharge(h->phys, h->charge);
+    if (h->fd >= 0)
+        close(h->fd); /* its pages go with the last descriptor and mapping */
+    else
+        backing_phys_free(h->off, h->size);
     obj_free(h);
 }
 
@@ -162,6 +175,7 @@ SIM_API CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t align
 static void unmap_at(struct region *r, size_t i)
 {
     struct sim_vmm *h = r->maps[i].h;
+    backing_unmap(r->maps[i].va, r->maps[i].size);
     memmove(&r->maps[i], &r->maps[i + 1], (r->nmaps - i - 1) * sizeof *r->maps);
     r->nmaps--;
     h->maps--;
@@ -217,7 +231,12 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
         r->maps = nm;
         r->capmaps = ncap;
     }
-    r->maps[r->nmaps++] = (struct mapping){ptr, size, offset, h};
+    if (h->fd >= 0 ? backing_map(ptr, size, h->fd, offset)
+                   : backing_phys_map(ptr, size, h->off + offset)) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        goto out;
+    }
+    r->maps[r->nmaps++] = (struct mapping){ptr, size, offset, h, 0};
     h->maps++;
     rc = CUDA_SUCCESS;
 out:
@@ -292,6 +311,17 @@ SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
         if (covered == size)
             rc = CUDA_SUCCESS;
     }
+    /* What copies may do there: the most any device was granted (the copy
+     * engines do not care which device's context issues a copy). */
+    unsigned grant = 0;
+    for (size_t i = 0; !rc && i < count; i++)
+        if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+            grant |= (unsigned)desc[i].flags;
+    for (size_t i = 0; !rc && i < r->nmaps; i++) {
+        struct mapping *m = &r->maps[i];
+        if (m->va < ptr + size && ptr < m->va + m->size)
+            m->access = grant;
+    }
     UNLOCK();
     return rc;
 }
@@ -310,4 +340,98 @@ SIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
     }
     UNLOCK();
     return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- Shareable handles: POSIX file descriptors ---- */
+
+#define VMM_MAGIC "cgpuvmm"
+
+/* What follows a shared handle's bytes in its file: its properties. */
+struct vmm_tail {
+    char magic[8];
+    CUmemAllocationProp prop;
+};
+
+SIM_API CUresult cuMemExportToShareableHandle(void *shareableHandle,
+                                              CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType,
+                                              unsigned long long flags)
+{
+    NEED_INIT();
+    if (!shareableHandle || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_NOT_SUPPORTED; /* no fabric, no Win32 here */
+    LOCK();
+    struct sim_vmm *h = obj_get((void *)(uintptr_t)handle, O_VMM);
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    if (!h || h->refs <= 0 || !(h->prop.requestedHandleTypes & handleType))
+        goto out; /* the type must have been asked for at cuMemCreate */
+    if (h->fd < 0) {
+        struct vmm_tail t = {.magic = VMM_MAGIC, .prop = h->prop};
+        int fd = backing_phys_own(h->off, h->size, &t, sizeof t);
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        if (fd < 0)
+            goto out;
+        /* Every mapping of the handle now shows the new file. */
+        for (size_t i = 0; i < drv.nlive; i++) {
+            struct region *r = drv.live[i];
+            for (size_t k = 0; r->kind == R_RESERVE && k < r->nmaps; k++)
+                if (r->maps[k].h == h)
+                    backing_map(r->maps[k].va, r->maps[k].size, fd, r->maps[k].off);
+        }
+        backing_phys_free(h->off, h->size);
+        h->fd = fd;
+    }
+    int out_fd = fcntl(h->fd, F_DUPFD, 0);
+    rc = out_fd < 0 ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+    if (!rc)
+        *(int *)shareableHandle = out_fd;
+out:
+    UNLOCK();
+    return rc;
+}
+
+SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                                void *osHandle,
+                                                CUmemAllocationHandleType shHandleType)
+{
+    NEED_INIT();
+    if (!handle)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    int fd = (int)(intptr_t)osHandle;
+    struct stat st;
+    struct vmm_tail t;
+    if (fd < 0 || fstat(fd, &st) || st.st_size <= 4096)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned long long size = (unsigned long long)st.st_size - 4096;
+    if (pread(fd, &t, sizeof t, (off_t)size) != (ssize_t)sizeof t ||
+        memcmp(t.magic, VMM_MAGIC, sizeof t.magic) || size % drv.cfg.granularity)
+        return CUDA_ERROR_INVALID_VALUE; /* not memory this driver exported */
+    CUresult rc = CUDA_SUCCESS;
+    int phys = location_phys(&t.prop.location, &rc);
+    if (phys == -2)
+        return rc;
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    LOCK();
+    /* The exporter's memory: not charged again here. */
+    struct sim_vmm *h = obj_new(sizeof *h, O_VMM, NULL);
+    if (h) {
+        h->phys = phys;
+        h->size = size;
+        h->prop = t.prop;
+        h->refs = 1;
+        h->fd = own;
+    }
+    UNLOCK();
+    if (!h) {
+        close(own);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    return CUDA_SUCCESS;
 }

@@ -112,6 +112,18 @@ def timeline_probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Pa
     return _compile(HERE / "sim_timeline.c", tmp_path_factory.mktemp("timeline"), simlib)
 
 
+@pytest.fixture(scope="session")
+def bytes_probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Path:
+    """sim_bytes.c, built: the contents of simulated memory."""
+    return _compile(HERE / "sim_bytes.c", tmp_path_factory.mktemp("bytes"), simlib)
+
+
+@pytest.fixture
+def run_bytes(bytes_probe: Path, simlib: Path):
+    """run_bytes("cmd", args..., env vars...) runs sim_bytes."""
+    return _runner(bytes_probe, simlib)
+
+
 @pytest.fixture
 def run_timeline(timeline_probe: Path, simlib: Path):
     """run_timeline("cmd", args..., env vars...) runs sim_timeline."""
