@@ -1,0 +1,121 @@
+"""The node's GPUs as the driver publishes them: NVML's facts, and each GPU's health."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pynvml
+
+from cgpu.core.gpus import GPUError
+
+log = logging.getLogger(__name__)
+
+# nvmlDeviceGetArchitecture's values (nvml.h NVML_DEVICE_ARCH_*).
+ARCHITECTURES = {
+    2: "Kepler",
+    3: "Maxwell",
+    4: "Pascal",
+    5: "Volta",
+    6: "Turing",
+    7: "Ampere",
+    8: "Ada",
+    9: "Hopper",
+    10: "Blackwell",
+}
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One GPU: what NVML says about it."""
+
+    index: int
+    uuid: str
+    name: str
+    total_bytes: int
+    architecture: str
+    driver_version: str
+    compute_capability: str  # "8.0"
+    minor: int  # /dev/nvidia<minor>
+
+    @property
+    def device_name(self) -> str:
+        """The device's name in the ResourceSlice (a DNS label)."""
+        return f"gpu-{self.index}"
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _optional(call: Callable[[], object], default: object) -> object:
+    """A query some drivers refuse (NOT_SUPPORTED) gives `default`."""
+    try:
+        return call()
+    except pynvml.NVMLError:
+        return default
+
+
+def discover() -> list[GpuInfo]:
+    """Every GPU NVML sees, in index order (NVML stays initialised for health events)."""
+    try:
+        pynvml.nvmlInit()
+        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        out = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            arch = _optional(lambda h=handle: pynvml.nvmlDeviceGetArchitecture(h), -1)
+            major, minor_cc = _optional(
+                lambda h=handle: pynvml.nvmlDeviceGetCudaComputeCapability(h), (0, 0)
+            )  # type: ignore[misc]
+            out.append(
+                GpuInfo(
+                    index=index,
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
+                    architecture=ARCHITECTURES.get(int(arch), "Unknown"),  # type: ignore[call-overload]
+                    driver_version=driver,
+                    compute_capability=f"{major}.{minor_cc}",
+                    minor=int(
+                        _optional(lambda h=handle: pynvml.nvmlDeviceGetMinorNumber(h), index)  # type: ignore[call-overload]
+                    ),
+                )
+            )
+        return out
+    except pynvml.NVMLError as err:
+        raise GPUError(f"NVML failed: {err} (is the NVIDIA driver installed?)") from err
+
+
+class Inventory:
+    """The GPUs and which of them are healthy; calls `on_change` when health changes."""
+
+    def __init__(self, gpus: list[GpuInfo]) -> None:
+        self.gpus = list(gpus)
+        self._unhealthy: set[str] = set()
+        self._lock = threading.Lock()
+        self.on_change: Callable[[], None] = lambda: None
+
+    def by_name(self, device: str) -> GpuInfo | None:
+        """The GPU published as `device` ("gpu-0"), or None."""
+        return next((g for g in self.gpus if g.device_name == device), None)
+
+    def healthy(self) -> list[GpuInfo]:
+        """The GPUs to publish."""
+        with self._lock:
+            return [g for g in self.gpus if g.uuid not in self._unhealthy]
+
+    def set_health(self, uuid: str, healthy: bool) -> bool:
+        """Mark a GPU; returns whether that changed anything (then `on_change` runs)."""
+        with self._lock:
+            before = uuid in self._unhealthy
+            if healthy:
+                self._unhealthy.discard(uuid)
+            elif any(g.uuid == uuid for g in self.gpus):
+                self._unhealthy.add(uuid)
+            changed = before != (uuid in self._unhealthy)
+        if changed:
+            self.on_change()
+        return changed
