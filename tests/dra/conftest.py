@@ -83,7 +83,9 @@ def own_slices(api: FakeApiServer, node: str = NODE) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def start_driver(
-    sim_env: Callable[..., dict[str, str]], dra_root: Path, kube_api: FakeApiServer
+    sim_env: Callable[..., dict[str, str]],
+    dra_root: Path,
+    kube_api: FakeApiServer,  # noqa: F811
 ) -> Iterator[Callable[..., Driver]]:
     """Start `cgpu dra-driver`; keyword args become CGPU_SIM_* (2 GPUs of 16 GiB by default).
 
@@ -143,7 +145,7 @@ def peer(dra_root: Path) -> Iterator[KubeletPeer]:
 
 
 @pytest.fixture
-def kube_client(kube_api: FakeApiServer, dra_root: Path) -> Any:
+def kube_client(kube_api: FakeApiServer, dra_root: Path) -> Any:  # noqa: F811
     """An official `kubernetes` ApiClient for the fake API server."""
     from kubernetes import client, config
 

@@ -21,7 +21,9 @@ def _validate(obj: dict[str, Any]) -> None:
             kubernetes_validate.validate(obj, version, strict=True)
         except kubernetes_validate.ValidationError as exc:
             where = "/".join(str(p) for p in exc.absolute_path)
-            raise AssertionError(f"invalid for Kubernetes {version} at {where}: {exc.message}")
+            raise AssertionError(
+                f"invalid for Kubernetes {version} at {where}: {exc.message}"
+            ) from None
 
 
 def test_the_schema_check_catches_a_wrong_field() -> None:
@@ -61,7 +63,7 @@ def test_request_policies_follow_the_api_rules(start_driver, kube_api) -> None:
             low, high, step = (quantity(policy["validRange"][k]) for k in ("min", "max", "step"))
             default = quantity(policy["default"])
             where = f"{device['name']} {name}"
-            assert 0 <= low and low + step <= value and high <= value, where
+            assert low >= 0 and low + step <= value and high <= value, where
             assert high % step == 0 and default % step == 0, where
             assert low <= default <= high, where
 
