@@ -8,23 +8,17 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from dra_helpers import NODE, UUIDS, own_slices, wait_for
+from dra_scheduler import Scheduler
 from kube.apiserver import FakeApiServer
 from kube.fixtures import kube_api  # noqa: F401
 from kubelet_peer import KubeletPeer
-from scheduler import Scheduler
-
-NODE = "gpu-node-1"
-UUIDS = [
-    "GPU-d7a00000-0000-4000-8000-000000000000",
-    "GPU-d7a00000-0000-4000-8000-000000000001",
-]
 
 
 @pytest.fixture
@@ -59,26 +53,6 @@ class Driver:
                 self.proc.kill()
                 self.proc.wait()
         return int(self.proc.returncode)
-
-
-def wait_for(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    """Poll `check` until it returns something true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def own_slices(api: FakeApiServer, node: str = NODE) -> list[dict[str, Any]]:
-    """The driver's ResourceSlices for the node, as stored."""
-    return [
-        s
-        for s in api.objects("resourceslices")
-        if s["spec"]["driver"] == "gpu.cgpu.io" and s["spec"].get("nodeName") == node
-    ]
 
 
 @pytest.fixture
@@ -163,19 +137,3 @@ def kube_client(kube_api: FakeApiServer, dra_root: Path) -> Any:  # noqa: F811
 def scheduler(kube_client: Any) -> Scheduler:
     """The scheduler's part, on the fake API server."""
     return Scheduler(kube_client)
-
-
-def claim_body(
-    name: str, memory: str | None = "4Gi", compute: str | None = None, count: int = 1
-) -> dict[str, Any]:
-    """A ResourceClaim asking for a slice of one GPU of class gpu.cgpu.io."""
-    requests = {k: v for k, v in (("memory", memory), ("compute", compute)) if v is not None}
-    exactly: dict[str, Any] = {"deviceClassName": "gpu.cgpu.io", "count": count}
-    if requests:
-        exactly["capacity"] = {"requests": requests}
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": exactly}]}},
-    }

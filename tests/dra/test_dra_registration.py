@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from conftest import NODE, UUIDS, own_slices, wait_for
+from dra_helpers import NODE, UUIDS, own_slices, wait_for
 from kubelet_peer import KubeletPeer
 
 

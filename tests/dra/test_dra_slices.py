@@ -7,8 +7,8 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from conftest import NODE, UUIDS, own_slices, wait_for
-from scheduler import quantity
+from dra_helpers import NODE, UUIDS, own_slices, wait_for
+from dra_scheduler import quantity
 
 # Releases whose resource.k8s.io/v1 has consumable capacity (allowMultipleAllocations,
 # requestPolicy, consumedCapacity, shareID): 1.34 (alpha) to the newest kubernetes-validate ships.

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import NODE, UUIDS, claim_body
+from dra_helpers import NODE, UUIDS, claim_body
 
 from cgpu.core.config import load_compute, load_config
 from cgpu.core.containers import read_meta
