@@ -9,6 +9,5 @@ REGISTRATION_SOCKET = f"{DRIVER}-reg.sock"  # in <kubelet-dir>/plugins_registry/
 DRA_SOCKET = "dra.sock"  # in <kubelet-dir>/plugins/<driver>/
 CDI_KIND = f"{DRIVER}/claim"  # one CDI device per prepared claim, named by the claim's UID
 CDI_SPEC_PREFIX = f"{DRIVER}-claim_"  # <cdi-dir>/<prefix><claim uid>.json
-SOURCE_DRA = "dra"  # meta.json "source" of the container directory of a claim
 MEMORY = "memory"
 COMPUTE = "compute"

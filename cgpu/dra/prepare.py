@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cgpu.core.containers import create_container_dir, remove_container_dir
+from cgpu.core.layout import SOURCE_DRA
 from cgpu.dra import cdi
 from cgpu.dra.checkpoint import Checkpoint, Prepared, PreparedDevice
 from cgpu.dra.claims import Allocation, ClaimError, parse_claim
 from cgpu.dra.inventory import Inventory
 from cgpu.dra.kubeapi import KubeError
-from cgpu.dra.names import SOURCE_DRA
 
 log = logging.getLogger(__name__)
 
