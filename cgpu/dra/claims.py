@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cgpu.core.quantity import QuantityError, parse_quantity
 from cgpu.dra.inventory import GpuInfo, Inventory
 from cgpu.dra.names import COMPUTE, DRIVER, MEMORY
-from cgpu.dra.quantity import QuantityError, parse_quantity
 
 Obj = dict[str, Any]
 

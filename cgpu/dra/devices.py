@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from cgpu.core.quantity import format_bytes
 from cgpu.dra.inventory import GpuInfo
 from cgpu.dra.names import COMPUTE, MEMORY
-from cgpu.dra.quantity import format_bytes
 
 MEMORY_STEP = 256 << 20
 MEMORY_DEFAULT = 1 << 30
