@@ -21,6 +21,9 @@ SOURCE_HOOK = "hook"
 SOURCE_RUN = "run"
 SOURCE_DRA = "dra"  # a DRA claim's directory (cgpu dra-driver), one per prepared claim
 
+# The DRA driver's name (and its DeviceClass's), as the driver, the exporter and inspect know it.
+DRA_DRIVER = "gpu.cgpu.io"
+
 # A GPU UUID as config files, the shim and the hook accept it.
 UUID_RE = re.compile(r"^[A-Za-z0-9-]{1,95}$")
 

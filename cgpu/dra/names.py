@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-DRIVER = "gpu.cgpu.io"  # the driver name, and the DeviceClass's
+from cgpu.core.layout import DRA_DRIVER
+
+DRIVER = DRA_DRIVER  # the driver name, and the DeviceClass's
 PLUGIN_TYPE = "DRAPlugin"
 SUPPORTED_VERSIONS = ("v1.DRAPlugin",)  # the DRA gRPC services served, as the kubelet names them
 REGISTRATION_SOCKET = f"{DRIVER}-reg.sock"  # in <kubelet-dir>/plugins_registry/

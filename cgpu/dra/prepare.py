@@ -139,6 +139,7 @@ def _meta(ref: ClaimRef, claim: dict[str, Any], allocation: Allocation) -> dict[
         "namespace": ref.namespace,
         "claim": ref.name,
         "claim_uid": ref.uid,
+        "device_ids": [cdi.device_id(ref.uid)],  # how the exporter finds it in pod-resources
         "gpu_uuids": list(allocation.memory),
         "devices": [r.device for r in allocation.results],
         "share_ids": [r.share_id for r in allocation.results if r.share_id],

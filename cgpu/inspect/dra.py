@@ -11,9 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from cgpu.core.layout import DRA_DRIVER
 from cgpu.core.quantity import QuantityError, parse_quantity
 
-DRIVER = "gpu.cgpu.io"
+DRIVER = DRA_DRIVER
 Obj = dict[str, Any]
 
 
