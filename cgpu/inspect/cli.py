@@ -86,9 +86,11 @@ def _fetch(node: str | None) -> Fetched:
         slices = call(resource.list_resource_slice, **selector).get("items") or []
         claims = call(resource.list_resource_claim_for_all_namespaces).get("items") or []
     except InspectError as err:
-        if "HTTP 404" not in str(err):
+        if "HTTP 404" not in str(err) and "HTTP 403" not in str(err):
             raise
-        slices, claims = [], []  # a cluster before 1.34: no resource.k8s.io/v1, no DRA to count
+        if "HTTP 403" in str(err):  # an older read-only role: the gpushare view still stands
+            print(f"warning: DRA claims not counted: {err}", file=sys.stderr)
+        slices, claims = [], []  # 404: a cluster before 1.34, no resource.k8s.io/v1
     return nodes, pods.get("items") or [], usage(slices, claims)
 
 

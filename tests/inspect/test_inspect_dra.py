@@ -114,3 +114,12 @@ def test_a_cluster_without_resource_v1_still_inspects(kube_api, inspect_cli) -> 
     done = inspect_cli()
     assert done.returncode == 0, done.stderr
     assert "0/15" in done.stdout
+
+
+def test_a_role_without_dra_access_warns_and_still_inspects(kube_api, inspect_cli) -> None:
+    kube_api.create("nodes", gpu_node("n1", 1, 15, ip="10.0.0.9"))
+    kube_api.fault("GET", "/apis/resource.k8s.io/v1/resourceslices", 403)
+    done = inspect_cli()
+    assert done.returncode == 0, done.stderr
+    assert "0/15" in done.stdout
+    assert "DRA claims not counted" in done.stderr and "403" in done.stderr
