@@ -30,6 +30,7 @@ class PreparedDevice:
     requests: list[str]
     pool: str
     device: str
+    share_id: str = ""  # the allocation's shareID, when the device is shared
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,8 @@ class Checkpoint:
 
 def _prepared(entry: dict[str, Any]) -> Prepared:
     devices = [
-        PreparedDevice(list(d["requests"]), d["pool"], d["device"]) for d in entry["devices"]
+        PreparedDevice(list(d["requests"]), d["pool"], d["device"], str(d.get("share_id", "")))
+        for d in entry["devices"]
     ]
     return Prepared(
         str(entry["namespace"]),

@@ -109,7 +109,9 @@ class Preparer:
             self.settings.dev_dir,
         )
         cdi.write_spec(self.settings.cdi_dir, ref.uid, spec)
-        devices = [PreparedDevice([r.request], r.pool, r.device) for r in allocation.results]
+        devices = [
+            PreparedDevice([r.request], r.pool, r.device, r.share_id) for r in allocation.results
+        ]
         prepared = Prepared(ref.namespace, ref.name, key, cdi.device_id(ref.uid), devices)
         self.checkpoint.put(ref.uid, prepared)
         log.info(

@@ -78,12 +78,14 @@ class DraService(dra_grpc.DRAPluginServicer):
                 continue
             out = response.claims[claim.uid]
             for device in prepared.devices:
-                out.devices.add(
+                added = out.devices.add(
                     request_names=device.requests,
                     pool_name=device.pool,
                     device_name=device.device,
                     cdi_device_ids=[prepared.cdi_id],
                 )
+                if device.share_id:
+                    added.share_id = device.share_id
         return response
 
     def NodeUnprepareResources(

@@ -113,6 +113,7 @@ def prepare_response(buf: bytes) -> dict[str, dict[str, Any]]:
                     "pool_name": _text(d, 2),
                     "device_name": _text(d, 3),
                     "cdi_device_ids": [v.decode() for v in d.get(4, [])],
+                    "share_id": _text(d, 5),
                 }
             )
         out[uid] = {"devices": devices, "error": _text(f, 2)}

@@ -40,11 +40,15 @@ def test_prepare_gives_the_claim_its_slice_through_cdi(
     answer = peer.prepare(ref)[uid]
     assert answer["error"] == ""
     (device,) = answer["devices"]
+    (allocated,) = kube_api.get("resourceclaims", "slice", "default")["status"]["allocation"][
+        "devices"
+    ]["results"]
     assert device == {
         "request_names": ["gpu"],
         "pool_name": NODE,
         "device_name": "gpu-0",
         "cdi_device_ids": [f"gpu.cgpu.io/claim={uid}"],
+        "share_id": allocated["shareID"],  # which share of the device this is
     }
     directory = _container_dir(driver, uid)
     assert load_config(directory / "cgpu.conf") == {UUIDS[0]: 4 * GiB}  # the shim's parser
