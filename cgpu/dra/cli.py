@@ -37,13 +37,30 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--health-recovery",
-        type=float,
+        type=_seconds,
         default=300.0,
         metavar="SECONDS",
         help="publish a GPU again this long after its last critical XID; 0: never "
         "(default %(default)s)",
     )
-    parser.add_argument("--log-level", default="INFO", help="default %(default)s")
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="default %(default)s",
+    )
+
+
+def _seconds(text: str) -> float:
+    """A duration of 0 seconds or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,7 +89,11 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: (stop.set(), wake.set()))
-    servers = Servers(preparer, config.dra_socket, config.registration_socket)
+    try:
+        servers = Servers(preparer, config.dra_socket, config.registration_socket)
+    except (OSError, RuntimeError) as err:  # grpc raises RuntimeError when it cannot bind
+        log.error("cannot serve on %s: %s", config.kubelet_dir, err)
+        return 1
     health = HealthWatcher(inventory, config.health_recovery)
     health.start()
     try:

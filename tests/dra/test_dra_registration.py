@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from typing import Any
 
 from dra_helpers import NODE, UUIDS, own_slices, wait_for
@@ -59,3 +61,12 @@ def test_one_pool_for_the_node_each_gpu_one_shareable_device(start_driver, kube_
     compute = gpu1["capacity"]["compute"]
     assert compute["value"] == "100"
     assert compute["requestPolicy"]["validRange"]["max"] == "100"
+
+
+def test_bad_options_and_a_missing_api_server_fail_at_start(start_driver, tmp_path) -> None:
+    base = [sys.executable, "-m", "cgpu.cli", "dra-driver"]
+    bad = subprocess.run([*base, "--health-recovery", "-1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "seconds >= 0" in bad.stderr
+    driver = start_driver("--kubeconfig", str(tmp_path / "missing"), wait=False)
+    assert driver.proc.wait(timeout=30) == 1
+    assert "cannot start" in driver.output() and "--kubeconfig" in driver.output()
