@@ -15,6 +15,7 @@ from cgpu.dra import inventory as inv
 from cgpu.dra.checkpoint import Checkpoint
 from cgpu.dra.config import DEFAULT_CDI_DIR, DEFAULT_KUBELET_DIR, Config
 from cgpu.dra.health import HealthWatcher
+from cgpu.dra.healthservice import HealthService
 from cgpu.dra.kubeapi import KubeError, connect
 from cgpu.dra.prepare import Preparer, Settings
 from cgpu.dra.service import Servers
@@ -90,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: (stop.set(), wake.set()))
     try:
-        servers = Servers(preparer, config.dra_socket, config.registration_socket)
+        watch = HealthService(inventory, config.node_name, threading.Event())
+        servers = Servers(preparer, watch, config.dra_socket, config.registration_socket)
     except (OSError, RuntimeError) as err:  # grpc raises RuntimeError when it cannot bind
         log.error("cannot serve on %s: %s", config.kubelet_dir, err)
         return 1

@@ -56,7 +56,7 @@ class HealthWatcher:
             log.info("GPU %s: XID %d is an application error; still published", uuid, xid)
             return
         self._faults[uuid] = time.monotonic()
-        if self.inventory.set_health(uuid, False):
+        if self.inventory.set_health(uuid, False, f"critical XID {xid}"):
             log.warning("GPU %s: critical XID %d, withdrawn from the ResourceSlice", uuid, xid)
 
     def recover(self) -> None:

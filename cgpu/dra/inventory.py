@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -90,12 +91,15 @@ def discover() -> list[GpuInfo]:
 
 
 class Inventory:
-    """The GPUs and which of them are healthy; calls `on_change` when health changes."""
+    """The GPUs, which of them are healthy and why not; calls `on_change` when health changes,
+    and wakes `wait_for_change` callers."""
 
     def __init__(self, gpus: list[GpuInfo]) -> None:
         self.gpus = list(gpus)
-        self._unhealthy: set[str] = set()
-        self._lock = threading.Lock()
+        self._unhealthy: dict[str, str] = {}  # uuid -> why
+        self._cond = threading.Condition()
+        self._version = 0
+        self._updated = time.time()
         self.on_change: Callable[[], None] = lambda: None
 
     def by_name(self, device: str) -> GpuInfo | None:
@@ -104,18 +108,34 @@ class Inventory:
 
     def healthy(self) -> list[GpuInfo]:
         """The GPUs to publish."""
-        with self._lock:
+        with self._cond:
             return [g for g in self.gpus if g.uuid not in self._unhealthy]
 
-    def set_health(self, uuid: str, healthy: bool) -> bool:
+    def health(self) -> tuple[int, float, list[tuple[GpuInfo, str | None]]]:
+        """(version, when it last changed, [(GPU, None when healthy, else why not)])."""
+        with self._cond:
+            states = [(g, self._unhealthy.get(g.uuid)) for g in self.gpus]
+            return self._version, self._updated, states
+
+    def set_health(self, uuid: str, healthy: bool, reason: str = "") -> bool:
         """Mark a GPU; returns whether that changed anything (then `on_change` runs)."""
-        with self._lock:
+        with self._cond:
             before = uuid in self._unhealthy
             if healthy:
-                self._unhealthy.discard(uuid)
+                self._unhealthy.pop(uuid, None)
             elif any(g.uuid == uuid for g in self.gpus):
-                self._unhealthy.add(uuid)
+                self._unhealthy[uuid] = reason or "unhealthy"
             changed = before != (uuid in self._unhealthy)
+            if changed:
+                self._version += 1
+                self._updated = time.time()
+                self._cond.notify_all()
         if changed:
             self.on_change()
         return changed
+
+    def wait_for_change(self, version: int, timeout: float) -> int:
+        """Block until the health version differs from `version` or `timeout`; the version."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._version != version, timeout)
+            return self._version

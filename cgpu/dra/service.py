@@ -1,4 +1,4 @@
-"""The two gRPC services of the driver: plugin registration, and DRA v1.
+"""The gRPC services of the driver: plugin registration, DRA v1, and resource health.
 
 The kubelet's plugin watcher finds the registration socket in `<kubelet-dir>/plugins_registry/`,
 calls GetInfo (type DRAPlugin, the DRA socket, `v1.DRAPlugin`) and then
@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from concurrent import futures
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from cgpu.dra.api import dra_v1_pb2_grpc as dra_grpc
 from cgpu.dra.api import pluginregistration_v1_pb2 as reg
 from cgpu.dra.api import pluginregistration_v1_pb2_grpc as reg_grpc
 from cgpu.dra.claims import ClaimError
+from cgpu.dra.healthservice import HealthService
 from cgpu.dra.kubeapi import KubeError
 from cgpu.dra.names import DRIVER, PLUGIN_TYPE, SUPPORTED_VERSIONS
 from cgpu.dra.prepare import ClaimRef, Preparer
@@ -103,28 +105,44 @@ class DraService(dra_grpc.DRAPluginServicer):
         return response
 
 
-def _listen(servicer_adder: object, servicer: object, socket: Path) -> grpc.Server:
+def _listen(
+    servicer_adder: object,
+    servicer: object,
+    socket: Path,
+    handlers: Sequence[grpc.GenericRpcHandler] = (),
+) -> grpc.Server:
     """A gRPC server on a fresh unix socket (a stale one from a previous run is removed)."""
     socket.parent.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(socket)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))  # a health stream holds one
     servicer_adder(servicer, server)  # type: ignore[operator]
+    server.add_generic_rpc_handlers(tuple(handlers))
     server.add_insecure_port(f"unix://{socket}")
     server.start()
     return server
 
 
 class Servers:
-    """The DRA socket, then the registration socket (the kubelet may call as soon as it sees
-    the latter)."""
+    """The DRA socket (DRA v1 and resource health), then the registration socket (the kubelet
+    may call as soon as it sees the latter)."""
 
-    def __init__(self, preparer: Preparer, dra_socket: Path, registration_socket: Path) -> None:
+    def __init__(
+        self,
+        preparer: Preparer,
+        health: HealthService,
+        dra_socket: Path,
+        registration_socket: Path,
+    ) -> None:
         self.dra_socket = dra_socket
         self.registration_socket = registration_socket
         self.registration = RegistrationService(dra_socket)
+        self._health = health
         self._dra = _listen(
-            dra_grpc.add_DRAPluginServicer_to_server, DraService(preparer), dra_socket
+            dra_grpc.add_DRAPluginServicer_to_server,
+            DraService(preparer),
+            dra_socket,
+            health.handlers(),
         )
         self._reg = _listen(
             reg_grpc.add_RegistrationServicer_to_server, self.registration, registration_socket
@@ -133,6 +151,7 @@ class Servers:
 
     def stop(self) -> None:
         """Stop serving and remove both sockets (the kubelet then deregisters the driver)."""
+        self._health.stopping.set()
         for server, socket in ((self._reg, self.registration_socket), (self._dra, self.dra_socket)):
             server.stop(grace=1).wait()
             with contextlib.suppress(FileNotFoundError):

@@ -27,6 +27,7 @@ PROTOS = {
     "cgpu/core/api/podresources_v1.proto": "cgpu/core/api",
     "cgpu/dra/api/pluginregistration_v1.proto": "cgpu/dra/api",
     "cgpu/dra/api/dra_v1.proto": "cgpu/dra/api",
+    "cgpu/dra/api/dra_health_v1.proto": "cgpu/dra/api",
 }
 
 

@@ -14,6 +14,8 @@ GET_INFO = "/pluginregistration.Registration/GetInfo"
 NOTIFY = "/pluginregistration.Registration/NotifyRegistrationStatus"
 PREPARE = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodePrepareResources"
 UNPREPARE = "/k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin/NodeUnprepareResources"
+WATCH_HEALTH = "/{version}.DRAResourceHealth/NodeWatchResources"  # v1, or v1alpha1
+HEALTH = {0: "UNKNOWN", 1: "HEALTHY", 2: "UNHEALTHY"}
 
 
 def _varint(value: int) -> bytes:
@@ -123,3 +125,18 @@ def prepare_response(buf: bytes) -> dict[str, dict[str, Any]]:
 def unprepare_response(buf: bytes) -> dict[str, str]:
     """Decode a NodeUnprepareResourcesResponse: {uid: error}."""
     return {uid: _text(f, 1) for uid, f in _claim_map(buf).items()}
+
+
+def health_response(buf: bytes) -> dict[tuple[str, str], dict[str, Any]]:
+    """Decode a NodeWatchResourcesResponse: {(pool, device): {health, message, timeout}}."""
+    out = {}
+    for raw in decode(buf).get(1, []):
+        f = decode(raw)
+        ident = decode(f[1][-1]) if 1 in f else {}
+        out[(_text(ident, 1), _text(ident, 2))] = {
+            "health": HEALTH[f.get(2, [0])[-1]],
+            "updated": f.get(3, [0])[-1],
+            "timeout": f.get(4, [0])[-1],
+            "message": _text(f, 5),
+        }
+    return out

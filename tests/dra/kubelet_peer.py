@@ -9,6 +9,7 @@ NodeUnprepareResources on the endpoint. Raw gRPC with the codec in `dra_wire.py`
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ class KubeletPeer:
         self.registry.mkdir(parents=True, exist_ok=True)
         self.info: dict[str, Any] = {}
         self._dra: grpc.Channel | None = None
+        self._streams: list[Any] = []
 
     def find_socket(self, timeout: float = 20.0) -> Path:
         """The first socket in the registry directory (the plugin watcher's view)."""
@@ -89,8 +91,19 @@ class KubeletPeer:
         reply = self._call(self._dra, wire.UNPREPARE, wire.claims_request(list(claims)))
         return wire.unprepare_response(reply)
 
+    def watch_health(self, version: str = "v1") -> Iterator[dict[tuple[str, str], Any]]:
+        """NodeWatchResources: each device-health message the driver streams."""
+        assert self._dra is not None, "register first"
+        method = wire.WATCH_HEALTH.format(version=version)
+        call = self._dra.unary_stream(method, request_serializer=_raw, response_deserializer=_raw)
+        self._streams.append(stream := call(b"", timeout=60))
+        for message in stream:
+            yield wire.health_response(message)
+
     def close(self) -> None:
         """Close the DRA channel."""
+        for stream in self._streams:
+            stream.cancel()
         if self._dra is not None:
             self._dra.close()
             self._dra = None

@@ -85,6 +85,28 @@ def test_a_critical_xid_withdraws_the_gpu_and_bumps_the_generation(
     assert after["spec"]["pool"]["generation"] == before["spec"]["pool"]["generation"] + 1
 
 
+@pytest.mark.parametrize("version", ["v1", "v1alpha1"])
+def test_the_kubelet_sees_device_health_change_on_xid(
+    start_driver, peer, tmp_path: Path, version: str
+) -> None:
+    faults = tmp_path / "faults"
+    faults.write_text("")
+    start_driver("--health-recovery", "0", faults=faults)
+    peer.register()
+    stream = peer.watch_health(version)
+    first = next(stream)
+    assert {k: v["health"] for k, v in first.items()} == {
+        (NODE, "gpu-0"): "HEALTHY",
+        (NODE, "gpu-1"): "HEALTHY",
+    }
+    assert all(v["timeout"] > 10 for v in first.values())  # beyond the heartbeat
+    faults.write_text(f"{UUIDS[0]} 48\n")  # a double-bit ECC error
+    changed = next(stream)
+    assert changed[(NODE, "gpu-0")]["health"] == "UNHEALTHY"
+    assert changed[(NODE, "gpu-0")]["message"] == "critical XID 48"
+    assert changed[(NODE, "gpu-1")]["health"] == "HEALTHY"
+
+
 def test_restart_keeps_an_unchanged_pool_and_republishes_a_changed_one(
     start_driver, kube_api
 ) -> None:
