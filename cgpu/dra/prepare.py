@@ -10,6 +10,7 @@ unknown claim is already unprepared.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,10 @@ from cgpu.dra import cdi
 from cgpu.dra.checkpoint import Checkpoint, Prepared, PreparedDevice
 from cgpu.dra.claims import Allocation, ClaimError, parse_claim
 from cgpu.dra.inventory import Inventory
-from cgpu.dra.kubeapi import KubeError
 
 log = logging.getLogger(__name__)
+
+UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,63}$")
 
 
 class ClaimReader(Protocol):
@@ -76,9 +78,10 @@ class Preparer:
             return self._locks.setdefault(uid, threading.Lock())
 
     def prepare(self, ref: ClaimRef) -> Prepared:
-        """Prepare one claim; raises ClaimError (or KubeError) with the reason it cannot."""
-        if not ref.uid or not ref.name or not ref.namespace:
+        """Prepare one claim; raises ClaimError (or the reader's KubeError) saying why not."""
+        if not ref.name or not ref.namespace:
             raise ClaimError(f"claim {ref}: namespace, uid and name are required")
+        _check_uid(ref)
         with self._lock(ref.uid):
             done = self.checkpoint.get(ref.uid)
             key = container_key(ref.uid)
@@ -125,13 +128,20 @@ class Preparer:
 
     def unprepare(self, ref: ClaimRef) -> None:
         """Undo prepare; a claim never prepared (or already unprepared) is fine."""
-        if not ref.uid:
-            raise ClaimError("claim without a uid")
+        _check_uid(ref)
         with self._lock(ref.uid):
             cdi.remove_spec(self.settings.cdi_dir, ref.uid)
             remove_container_dir(self.settings.state_dir, container_key(ref.uid))
             self.checkpoint.drop(ref.uid)
             log.info("unprepared claim %s/%s (%s)", ref.namespace, ref.name, ref.uid)
+        with self._guard:
+            self._locks.pop(ref.uid, None)
+
+
+def _check_uid(ref: ClaimRef) -> None:
+    """A claim UID names files: only what a Kubernetes UID can be."""
+    if not UID_RE.match(ref.uid):
+        raise ClaimError(f"claim {ref.namespace}/{ref.name}: malformed uid {ref.uid!r}")
 
 
 def _meta(ref: ClaimRef, claim: dict[str, Any], allocation: Allocation) -> dict[str, Any]:
@@ -154,6 +164,3 @@ def _meta(ref: ClaimRef, claim: dict[str, Any], allocation: Allocation) -> dict[
     if len(pods) == 1:
         meta.update(pod=str(pods[0].get("name", "")), pod_uid=str(pods[0].get("uid", "")))
     return meta
-
-
-__all__ = ["ClaimError", "ClaimRef", "KubeError", "Preparer", "Settings"]

@@ -165,7 +165,10 @@ def test_unallocated_missing_and_mismatched_claims_are_refused(
         ("default", uid, "pending"),
         ("default", "f00d", "missing"),
         ("default", "0bad", "pending"),
+        ("default", "../../etc", "pending"),
     )
     assert "is not allocated" in answers[uid]["error"]
     assert "404" in answers["f00d"]["error"]
     assert "is not the kubelet's '0bad'" in answers["0bad"]["error"]
+    assert "malformed uid '../../etc'" in answers["../../etc"]["error"]
+    assert "malformed uid" in peer.unprepare(("default", "../../etc", "pending"))["../../etc"]
