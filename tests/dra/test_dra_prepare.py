@@ -91,6 +91,23 @@ def test_two_claims_share_a_gpu_each_with_its_own_slice(
     assert load_config(_container_dir(driver, large[1]) / "cgpu.conf") == {UUIDS[0]: 12 * GiB}
 
 
+def test_a_claim_over_two_gpus_gets_a_slice_on_each(
+    start_driver, peer, kube_api, scheduler
+) -> None:
+    driver = start_driver()
+    peer.register()
+    ref = _claim(kube_api, scheduler, "pair", memory="10Gi", count=2)  # 2 x 10 GiB: two GPUs
+    answer = peer.prepare(ref)[ref[1]]
+    assert sorted(d["device_name"] for d in answer["devices"]) == ["gpu-0", "gpu-1"]
+    assert {cdi for d in answer["devices"] for cdi in d["cdi_device_ids"]} == {
+        f"gpu.cgpu.io/claim={ref[1]}"
+    }  # one CDI device per claim
+    directory = _container_dir(driver, ref[1])
+    assert load_config(directory / "cgpu.conf") == {UUIDS[0]: 10 * GiB, UUIDS[1]: 10 * GiB}
+    env = _spec(driver, ref[1])["devices"][0]["containerEdits"]["env"]
+    assert f"NVIDIA_VISIBLE_DEVICES={UUIDS[0]},{UUIDS[1]}" in env
+
+
 def test_prepare_is_idempotent_and_survives_a_restart(
     start_driver, peer, kube_api, scheduler
 ) -> None:
