@@ -51,6 +51,9 @@ class Publisher:
         self.inventory = inventory
         self.node = api.node
         self._lock = threading.Lock()
+        # (resourceVersion, spec without the generation) of the slice as last written: the
+        # API server may store it in its own canonical form, which must not read as a change.
+        self._written: tuple[str, Obj] | None = None
 
     def publish(self) -> Obj:
         """Make the API server hold exactly the current slice; returns it as stored."""
@@ -73,14 +76,15 @@ class Publisher:
                 log.info("deleting stale resourceslice %s", stale["metadata"]["name"])
                 self.api.delete_slice(stale["metadata"]["name"])
         current = next((s for s in existing if s["metadata"]["name"] == name), None)
-        if current is not None and _same(current, self.node, self.inventory, generation):
-            return current
         wanted = build_slice(self.node, self.inventory, generation + 1)
+        if current is not None and self._unchanged(current, wanted):
+            return current
         if current is None:
             stored = self.api.create_slice(wanted)
         else:
             wanted["metadata"] = {**current["metadata"]}
             stored = self.api.replace_slice(wanted)
+        self._written = (stored["metadata"].get("resourceVersion", ""), _content(wanted))
         log.info(
             "published resourceslice %s: generation %d, %d devices",
             name,
@@ -88,6 +92,14 @@ class Publisher:
             len(wanted["spec"]["devices"]),
         )
         return stored
+
+    def _unchanged(self, current: Obj, wanted: Obj) -> bool:
+        """Whether the stored slice already says what `wanted` says: it is the one this driver
+        last wrote, for the same content, or it is equal to it field by field."""
+        rv = current["metadata"].get("resourceVersion", "")
+        if self._written is not None and self._written[0] == rv:
+            return self._written[1] == _content(wanted)
+        return _content(current) == _content(wanted)
 
     def unpublish(self) -> None:
         """Delete this driver's slices for the node."""
@@ -101,6 +113,8 @@ def _generation(obj: Obj) -> int:
     return value if isinstance(value, int) else 0
 
 
-def _same(current: Obj, node: str, inventory: Inventory, generation: int) -> bool:
-    """Whether the stored slice already says what a fresh one would (but its generation)."""
-    return (current.get("spec") or {}) == build_slice(node, inventory, generation)["spec"]
+def _content(slice_: Obj) -> Obj:
+    """A slice's spec without its pool generation."""
+    spec = dict(slice_.get("spec") or {})
+    spec["pool"] = {k: v for k, v in (spec.get("pool") or {}).items() if k != "generation"}
+    return spec

@@ -91,3 +91,47 @@ def test_cdi_spec_names_only_device_nodes_the_host_has(tmp_path: Path) -> None:
     spec = build_spec("0b9e", [GPU], tmp_path / "ctr", tmp_path / "shim", tmp_path / "pre", dev)
     assert spec["cdiVersion"] == "0.5.0"  # the device name starts with a digit
     assert json.loads(json.dumps(spec))["devices"][0]["name"] == "0b9e"
+
+
+class CanonicalApi:
+    """A ResourceApi stand-in that stores slices in another canonical form, as an API server
+    may: every quantity written as a plain number of bytes."""
+
+    node = "n1"
+
+    def __init__(self) -> None:
+        self.stored: dict[str, dict] = {}
+        self.writes = 0
+
+    def own_slices(self) -> list[dict]:
+        return list(self.stored.values())
+
+    def _store(self, body: dict) -> dict:
+        self.writes += 1
+        text = json.dumps(body).replace('"16Gi"', '"17179869184"')
+        stored = json.loads(text)
+        stored["metadata"]["resourceVersion"] = str(self.writes)
+        self.stored[stored["metadata"]["name"]] = stored
+        return stored
+
+    create_slice = _store
+    replace_slice = _store
+
+    def delete_slice(self, name: str) -> None:
+        self.stored.pop(name, None)
+
+
+def test_a_slice_stored_in_canonical_form_is_not_republished() -> None:
+    from cgpu.dra.slices import Publisher
+
+    api = CanonicalApi()
+    inventory = Inventory([GPU])
+    publisher = Publisher(api, inventory)  # type: ignore[arg-type]
+    publisher.publish()
+    publisher.publish()
+    assert api.writes == 1
+    inventory.set_health(GPU.uuid, False, "critical XID 79")
+    publisher.publish()
+    (stored,) = api.stored.values()
+    assert api.writes == 2 and stored["spec"]["pool"]["generation"] == 2
+    assert stored["spec"]["devices"] == []
