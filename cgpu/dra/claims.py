@@ -2,8 +2,10 @@
 
 From `status.allocation.devices.results`, the results of driver gpu.cgpu.io in this node's
 pool: the device, the capacity it consumes (`memory` bytes, `compute` percent) and its
-`shareID`. Results of other drivers are left to them. Anything else is a ClaimError with a
-message that says what is wrong.
+`shareID`. A result without `consumedCapacity` holds its device whole (a scheduler without
+consumable capacity allocates a device to one claim): the GPU's memory, no compute cap.
+Results of other drivers are left to them. Anything else is a ClaimError with a message that
+says what is wrong.
 """
 
 from __future__ import annotations
@@ -83,11 +85,12 @@ def _result(claim: str, raw: Obj, pool: str, inventory: Inventory) -> Result:
         known = ", ".join(g.device_name for g in inventory.gpus) or "none"
         raise ClaimError(f"{where}: no device {device!r} on this node (devices: {known})")
     consumed = raw.get("consumedCapacity")
+    if consumed is None:  # allocated whole: a scheduler without consumable capacity
+        gpu = inventory.by_name(device)
+        assert gpu is not None
+        return Result(str(request), pool, device, gpu.total_bytes, 0, raw.get("shareID") or "")
     if not isinstance(consumed, dict) or MEMORY not in consumed:
-        raise ClaimError(
-            f"{where}: no consumedCapacity.memory on device {device}: the scheduler must "
-            "allocate with consumable capacity (DRAConsumableCapacity, Kubernetes 1.34+)"
-        )
+        raise ClaimError(f"{where}: consumedCapacity on device {device} has no memory")
     try:
         memory = parse_quantity(consumed[MEMORY])
         compute = parse_quantity(consumed.get(COMPUTE, 0))

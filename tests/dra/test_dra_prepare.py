@@ -147,7 +147,7 @@ BAD_RESULTS = [
     ({"consumedCapacity": {"memory": "17Gi", "compute": "0"}}, "which has 17179869184"),
     ({"consumedCapacity": {"memory": "4Gx"}}, "malformed quantity '4Gx'"),
     ({"consumedCapacity": {"memory": "4Gi", "compute": "150"}}, "not 0 to 100 percent"),
-    ({"consumedCapacity": None}, "no consumedCapacity.memory"),
+    ({"consumedCapacity": {"compute": "10"}}, "consumedCapacity on device gpu-0 has no memory"),
     ({"pool": "node-9"}, "pool 'node-9' is not this node's"),
     ({"driver": "gpu.nvidia.com"}, "has no device of driver gpu.cgpu.io"),
 ]

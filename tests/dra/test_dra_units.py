@@ -62,6 +62,12 @@ def test_two_results_on_one_gpu_add_up_and_must_fit() -> None:
         parse_claim(claim, "u", "n1", inventory)
 
 
+def test_a_device_allocated_whole_gives_the_whole_gpu() -> None:
+    """A scheduler without consumable capacity allocates the device to one claim alone."""
+    allocation = parse_claim(_claim("u"), "u", "n1", Inventory([GPU]))
+    assert (allocation.memory, allocation.compute) == ({"GPU-0000": 16 * GiB}, {})
+
+
 def test_zero_memory_is_refused() -> None:
     with pytest.raises(ClaimError, match="must be positive"):
         parse_claim(_claim("u", consumedCapacity={"memory": "0"}), "u", "n1", Inventory([GPU]))
