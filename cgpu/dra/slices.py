@@ -71,13 +71,13 @@ class Publisher:
         existing = self.api.own_slices()
         name = slice_name(self.node)
         generation = max((_generation(s) for s in existing), default=0)
-        for stale in existing:
-            if stale["metadata"]["name"] != name:
-                log.info("deleting stale resourceslice %s", stale["metadata"]["name"])
-                self.api.delete_slice(stale["metadata"]["name"])
+        stale = [s["metadata"]["name"] for s in existing if s["metadata"]["name"] != name]
+        for other in stale:  # the pool changes: published again below, at a new generation
+            log.info("deleting stale resourceslice %s", other)
+            self.api.delete_slice(other)
         current = next((s for s in existing if s["metadata"]["name"] == name), None)
         wanted = build_slice(self.node, self.inventory, generation + 1)
-        if current is not None and self._unchanged(current, wanted):
+        if current is not None and not stale and self._unchanged(current, wanted):
             return current
         if current is None:
             stored = self.api.create_slice(wanted)
@@ -100,12 +100,6 @@ class Publisher:
         if self._written is not None and self._written[0] == rv:
             return self._written[1] == _content(wanted)
         return _content(current) == _content(wanted)
-
-    def unpublish(self) -> None:
-        """Delete this driver's slices for the node."""
-        with self._lock:
-            for own in self.api.own_slices():
-                self.api.delete_slice(own["metadata"]["name"])
 
 
 def _generation(obj: Obj) -> int:
