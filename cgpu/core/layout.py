@@ -19,6 +19,10 @@ PRELOAD_NAME = "ld.so.preload"  # the hook's merged copy of the image's file
 SOURCE_DEVICE_PLUGIN = "device-plugin"
 SOURCE_HOOK = "hook"
 SOURCE_RUN = "run"
+SOURCE_DRA = "dra"  # a DRA claim's directory (cgpu dra-driver), one per prepared claim
+
+# The DRA driver's name (and its DeviceClass's), as the driver, the exporter and inspect know it.
+DRA_DRIVER = "gpu.cgpu.io"
 
 # A GPU UUID as config files, the shim and the hook accept it.
 UUID_RE = re.compile(r"^[A-Za-z0-9-]{1,95}$")

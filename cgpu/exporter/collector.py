@@ -28,6 +28,7 @@ from cgpu.exporter.scan import ALL_REASONS, Caches, ScanResult, scan
 log = logging.getLogger(__name__)
 
 CONTAINER_LABELS = ["namespace", "pod", "container", "gpu_uuid", "gpu_index"]
+CLAIM_LABELS = ["namespace", "pod", "container", "claim"]
 GPU_LABELS = ["gpu_uuid", "gpu_index"]
 GPU_MODEL_LABELS = ["gpu_uuid", "gpu_index", "model"]
 
@@ -135,6 +136,12 @@ class _Families:
             "others).",
             labels=CONTAINER_LABELS,
         )
+        self.claim_info = GaugeMetricFamily(
+            "cgpu_container_claim_info",
+            "1 for a container whose slice comes from a DRA claim (driver gpu.cgpu.io): its "
+            "namespace, pod and container labels, as on the container series, and the claim.",
+            labels=CLAIM_LABELS,
+        )
         self.gpu_healthy = GaugeMetricFamily(
             "cgpu_gpu_healthy",
             "1 when NVML answered for this GPU at this scrape, 0 when the query failed.",
@@ -151,6 +158,7 @@ class _Families:
             self.compute_used,
             self.host_used,
             self.over_slice,
+            self.claim_info,
             self.gpu_total,
             self.gpu_used,
             self.gpu_allocated,
@@ -259,6 +267,14 @@ class CgpuCollector(Collector):
                 if dev.uuid in view.gpus:
                     s.host_used = (s.host_used or 0) + view.used(usage.key, dev.uuid)
                     s.over = s.over or (usage.key, dev.uuid) in over
+
+        claims = {
+            (i.namespace, i.pod, i.container, i.claim)
+            for i in (seen.identities[u.key] for u in seen.result.containers)
+            if i.claim
+        }
+        for claim_labels in sorted(claims):
+            fam.claim_info.add_metric(list(claim_labels), 1)
 
         allocated: Counter[str] = Counter({g.uuid: 0 for g in gpus})
         members: Counter[str] = Counter({g.uuid: 0 for g in gpus})

@@ -11,11 +11,13 @@ from cgpu.core.layout import CRI_LABEL_ANNOTATIONS
 
 @dataclass(frozen=True)
 class Identity:
-    """The Kubernetes names of one container; empty strings where unknown."""
+    """The Kubernetes names of one container; empty strings where unknown. A DRA claim's
+    directory also names its claim (its containers, and pods, comma separated)."""
 
     namespace: str
     pod: str
     container: str
+    claim: str = ""
 
 
 def _text(meta: Mapping[str, Any], name: str) -> str:
@@ -34,11 +36,14 @@ def identity_from_meta(key: str, meta: Mapping[str, Any]) -> Identity:
             (v for k in CRI_LABEL_ANNOTATIONS[name] if (v := _text(annotations, k))), ""
         )
 
-    return Identity(label("namespace"), label("pod"), label("container") or key)
+    return Identity(
+        label("namespace"), label("pod"), label("container") or key, _text(meta, "claim")
+    )
 
 
 def device_ids(meta: Mapping[str, Any]) -> list[str]:
-    """The device-plugin device IDs recorded for the container (may be empty)."""
+    """The device IDs recorded for the container (may be empty): the device plugin's, or the
+    DRA claim's CDI device name."""
     ids = meta.get("device_ids")
     if not isinstance(ids, list):
         return []

@@ -1,5 +1,9 @@
 """Pod and container names from the kubelet's pod-resources API, cached between scrapes.
 
+Device-plugin containers are found by their device IDs; DRA claims (driver gpu.cgpu.io) by the
+CDI device name of the claim, which the kubelet reports among each container's dynamic
+resources.
+
 The gRPC client is `cgpu.core.podresources` (the device plugin's clean-up uses it too), imported
 when first needed. Without the socket, or while the kubelet does not answer, this returns an
 empty mapping and never raises; the exporter then takes labels from meta.json.
@@ -10,8 +14,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
+from cgpu.core.layout import DRA_DRIVER
 from cgpu.exporter.labels import Identity
 
 log = logging.getLogger(__name__)
@@ -28,19 +33,32 @@ def kubelet_lister(socket_path: str, resource: str, timeout: float) -> Lister:
     def list_devices() -> Mapping[str, Identity]:
         if not os.path.exists(socket_path):
             raise FileNotFoundError(f"no pod-resources socket at {socket_path}")
-        from cgpu.core.podresources import PodResources
+        from cgpu.core.podresources import PodResources, claims_in, owners_in
 
-        answer = PodResources(socket_path, resource, timeout=timeout).owners()
-        if answer is None:
+        reply = PodResources(socket_path, resource, timeout=timeout).listing()
+        if reply is None:
             raise ConnectionError(f"pod-resources List failed on {socket_path}")
-        owners, _ = answer
-        return {
+        owners, _ = owners_in(reply, resource)
+        index = {
             device_id: Identity(namespace, pod, container)
             for (namespace, pod, container), ids in owners.items()
             for device_id in ids
         }
+        for cdi_name, users in claims_in(reply, DRA_DRIVER).items():
+            index[cdi_name] = Identity(
+                users[0].namespace,
+                _joined(u.pod for u in users),
+                _joined(u.container for u in users),
+                users[0].claim,
+            )
+        return index
 
     return list_devices
+
+
+def _joined(names: Iterable[str]) -> str:
+    """Distinct names, sorted, comma separated (a claim several containers share)."""
+    return ",".join(sorted(set(names)))
 
 
 class PodResourcesSource:

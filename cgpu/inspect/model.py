@@ -5,6 +5,10 @@ aliyun.com/gpu-count GPUs. A pod holds its containers' aliyun.com/gpu-mem on the
 ALIYUN_COM_GPU_MEM_IDX annotation (a comma list splits it evenly); with no usable index it is
 PENDING. Succeeded and Failed pods hold nothing.
 
+DRA claims (driver gpu.cgpu.io) are counted beside them: a GPU published in a ResourceSlice
+holds the memory and compute its allocated claims consume (see `cgpu.inspect.dra`). A node
+with DRA GPUs only is shown in MiB, with 100% compute per GPU.
+
 The compute share works the same way: a node's aliyun.com/gpu-core.percentage (100 per GPU),
 and a pod's containers' percentages on the GPU of its index. It is shown only when some node
 advertises it, so the seeds' layout is unchanged for clusters that do not use it.
@@ -12,8 +16,11 @@ advertises it, so the seeds' layout is unchanged for clusters that do not use it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from .dra import DraGpu
 
 MEM = "aliyun.com/gpu-mem"
 COUNT = "aliyun.com/gpu-count"
@@ -129,8 +136,11 @@ def uses_compute(nodes: list[GpuNode]) -> bool:
     return any(n.compute_total > 0 for n in nodes)
 
 
-def build_nodes(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list[GpuNode]:
-    """GPU nodes sorted by name, with every active pod placed on its GPU(s)."""
+def build_nodes(
+    nodes: list[dict[str, Any]], pods: list[dict[str, Any]], dra: Sequence[DraGpu] = ()
+) -> list[GpuNode]:
+    """GPU nodes sorted by name, with every active pod placed on its GPU(s), and the DRA
+    claims on each published GPU."""
     out: dict[str, GpuNode] = {}
     for node in nodes:
         total = _resource(node, MEM)
@@ -165,6 +175,7 @@ def build_nodes(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list
             device.used += amount
             device.compute_used += compute[index]
             device.pods.append(share)
+    _add_dra(out, nodes, dra)
     for info in out.values():
         info.pods.sort(
             key=lambda p: (
@@ -174,3 +185,38 @@ def build_nodes(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> list
             )
         )
     return [out[name] for name in sorted(out)]
+
+
+def _dra_node(name: str, raw: dict[str, Any], gpus: list[DraGpu]) -> GpuNode:
+    """A node whose GPUs only the DRA driver publishes: MiB, 100% compute per GPU."""
+    internal, first = _addresses(raw)
+    count = max(g.index for g in gpus) + 1
+    info = GpuNode(name, internal, first, count, 0, compute_total=100 * count)
+    for gpu in gpus:
+        info.devices[gpu.index] = Device(gpu.index, gpu.memory >> 20, compute_total=100)
+    info.total = sum(d.total for d in info.devices.values())
+    return info
+
+
+def _add_dra(out: dict[str, GpuNode], nodes: list[dict[str, Any]], dra: Sequence[DraGpu]) -> None:
+    """Place each DRA claim on its GPU, in its node's unit (rounded up)."""
+    raw = {(n.get("metadata") or {}).get("name", ""): n for n in nodes}
+    by_node: dict[str, list[DraGpu]] = {}
+    for gpu in dra:
+        by_node.setdefault(gpu.node, []).append(gpu)
+    for name, gpus in by_node.items():
+        info = out.get(name)
+        if info is None:
+            info = out[name] = _dra_node(name, raw.get(name, {}), gpus)
+        unit = 1 << 20 if info.unit == "MiB" else 1 << 30
+        for gpu in gpus:
+            device = info.devices.setdefault(gpu.index, Device(gpu.index, gpu.memory // unit))
+            for claim in gpu.claims:
+                units = -(-claim.memory // unit)
+                share = PodShare(
+                    claim.name, claim.namespace, {gpu.index: units}, {gpu.index: claim.compute}
+                )
+                info.pods.append(share)
+                device.pods.append(share)
+                device.used += units
+                device.compute_used += claim.compute

@@ -25,6 +25,9 @@ INSTALL_ROOT = Path(__file__).resolve().parents[3]  # the directory holding the 
 PROTOS = {
     "cgpu/deviceplugin/api/deviceplugin_v1beta1.proto": "deviceplugin/api",
     "cgpu/core/api/podresources_v1.proto": "cgpu/core/api",
+    "cgpu/dra/api/pluginregistration_v1.proto": "cgpu/dra/api",
+    "cgpu/dra/api/dra_v1.proto": "cgpu/dra/api",
+    "cgpu/dra/api/dra_health_v1.proto": "cgpu/dra/api",
 }
 
 

@@ -33,6 +33,7 @@ SERVED = CONTRACT_METRICS | {
     "cgpu_container_over_slice",
     "cgpu_container_gpu_compute_limit_percent",
     "cgpu_container_gpu_compute_used_percent",
+    "cgpu_container_claim_info",
     "cgpu_gpu_memory_unattributed_bytes",
     "cgpu_enforcement_kills_total",
     "cgpu_gpu_healthy",

@@ -1,4 +1,6 @@
-"""A local HTTP server that answers as the Kubernetes API server does, for pods and nodes.
+"""A local HTTP server that answers as the Kubernetes API server does, for pods and nodes, and
+for `resource.k8s.io/v1` DeviceClasses, ResourceSlices, ResourceClaims (with `/status`) and
+ResourceClaimTemplates.
 
 Grown from tests/deviceplugin/dp_apiserver.py. It serves, over real HTTP/1.1 on 127.0.0.1:
 - list (with `limit`/`continue` pages of one snapshot) and watch (`watch=true`, chunked JSON
@@ -30,11 +32,11 @@ from urllib.parse import parse_qs, urlparse
 
 from .patches import PatchError, apply_patch
 from .selectors import SelectorError, field_matcher, label_matcher
-from .store import KINDS, AlreadyExists, Conflict, NotFound, Obj, Store, Watcher
+from .store import KINDS, RESOURCES, AlreadyExists, Conflict, NotFound, Obj, Store, Watcher
 
 ROUTE = re.compile(
-    r"^/api/v1(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>pods|nodes)"
-    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|binding))?/?$"
+    r"^/(?:api/(?P<core>v1)|apis/(?P<group>[a-z0-9.-]+/v1))(?:/namespaces/(?P<ns>[^/]+))?"
+    r"/(?P<res>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|binding))?/?$"
 )
 REASONS = {
     400: "BadRequest",
@@ -132,9 +134,7 @@ class FakeApiServer:
         self, resource: str, name: str, change: Callable[[Obj], Obj], namespace: str = ""
     ) -> Obj:
         """Replace an object by `change(copy)` directly, as another client's write would."""
-        if resource == "pods":
-            namespace = namespace or "default"
-        return self.store.update(resource, (namespace, name), change)
+        return self.store.update(resource, (_namespace(resource, namespace), name), change)
 
     def recorded_patches(self, path_part: str = "") -> list[Obj]:
         """The PATCH requests so far whose path contains `path_part`, oldest first."""
@@ -142,10 +142,8 @@ class FakeApiServer:
             return [p for p in self.patches if path_part in p["path"]]
 
     def get(self, resource: str, name: str, namespace: str = "") -> Obj:
-        """The stored object; pods default to namespace `default`."""
-        if resource == "pods":
-            namespace = namespace or "default"
-        return self.store.get(resource, (namespace, name))
+        """The stored object; namespaced ones default to namespace `default`."""
+        return self.store.get(resource, (_namespace(resource, namespace), name))
 
     def pods(self) -> list[Obj]:
         """Every stored pod."""
@@ -162,9 +160,11 @@ class FakeApiServer:
 
     def delete(self, resource: str, name: str, namespace: str = "") -> Obj:
         """Delete an object (watchers see DELETED)."""
-        if resource == "pods":
-            namespace = namespace or "default"
-        return self.store.delete(resource, (namespace, name))
+        return self.store.delete(resource, (_namespace(resource, namespace), name))
+
+    def objects(self, resource: str) -> list[Obj]:
+        """Every stored object of a resource."""
+        return self.store.snapshot(resource)[0]
 
     def fault(self, method: str, path: str, code: int, times: int = 1) -> None:
         """Make the next `times` matching requests fail with `code`."""
@@ -262,8 +262,13 @@ class FakeApiServer:
         return Handler
 
 
+def _namespace(resource: str, namespace: str) -> str:
+    """The namespace of a key: `default` when a namespaced resource names none."""
+    return (namespace or "default") if RESOURCES[resource].namespaced else ""
+
+
 class Routes:
-    """One request against /api/v1/.../(pods|nodes)[/name][/status|/binding]."""
+    """One request against /api/v1/... or /apis/<group>/v1/...: <resource>[/name][/sub]."""
 
     def __init__(
         self, api: FakeApiServer, handler: Any, route: re.Match[str], query: dict[str, str]
@@ -275,8 +280,12 @@ class Routes:
         self.name = route["name"]
         self.sub = route["sub"]
         self.query = query
-        if self.resource == "nodes" and self.ns is not None:
-            raise NotFound("nodes are not namespaced")
+        served = RESOURCES.get(self.resource)
+        version = "v1" if route["core"] else route["group"]
+        if served is None or served.api_version != version:
+            raise NotFound(f"the server could not find the requested resource ({route[0]})")
+        if not served.namespaced and self.ns is not None:
+            raise NotFound(f"{self.resource} are not namespaced")
 
     @property
     def key(self) -> tuple[str, str]:
@@ -331,7 +340,7 @@ class Routes:
             metadata.update({"continue": token, "remainingItemCount": len(rest)})
         body = {
             "kind": f"{KINDS[self.resource]}List",
-            "apiVersion": "v1",
+            "apiVersion": RESOURCES[self.resource].api_version,
             "metadata": metadata,
             "items": items,
         }

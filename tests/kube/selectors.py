@@ -14,6 +14,8 @@ FIELDS: dict[str, Callable[[Obj], str]] = {
     "metadata.namespace": lambda o: o.get("metadata", {}).get("namespace", ""),
     "spec.nodeName": lambda o: (o.get("spec") or {}).get("nodeName") or "",
     "status.phase": lambda o: (o.get("status") or {}).get("phase") or "",
+    "spec.driver": lambda o: (o.get("spec") or {}).get("driver") or "",
+    "spec.pool.name": lambda o: ((o.get("spec") or {}).get("pool") or {}).get("name") or "",
 }
 
 

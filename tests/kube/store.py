@@ -14,7 +14,26 @@ from typing import Any
 
 Obj = dict[str, Any]
 Key = tuple[str, str]  # (namespace, name); namespace "" for cluster objects
-KINDS = {"pods": "Pod", "nodes": "Node"}
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One served resource: its kind, API version and whether it lives in a namespace."""
+
+    kind: str
+    api_version: str
+    namespaced: bool
+
+
+RESOURCES = {
+    "pods": Resource("Pod", "v1", True),
+    "nodes": Resource("Node", "v1", False),
+    "deviceclasses": Resource("DeviceClass", "resource.k8s.io/v1", False),
+    "resourceslices": Resource("ResourceSlice", "resource.k8s.io/v1", False),
+    "resourceclaims": Resource("ResourceClaim", "resource.k8s.io/v1", True),
+    "resourceclaimtemplates": Resource("ResourceClaimTemplate", "resource.k8s.io/v1", True),
+}
+KINDS = {name: r.kind for name, r in RESOURCES.items()}
 
 
 class Conflict(Exception):
@@ -112,10 +131,10 @@ class Store:
         meta = obj.setdefault("metadata", {})
         if not meta.get("name"):
             raise ValueError("metadata.name is required")
-        if resource == "pods":
+        if RESOURCES[resource].namespaced:
             meta.setdefault("namespace", "default")
         obj.setdefault("kind", KINDS[resource])
-        obj.setdefault("apiVersion", "v1")
+        obj.setdefault("apiVersion", RESOURCES[resource].api_version)
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", now_rfc3339())
         key = (meta.get("namespace", ""), meta["name"])

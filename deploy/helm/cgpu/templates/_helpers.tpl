@@ -177,6 +177,9 @@ extenders:
 {{- fail "isolation=mps is not available with resourceName volcano.sh/gpu-memory" -}}
 {{- end -}}
 {{- end -}}
+{{- if and .Values.dra.enabled (or .Values.devicePlugin.enabled .Values.scheduler.enabled) -}}
+{{- fail "dra.enabled replaces the device plugin and the scheduler extender: set devicePlugin.enabled=false and scheduler.enabled=false" -}}
+{{- end -}}
 {{- if and .Values.scheduler.enabled (eq .Values.scheduler.mode "extender") (gt (int .Values.scheduler.replicas) 1) -}}
 {{- fail "scheduler.mode=extender runs one extender (scheduler.replicas=1): kube-scheduler calls one Service, and one extender must decide every bind" -}}
 {{- end -}}

@@ -1,0 +1,116 @@
+"""`cgpu dra-driver`: options, start-up and the main loop."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import threading
+
+from cgpu.core import paths
+from cgpu.core.containers import DEFAULT_STATE_DIR
+from cgpu.core.gpus import GPUError
+from cgpu.core.hostfiles import install_shim, write_preload
+from cgpu.dra import inventory as inv
+from cgpu.dra.checkpoint import Checkpoint
+from cgpu.dra.config import DEFAULT_CDI_DIR, DEFAULT_KUBELET_DIR, Config
+from cgpu.dra.health import HealthWatcher
+from cgpu.dra.healthservice import HealthService
+from cgpu.dra.kubeapi import KubeError, connect
+from cgpu.dra.prepare import Preparer, Settings
+from cgpu.dra.service import Servers
+from cgpu.dra.slices import Publisher
+
+log = logging.getLogger("cgpu.dra")
+
+RESYNC_S = 60.0  # republish this often, repairing a slice someone else changed or deleted
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    """Options of `cgpu dra-driver`."""
+    parser.add_argument("--kubelet-dir", default=DEFAULT_KUBELET_DIR, help="default %(default)s")
+    parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="default %(default)s")
+    parser.add_argument(
+        "--cdi-dir", default=DEFAULT_CDI_DIR, help="CDI specs of claims (default %(default)s)"
+    )
+    parser.add_argument(
+        "--kubeconfig", help="API-server access (default: $KUBECONFIG, else in-cluster)"
+    )
+    parser.add_argument(
+        "--health-recovery",
+        type=_seconds,
+        default=300.0,
+        metavar="SECONDS",
+        help="publish a GPU again this long after its last critical XID; 0: never "
+        "(default %(default)s)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+        help="default %(default)s",
+    )
+
+
+def _seconds(text: str) -> float:
+    """A duration of 0 seconds or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds >= 0")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the driver and serve until SIGTERM or SIGINT."""
+    config = Config.from_args(args)
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        found = inv.discover()
+        api = connect(config.kubeconfig, config.node_name)
+        state_dir = config.state_dir
+        shim = install_shim(paths.shim_path(), state_dir)
+        preload = write_preload(state_dir)
+    except (GPUError, KubeError, OSError) as err:
+        log.error("cannot start: %s", err)
+        return 1
+    inventory = inv.Inventory(found)
+    for gpu in found:
+        log.info("GPU %d %s (%s): %d MiB", gpu.index, gpu.uuid, gpu.name, gpu.total_bytes >> 20)
+    settings = Settings(state_dir, config.cdi_dir, shim, preload, pool=config.node_name)
+    preparer = Preparer(inventory, settings, api, Checkpoint(state_dir))
+    publisher = Publisher(api, inventory)
+    wake = threading.Event()
+    inventory.on_change = wake.set
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: (stop.set(), wake.set()))
+    try:
+        watch = HealthService(inventory, config.node_name, threading.Event())
+        servers = Servers(preparer, watch, config.dra_socket, config.registration_socket)
+    except (OSError, RuntimeError) as err:  # grpc raises RuntimeError when it cannot bind
+        log.error("cannot serve on %s: %s", config.kubelet_dir, err)
+        return 1
+    health = HealthWatcher(inventory, config.health_recovery)
+    health.start()
+    try:
+        while not stop.is_set():
+            try:
+                publisher.publish()
+            except KubeError as err:
+                log.warning("publishing the resourceslice failed: %s; retrying", err)
+                wake.wait(5.0)
+                wake.clear()
+                continue
+            wake.wait(RESYNC_S)
+            wake.clear()
+    finally:
+        health.stop()
+        servers.stop()
+    log.info("stopped; the resourceslice stays published for the claims still prepared")
+    return 0

@@ -1,0 +1,119 @@
+"""The DRA driver's manifests (deploy/dra) and the chart's dra.enabled: valid for releases with
+resource.k8s.io/v1 and consumable capacity, least privilege, and command lines cgpu accepts."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+import yaml
+from deploy_helpers import (
+    REPO,
+    argv,
+    bound_roles,
+    container,
+    find,
+    helm_template,
+    helm_template_error,
+    kustomize,
+    one,
+    parse_cgpu,
+    rules,
+    run_tool,
+)
+
+DRA = REPO / "deploy" / "dra"
+CHART_DRA = ("dra.enabled=true", "devicePlugin.enabled=false", "scheduler.enabled=false")
+# resource.k8s.io/v1 is GA from 1.34; consumable capacity's fields are in its schema from 1.34.
+DRA_VERSIONS = ("1.34.0", "1.37.0")
+DRA_RULES = [
+    (("resource.k8s.io",), ("resourceclaims",), (), ("get",)),
+    (
+        ("resource.k8s.io",),
+        ("resourceslices",),
+        (),
+        ("create", "delete", "get", "list", "update", "watch"),
+    ),
+]
+
+
+def validate_dra(objs: list[dict]) -> None:
+    """Each object valid, strictly, for every release in DRA_VERSIONS."""
+    assert objs
+    for obj in objs:
+        for version in DRA_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                where = "/".join(str(p) for p in exc.absolute_path)
+                raise AssertionError(
+                    f"{obj['kind']}/{obj['metadata'].get('name')} invalid for Kubernetes "
+                    f"{version} at {where}: {exc.message}"
+                ) from None
+
+
+def test_plain_manifests_and_example_are_valid() -> None:
+    objs = kustomize(DRA)
+    validate_dra(objs)
+    example = list(yaml.safe_load_all((DRA / "example.yaml").read_text()))
+    validate_dra(example)
+    template = one(example, "ResourceClaimTemplate", "gpu-4gi")
+    request = template["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert request["deviceClassName"] == "gpu.cgpu.io"
+    pod = one(example, "Pod", "gpu-4gi")
+    assert pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == "gpu-4gi"
+
+
+def test_chart_renders_the_driver_in_place_of_plugin_and_extender() -> None:
+    objs = helm_template(*CHART_DRA)
+    validate_dra(objs)
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
+    assert ("DeviceClass", "gpu.cgpu.io") in kinds
+    assert ("DaemonSet", "cgpu-dra-driver") in kinds
+    assert ("DaemonSet", "cgpu-device-plugin") not in kinds
+    assert not find(objs, "Deployment")  # no scheduler, no extender
+    assert not any(o["kind"] == "DeviceClass" for o in helm_template())  # off by default
+
+
+def test_driver_rbac_is_least_privilege_in_chart_and_manifests() -> None:
+    for objs in (helm_template(*CHART_DRA), kustomize(DRA)):
+        assert bound_roles(objs, "cgpu-dra-driver", "kube-system") == {
+            "ClusterRole/cgpu-dra-driver"
+        }
+        assert rules(one(objs, "ClusterRole", "cgpu-dra-driver")) == DRA_RULES
+
+
+def test_chart_and_manifests_run_the_same_command_with_host_paths() -> None:
+    chart = container(one(helm_template(*CHART_DRA), "DaemonSet", "cgpu-dra-driver"), "dra-driver")
+    plain = container(one(kustomize(DRA), "DaemonSet", "cgpu-dra-driver"), "dra-driver")
+    assert argv(chart) == argv(plain)
+    parse_cgpu(argv(chart)[1:])
+    flags = dict(a.removeprefix("--").split("=", 1) for a in argv(chart)[2:])
+    mounts = {m["mountPath"] for m in chart["volumeMounts"]}
+    assert {flags["state-dir"], flags["cdi-dir"]} <= mounts
+    assert {f"{flags['kubelet-dir']}/plugins_registry", f"{flags['kubelet-dir']}/plugins"} <= mounts
+
+
+@pytest.mark.parametrize(
+    "sets", [("dra.enabled=true",), ("dra.enabled=true", "devicePlugin.enabled=false")]
+)
+def test_dra_with_the_device_plugin_or_extender_is_refused(sets: tuple[str, ...]) -> None:
+    assert "dra.enabled replaces the device plugin and the scheduler extender" in (
+        helm_template_error(*sets)
+    )
+
+
+def test_helm_lint_is_clean_with_dra() -> None:
+    args = ["lint", "--strict", str(REPO / "deploy" / "helm" / "cgpu")]
+    for item in CHART_DRA:
+        args += ["--set", item]
+    done = run_tool("helm", *args)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "[WARNING]" not in done.stdout, done.stdout
+
+
+def test_operations_guide_manifests_are_valid() -> None:
+    text = (REPO / "docs" / "operations-dra.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+    objs = [o for block in blocks for o in yaml.safe_load_all(block) if o]
+    assert {o["kind"] for o in objs} >= {"ResourceClaimTemplate", "ResourceClaim", "Pod"}
+    validate_dra(objs)
