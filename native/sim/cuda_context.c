@@ -1,35 +1,9 @@
 /* The simulated CUDA driver (libcuda.so.1).  Contexts: creation and
- * teardown, primary contexts and the per-thread context stack. */
+ * teardown, primary contexts, and the calls that push, pop and set the
+ * per-thread context stack (which lives in cuda_current.c). */
 #include "cuda_sim.h"
 
 #include <stdlib.h>
-
-#define CTX_STACK_MAX 128
-
-static _Thread_local struct sim_ctx *tls_stack[CTX_STACK_MAX];
-static _Thread_local int tls_depth;
-static _Thread_local unsigned tls_gen;
-
-static struct sim_ctx *tls_top(void)
-{
-    if (tls_gen != drv.gen) {
-        tls_gen = drv.gen;
-        tls_depth = 0;
-    }
-    return tls_depth ? tls_stack[tls_depth - 1] : NULL;
-}
-
-CUresult cur_ctx(struct sim_ctx **out)
-{
-    NEED_INIT();
-    struct sim_ctx *c = tls_top();
-    if (!c)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    if (!atomic_load(&c->alive))
-        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-    *out = c;
-    return CUDA_SUCCESS;
-}
 
 static void ctx_defaults(struct sim_ctx *c)
 {

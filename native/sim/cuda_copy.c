@@ -271,6 +271,12 @@ void mem_settle(unsigned long long t)
     UNLOCK();
 }
 
+/* Every wait (cuda_current.c) runs the copies and sets due by its time. */
+__attribute__((constructor)) static void settle_on_wait(void)
+{
+    wait_on_settle(mem_settle);
+}
+
 /* Queue `x` to run at `due` (drv.mu held); 0 or -1. */
 static int pend_add(const struct xfer *x, unsigned long long due)
 {

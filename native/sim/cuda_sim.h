@@ -297,8 +297,29 @@ void obj_free(void *o);
 
 /* Physical index of visible ordinal `d`, or -1. */
 int dev_phys(CUdevice d);
+/* ---- Shared by every driver file (cuda_current.c, below them all) ---------- */
+
+/* The calling thread's context stack; cuda_context.c pushes, pops and sets it. */
+#define CTX_STACK_MAX 128
+extern _Thread_local struct sim_ctx *tls_stack[CTX_STACK_MAX];
+extern _Thread_local int tls_depth;
+/* The top of the stack (emptied first in a forked child); NULL when empty. */
+struct sim_ctx *tls_top(void);
 /* The calling thread's current context, checked alive. */
 CUresult cur_ctx(struct sim_ctx **out);
+/* The context of stream `s` (NULL and the special handles: the current one). */
+CUresult stream_ctx(CUstream s, struct sim_ctx **out);
+/* stream_ctx with the lock taken, for calls that only validate a stream. */
+CUresult stream_check(CUstream s);
+/* The context and work queue of stream `s` (drv.mu held). */
+CUresult stream_queue(CUstream s, struct sim_ctx **ctx, struct sim_queue **q);
+/* Allocate a context's default-stream queues (drv.mu held); 0 or -1. */
+int ctx_queues_init(struct sim_ctx *c);
+/* Wait until monotonic time `t`, then run the work registered with
+ * wait_on_settle that is due by then (no lock held). */
+void wait_until(unsigned long long t);
+/* Register what wait_until runs after it waits (cuda_copy.c: mem_settle). */
+void wait_on_settle(void (*settle)(unsigned long long t));
 
 /* ---- Memory, VMM, streams (drv.mu held) ------------------------------------ */
 
@@ -313,14 +334,6 @@ void array_free_locked(struct sim_array *a);
 void mem_settle(unsigned long long t);
 /* prop->location -> physical device, -1 for host locations; -2 invalid (*err set). */
 int location_phys(const CUmemLocation *loc, CUresult *err);
-/* The context of stream `s` (NULL and the special handles: the current one). */
-CUresult stream_ctx(CUstream s, struct sim_ctx **out);
-/* stream_ctx with the lock taken, for calls that only validate a stream. */
-CUresult stream_check(CUstream s);
-/* The context and work queue of stream `s` (drv.mu held). */
-CUresult stream_queue(CUstream s, struct sim_ctx **ctx, struct sim_queue **q);
-/* Allocate a context's default-stream queues (drv.mu held); 0 or -1. */
-int ctx_queues_init(struct sim_ctx *c);
 
 /* ---- Timeline (cuda_launch.c) ------------------------------------------------ */
 
@@ -332,8 +345,6 @@ void timeline_init(void);
 CUresult launch_work(CUstream s, unsigned long long ns);
 /* The duration of one launch of `f` with these parameters. */
 CUresult kernel_duration(CUfunction f, void **params, void **extra, unsigned long long *ns);
-/* Wait until monotonic time `t` (no lock held). */
-void wait_until(unsigned long long t);
 
 /* ---- Entry points (cuda_procs.c) -------------------------------------------- */
 

@@ -6,54 +6,6 @@
 /* ------------------------------------------------------------------------ */
 /* Streams and events                                                        */
 
-/* drv.mu held. */
-CUresult stream_ctx(CUstream s, struct sim_ctx **out)
-{
-    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
-        return cur_ctx(out);
-    struct sim_stream *st = obj_get(s, O_STREAM);
-    if (!st)
-        return CUDA_ERROR_INVALID_HANDLE;
-    if (!atomic_load(&st->hdr.ctx->alive))
-        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-    *out = st->hdr.ctx;
-    return CUDA_SUCCESS;
-}
-
-CUresult stream_queue(CUstream s, struct sim_ctx **ctx, struct sim_queue **q)
-{
-    CUresult rc = stream_ctx(s, ctx);
-    if (rc)
-        return rc;
-    struct sim_stream *st = obj_get(s, O_STREAM);
-    *q = st ? &st->q : s == CU_STREAM_PER_THREAD ? &(*ctx)->q_ptds : &(*ctx)->q_legacy;
-    return CUDA_SUCCESS;
-}
-
-static int queue_init(struct sim_queue *q)
-{
-    size_t bytes = (size_t)drv.cfg.queue_depth * sizeof *q->ends;
-    if (!q->ends && !(q->ends = malloc(bytes)))
-        return -1;
-    memset(q->ends, 0, bytes);
-    q->last_end = 0;
-    q->head = 0;
-    return 0;
-}
-
-int ctx_queues_init(struct sim_ctx *c)
-{
-    c->last_end = 0;
-    return queue_init(&c->q_legacy) || queue_init(&c->q_ptds) ? -1 : 0;
-}
-
-void wait_until(unsigned long long t)
-{
-    if (t > sim_now_ns())
-        sim_sleep_until(t);
-    mem_settle(t); /* copies and sets queued up to t */
-}
-
 /* When the work queued so far on stream `s` ends; the legacy stream waits
  * for every stream of its context. */
 static CUresult stream_end(CUstream s, unsigned long long *end)
@@ -86,16 +38,6 @@ static CUresult stream_query(CUstream s)
         return rc ? rc : CUDA_ERROR_NOT_READY;
     mem_settle(end);
     return CUDA_SUCCESS;
-}
-
-CUresult stream_check(CUstream s)
-{
-    NEED_INIT();
-    struct sim_ctx *c;
-    LOCK();
-    CUresult rc = stream_ctx(s, &c);
-    UNLOCK();
-    return rc;
 }
 
 static CUresult stream_create(CUstream *ph, unsigned int flags, int priority)

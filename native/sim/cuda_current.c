@@ -1,0 +1,111 @@
+/* The simulated CUDA driver (libcuda.so.1).  The pieces every other driver
+ * file shares, below all of them: the calling thread's current context (its
+ * context stack), the stream queues (which queue a stream handle stands for),
+ * and waiting for a time on the timeline.  It calls only cuda_core.c and the
+ * timeline, never a file above it (tests/sim/test_sim_layers.py keeps it so). */
+#include "cuda_sim.h"
+
+#include <stdlib.h>
+
+/* ------------------------------------------------------------------------ */
+/* The current context                                                       */
+
+_Thread_local struct sim_ctx *tls_stack[CTX_STACK_MAX];
+_Thread_local int tls_depth;
+_Thread_local unsigned tls_gen;
+
+struct sim_ctx *tls_top(void)
+{
+    if (tls_gen != drv.gen) {
+        tls_gen = drv.gen;
+        tls_depth = 0;
+    }
+    return tls_depth ? tls_stack[tls_depth - 1] : NULL;
+}
+
+CUresult cur_ctx(struct sim_ctx **out)
+{
+    NEED_INIT();
+    struct sim_ctx *c = tls_top();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!atomic_load(&c->alive))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    *out = c;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stream queues                                                             */
+
+/* drv.mu held. */
+CUresult stream_ctx(CUstream s, struct sim_ctx **out)
+{
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return cur_ctx(out);
+    struct sim_stream *st = obj_get(s, O_STREAM);
+    if (!st)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!atomic_load(&st->hdr.ctx->alive))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    *out = st->hdr.ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult stream_queue(CUstream s, struct sim_ctx **ctx, struct sim_queue **q)
+{
+    CUresult rc = stream_ctx(s, ctx);
+    if (rc)
+        return rc;
+    struct sim_stream *st = obj_get(s, O_STREAM);
+    *q = st ? &st->q : s == CU_STREAM_PER_THREAD ? &(*ctx)->q_ptds : &(*ctx)->q_legacy;
+    return CUDA_SUCCESS;
+}
+
+CUresult stream_check(CUstream s)
+{
+    NEED_INIT();
+    struct sim_ctx *c;
+    LOCK();
+    CUresult rc = stream_ctx(s, &c);
+    UNLOCK();
+    return rc;
+}
+
+static int queue_init(struct sim_queue *q)
+{
+    size_t bytes = (size_t)drv.cfg.queue_depth * sizeof *q->ends;
+    if (!q->ends && !(q->ends = malloc(bytes)))
+        return -1;
+    memset(q->ends, 0, bytes);
+    q->last_end = 0;
+    q->head = 0;
+    return 0;
+}
+
+int ctx_queues_init(struct sim_ctx *c)
+{
+    c->last_end = 0;
+    return queue_init(&c->q_legacy) || queue_init(&c->q_ptds) ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Waiting                                                                   */
+
+/* How the work that waits on time is run: cuda_copy.c registers it (its
+ * queued copies and sets), so that this file stays below it. */
+static void (*_Atomic settle_fn)(unsigned long long t);
+
+void wait_on_settle(void (*settle)(unsigned long long t))
+{
+    atomic_store(&settle_fn, settle);
+}
+
+void wait_until(unsigned long long t)
+{
+    if (t > sim_now_ns())
+        sim_sleep_until(t);
+    void (*settle)(unsigned long long) = atomic_load(&settle_fn);
+    if (settle)
+        settle(t); /* copies and sets queued up to t */
+}
