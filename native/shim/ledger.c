@@ -153,18 +153,23 @@ static int byte_free(int fd, uint64_t byte)
 
 /* Whether the process that claimed `slot` is still on its way out: its files (its
  * liveness lock with them) are closed, but it is not yet a zombie, so the driver may
- * still hold its memory.  A pid of another namespace names another process, whose start
- * time differs. */
+ * still hold its memory.  Only a process that is exiting (PF_EXITING, set before its
+ * files close) counts: one with the slot's pid and start time that is not exiting has
+ * exec'd a new image (the driver freed the old one's memory, and close-on-exec dropped
+ * the liveness lock), or is a new process that got a reused pid within the same clock
+ * tick.  A pid of another pid namespace names another process, whose start time differs. */
 static int still_exiting(const struct ledger_slot *slot)
 {
     char path[32], state;
+    unsigned long flags;
     unsigned long long start;
     int pid = __atomic_load_n(&slot->pid, __ATOMIC_RELAXED);
     if (pid <= 0)
         return 0;
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    return cgpu_proc_stat(path, &state, &start) && start == __atomic_load_n(&slot->start_time, __ATOMIC_RELAXED) &&
-           state != 'Z' && state != 'X';
+    return cgpu_proc_stat_flags(path, &state, &flags, &start) &&
+           start == __atomic_load_n(&slot->start_time, __ATOMIC_RELAXED) && state != 'Z' && state != 'X' &&
+           (flags & CGPU_PF_EXITING);
 }
 
 /* Whether slot `s`'s owner is gone: nobody else holds its liveness lock, and (for a
@@ -492,6 +497,25 @@ static uint64_t self_start_time(void)
     return cgpu_proc_stat("/proc/self/stat", &state, &start) ? start : 0;
 }
 
+/* Free the slots that carry our pid but whose liveness lock nobody holds: our own
+ * previous image (exec keeps the pid and start time; the driver freed its memory and
+ * close-on-exec dropped its lock), or a dead holder of our reused pid.  A process never
+ * sees either's memory.  Caller holds the lock; 1 if any was freed. */
+static int free_previous_images(struct ledger_handle *h, int32_t pid)
+{
+    struct ledger *l = h->l;
+    int freed = 0;
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
+        struct ledger_slot *slot = &l->slots[s];
+        if (!slot->in_use || slot->pid != pid || !ledger_slot_is_dead(h, s))
+            continue;
+        memset(slot->used, 0, sizeof slot->used);
+        __atomic_store_n(&slot->in_use, 0, __ATOMIC_RELEASE);
+        freed = 1;
+    }
+    return freed;
+}
+
 int ledger_claim_slot(struct ledger_handle *h)
 {
     struct ledger *l = h->l;
@@ -502,6 +526,7 @@ int ledger_claim_slot(struct ledger_handle *h)
             ledger_unlock(h);
             return CGPU_OK;
         }
+        free_previous_images(h, (int32_t)getpid());
         for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
             struct ledger_slot *slot = &l->slots[s];
             if (slot->in_use)
