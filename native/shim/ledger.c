@@ -195,6 +195,7 @@ int ledger_slot_is_dead(const struct ledger_handle *h, unsigned s)
 /* Lockers without a slot first take the admin byte's OFD lock (namespace-proof, and
  * dropped by the kernel when they die); threads of one process take turns on it. */
 static pthread_mutex_t admin_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t claim_mutex = PTHREAD_MUTEX_INITIALIZER; /* threads of one process claim one slot */
 static _Thread_local int admin_here;  /* this thread holds the admin byte */
 static int admin_process;             /* some thread of this process holds it */
 
@@ -320,20 +321,25 @@ int ledger_trylock(struct ledger_handle *h)
     return 1;
 }
 
+/* A plain store, no atomic read-modify-write, and no thread-local lookup: a waiter that sets
+ * LOCK_WAITERS after our load has its bit overwritten, but its futex wait compares the word
+ * (now 0) and returns at once; whether we locked as the admin is in the word's owner. */
 void ledger_unlock(struct ledger_handle *h)
 {
     struct ledger *l = h->l;
     write_end(l);
-    uint32_t old = __atomic_exchange_n(&l->lock, 0, __ATOMIC_RELEASE);
+    uint32_t old = __atomic_load_n(&l->lock, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->lock, 0, __ATOMIC_RELEASE);
     if (unlikely(old & LOCK_WAITERS))
         syscall(SYS_futex, &l->lock, FUTEX_WAKE, 1, NULL, NULL, 0);
-    if (admin_here)
+    if (unlikely((old & LOCK_OWNER) == LOCK_ADMIN))
         admin_leave(h);
 }
 
 void ledger_forget_process(void)
 {
     pthread_mutex_init(&admin_mutex, NULL);
+    pthread_mutex_init(&claim_mutex, NULL);
     admin_here = 0;
     admin_process = 0;
 }
@@ -516,38 +522,67 @@ static int free_previous_images(struct ledger_handle *h, int32_t pid)
     return freed;
 }
 
+/* Take slot `s` if it is free: its liveness lock arbitrates between claimers (whoever holds
+ * it owns the slot), and a sweeper never touches a slot that is not in use.  A free slot's
+ * charges were zeroed when it was freed, so no total changes: no lock, no repair (totals are
+ * checked against their check words at every charge and view, and repaired when they differ). */
+static int take_free_slot(struct ledger_handle *h, unsigned s, uint64_t start)
+{
+    struct ledger_slot *slot = &h->l->slots[s];
+    if (__atomic_load_n(&slot->in_use, __ATOMIC_ACQUIRE))
+        return 0;
+    if (ofd_lock(h->fd, CGPU_LIVENESS_BASE + s, F_WRLCK, F_OFD_SETLK, NULL) != 0)
+        return 0; /* another claimer has it */
+    uint32_t free_word = 0;
+    if (!__atomic_load_n(&slot->in_use, __ATOMIC_ACQUIRE)) {
+        for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) /* what a container may have written */
+            __atomic_store_n(&slot->used[d], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&slot->pid, (int32_t)getpid(), __ATOMIC_RELAXED);
+        __atomic_store_n(&slot->start_time, start, __ATOMIC_RELAXED);
+        if (__atomic_compare_exchange_n(&slot->in_use, &free_word, 1, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+            __atomic_fetch_add(&h->l->active, 1, __ATOMIC_RELAXED);
+            memset(h->held, 0, sizeof h->held);
+            __atomic_store_n(&h->slot, (int)s, __ATOMIC_RELEASE);
+            return 1;
+        }
+    }
+    ofd_lock(h->fd, CGPU_LIVENESS_BASE + s, F_UNLCK, F_OFD_SETLK, NULL);
+    return 0;
+}
+
 int ledger_claim_slot(struct ledger_handle *h)
 {
     struct ledger *l = h->l;
     uint64_t start = self_start_time();
-    for (int attempt = 0; attempt < 2; attempt++) {
-        ledger_lock(h);
+    int32_t pid = (int32_t)getpid();
+    int rc = CGPU_ERR_FULL;
+    pthread_mutex_lock(&claim_mutex);
+    for (int attempt = 0; attempt < 2 && rc != CGPU_OK; attempt++) {
         if (__atomic_load_n(&h->slot, __ATOMIC_RELAXED) >= 0) { /* another thread of ours claimed it */
-            ledger_unlock(h);
-            return CGPU_OK;
+            rc = CGPU_OK;
+            break;
         }
-        free_previous_images(h, (int32_t)getpid());
-        for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
-            struct ledger_slot *slot = &l->slots[s];
-            if (slot->in_use)
-                continue;
-            if (ofd_lock(h->fd, CGPU_LIVENESS_BASE + s, F_WRLCK, F_OFD_SETLK, NULL) != 0)
-                continue; /* someone still holds it (a claim in flight elsewhere) */
-            memset(slot->used, 0, sizeof slot->used);
-            memset(h->held, 0, sizeof h->held);
-            slot->pid = (int32_t)getpid();
-            slot->start_time = start;
-            __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE);
-            repair(l); /* cheap, off the hot path: any drift heals at every start */
-            __atomic_store_n(&h->slot, (int)s, __ATOMIC_RELAXED);
-            ledger_unlock(h); /* still as the admin (admin_here), not as the slot */
-            return CGPU_OK;
-        }
-        ledger_unlock(h);
-        if (ledger_sweep(h) == 0)
+        for (unsigned s = 0; s < CGPU_MAX_SLOTS && rc != CGPU_OK; s++)
+            if (take_free_slot(h, s, start))
+                rc = CGPU_OK;
+        if (rc != CGPU_OK && ledger_sweep(h) == 0)
             break;
     }
-    return CGPU_ERR_FULL;
+    if (rc == CGPU_OK) {
+        /* Our previous image, or a dead holder of our pid: freed before we look at anything. */
+        int ours = 0;
+        for (unsigned s = 0; s < CGPU_MAX_SLOTS && !ours; s++)
+            ours = (int)s != h->slot && __atomic_load_n(&l->slots[s].in_use, __ATOMIC_ACQUIRE) &&
+                   __atomic_load_n(&l->slots[s].pid, __ATOMIC_RELAXED) == pid;
+        if (ours) {
+            ledger_lock(h);
+            if (free_previous_images(h, pid))
+                repair(l);
+            ledger_unlock(h);
+        }
+    }
+    pthread_mutex_unlock(&claim_mutex);
+    return rc;
 }
 
 /* Return a slot's charges and free it.  Caller holds the lock. */
@@ -680,4 +715,19 @@ void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
     ledger_lock(h);
     ledger_credit_locked(h, dev, bytes);
     ledger_unlock(h);
+}
+
+uint64_t ledger_view_used(struct ledger_handle *h, unsigned dev)
+{
+    struct ledger *l = h->l;
+    uint64_t total = ledger_used(l, dev);
+    if (likely(total == ~__atomic_load_n(&l->devices[dev].used_check, __ATOMIC_RELAXED)))
+        return total;
+    /* Changed behind the writers' back: repair it if the lock is free, else count the slots. */
+    if (h->writable && __atomic_load_n(&h->slot, __ATOMIC_RELAXED) >= 0 && ledger_trylock(h)) {
+        repair(l);
+        ledger_unlock(h);
+        return ledger_used(l, dev);
+    }
+    return ledger_live_used(h, dev);
 }

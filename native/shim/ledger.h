@@ -140,6 +140,10 @@ static inline uint64_t ledger_used(const struct ledger *l, unsigned dev)
     return __atomic_load_n(&l->devices[dev].used, __ATOMIC_RELAXED);
 }
 
+/* Used bytes of a device as a view shows them: a total that disagrees with its check word is
+ * repaired first when the lock is free, else the live slots are summed.  Never waits. */
+uint64_t ledger_view_used(struct ledger_handle *h, unsigned dev);
+
 /* Whether slot `s`'s owner is gone (its liveness byte is free). */
 int ledger_slot_is_dead(const struct ledger_handle *h, unsigned s);
 /* In a forked child: forget the parent's lock state. */
