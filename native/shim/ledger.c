@@ -184,14 +184,6 @@ int ledger_slot_is_dead(const struct ledger_handle *h, unsigned s)
 
 /* ---- the lock ------------------------------------------------------------------ */
 
-/* The lock word: bit 31 = waiters may sleep on it; bits 9-30 = a sequence number
- * (a dead owner's word is never mistaken for a later owner's); bits 0-8 = the owner:
- * slot + 1, or LOCK_ADMIN for a locker without a slot. */
-#define LOCK_WAITERS 0x80000000u
-#define LOCK_OWNER 0x1FFu
-#define LOCK_SEQ 0x7FFFFE00u
-#define LOCK_ADMIN (CGPU_MAX_SLOTS + 1u)
-
 /* Lockers without a slot first take the admin byte's OFD lock (namespace-proof, and
  * dropped by the kernel when they die); threads of one process take turns on it. */
 static pthread_mutex_t admin_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -199,7 +191,7 @@ static pthread_mutex_t claim_mutex = PTHREAD_MUTEX_INITIALIZER; /* threads of on
 static _Thread_local int admin_here;  /* this thread holds the admin byte */
 static int admin_process;             /* some thread of this process holds it */
 
-static void admin_enter(struct ledger_handle *h)
+void ledger_admin_enter(struct ledger_handle *h)
 {
     pthread_mutex_lock(&admin_mutex);
     while (ofd_lock(h->fd, CGPU_ADMIN_BYTE, F_WRLCK, F_OFD_SETLKW, NULL) != 0 && errno == EINTR)
@@ -208,7 +200,7 @@ static void admin_enter(struct ledger_handle *h)
     __atomic_store_n(&admin_process, 1, __ATOMIC_RELAXED);
 }
 
-static void admin_leave(struct ledger_handle *h)
+void ledger_admin_leave(struct ledger_handle *h)
 {
     admin_here = 0;
     __atomic_store_n(&admin_process, 0, __ATOMIC_RELAXED);
@@ -234,32 +226,13 @@ static int owner_dead(const struct ledger_handle *h, uint32_t word)
 
 static void repair(struct ledger *l);
 
-/* A writer is inside: readers retry (see cgpu_ledger_snapshot). */
-static inline void write_begin(struct ledger *l)
-{
-    uint32_t g = __atomic_load_n(&l->gen, __ATOMIC_RELAXED);
-    /* Odd, and new even after a dead writer left it odd. */
-#ifdef __SANITIZE_THREAD__ /* ThreadSanitizer has no fences: an acquire-release exchange */
-    __atomic_exchange_n(&l->gen, g & 1u ? g + 2u : g + 1u, __ATOMIC_ACQ_REL);
-#else /* the data stores that follow stay after it */
-    __atomic_store_n(&l->gen, g & 1u ? g + 2u : g + 1u, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-#endif
-}
-
-static inline void write_end(struct ledger *l)
-{
-    uint32_t g = __atomic_load_n(&l->gen, __ATOMIC_RELAXED);
-    __atomic_store_n(&l->gen, (g | 1u) + 1u, __ATOMIC_RELEASE); /* even */
-}
-
 static void futex_wait(uint32_t *word, uint32_t expected, long ns)
 {
     struct timespec ts = {0, ns};
     syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, NULL, 0);
 }
 
-static __attribute__((noinline)) void lock_slow(struct ledger_handle *h, uint32_t mine)
+void ledger_lock_slow(struct ledger_handle *h, uint32_t mine)
 {
     struct ledger *l = h->l;
     uint32_t waited = 0;
@@ -291,21 +264,6 @@ static __attribute__((noinline)) void lock_slow(struct ledger_handle *h, uint32_
     }
 }
 
-void ledger_lock(struct ledger_handle *h)
-{
-    struct ledger *l = h->l;
-    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
-    uint32_t id = slot >= 0 ? (uint32_t)slot + 1 : LOCK_ADMIN;
-    if (slot < 0)
-        admin_enter(h);
-    uint32_t seq = __atomic_load_n(&l->lock_seq, __ATOMIC_RELAXED) + 1;
-    uint32_t mine = id | ((seq << 9) & LOCK_SEQ), expected = 0;
-    if (unlikely(!__atomic_compare_exchange_n(&l->lock, &expected, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
-        lock_slow(h, mine);
-    __atomic_store_n(&l->lock_seq, seq, __ATOMIC_RELAXED);
-    write_begin(l);
-}
-
 int ledger_trylock(struct ledger_handle *h)
 {
     struct ledger *l = h->l;
@@ -317,23 +275,13 @@ int ledger_trylock(struct ledger_handle *h)
     if (!__atomic_compare_exchange_n(&l->lock, &expected, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return 0;
     __atomic_store_n(&l->lock_seq, seq, __ATOMIC_RELAXED);
-    write_begin(l);
+    ledger_write_begin(l);
     return 1;
 }
 
-/* A plain store, no atomic read-modify-write, and no thread-local lookup: a waiter that sets
- * LOCK_WAITERS after our load has its bit overwritten, but its futex wait compares the word
- * (now 0) and returns at once; whether we locked as the admin is in the word's owner. */
-void ledger_unlock(struct ledger_handle *h)
+void ledger_wake(struct ledger *l)
 {
-    struct ledger *l = h->l;
-    write_end(l);
-    uint32_t old = __atomic_load_n(&l->lock, __ATOMIC_RELAXED);
-    __atomic_store_n(&l->lock, 0, __ATOMIC_RELEASE);
-    if (unlikely(old & LOCK_WAITERS))
-        syscall(SYS_futex, &l->lock, FUTEX_WAKE, 1, NULL, NULL, 0);
-    if (unlikely((old & LOCK_OWNER) == LOCK_ADMIN))
-        admin_leave(h);
+    syscall(SYS_futex, &l->lock, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 void ledger_forget_process(void)

