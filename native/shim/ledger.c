@@ -258,7 +258,9 @@ void ledger_lock_slow(struct ledger_handle *h, uint32_t mine)
         if (__atomic_load_n(&l->lock, __ATOMIC_RELAXED) == cur && owner_dead(h, cur) &&
             __atomic_compare_exchange_n(&l->lock, &cur, mine | LOCK_WAITERS, 0, __ATOMIC_ACQUIRE,
                                         __ATOMIC_RELAXED)) {
-            repair(l); /* the owner died inside: the slots are the truth */
+            ledger_write_begin(l); /* its own write section: a table-only locker opens none */
+            repair(l);             /* the owner died inside: the slots are the truth */
+            ledger_write_end(l);
             return;
         }
     }

@@ -13,7 +13,7 @@
  * lock on its liveness byte, whatever its pid namespace; a locker without a slot
  * (claiming one, or a host tool) holds the "admin" byte instead.  A waiter that finds
  * the owner dead takes the lock over and recomputes the totals from the live slots.
- * Uncontended lock and unlock are one atomic each: no syscall.
+ * Uncontended, lock is one compare-and-swap and unlock one store: no syscall.
  *
  * Readers never lock: every write section bumps a generation counter (odd while
  * writing), and cgpu_ledger_snapshot copies the file with pread until it reads one
@@ -170,6 +170,37 @@ static inline void ledger_unlock(struct ledger_handle *h)
         ledger_wake(l);
     if (__builtin_expect((old & LOCK_OWNER) == LOCK_ADMIN, 0))
         ledger_admin_leave(h);
+}
+
+/* The same lock for a section that writes nothing in the file (this process's pointer table):
+ * no write section, so readers need not retry.  Not for lockers without a slot. */
+static inline void ledger_lock_private(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    if (__builtin_expect(slot < 0, 0)) {
+        ledger_lock(h);
+        return;
+    }
+    uint32_t seq = __atomic_load_n(&l->lock_seq, __ATOMIC_RELAXED) + 1;
+    uint32_t mine = ((uint32_t)slot + 1) | ((seq << 9) & LOCK_SEQ), expected = 0;
+    if (__builtin_expect(!__atomic_compare_exchange_n(&l->lock, &expected, mine, 0, __ATOMIC_ACQUIRE,
+                                                      __ATOMIC_RELAXED), 0))
+        ledger_lock_slow(h, mine);
+    __atomic_store_n(&l->lock_seq, seq, __ATOMIC_RELAXED);
+}
+
+static inline void ledger_unlock_private(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    uint32_t old = __atomic_load_n(&l->lock, __ATOMIC_RELAXED);
+    if (__builtin_expect((old & LOCK_OWNER) == LOCK_ADMIN, 0)) {
+        ledger_unlock(h); /* locked as the admin: ledger_lock_private fell back to ledger_lock */
+        return;
+    }
+    __atomic_store_n(&l->lock, 0, __ATOMIC_RELEASE);
+    if (__builtin_expect(!!(old & LOCK_WAITERS), 0))
+        ledger_wake(l);
 }
 
 /* Take the lock only if it is free now; 1 if taken. */
