@@ -93,6 +93,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--n", type=int, default=200000)
     parser.add_argument("--processes", type=int, default=64)
+    parser.add_argument("--storms", type=int, default=5, help="start-up storms per build")
     parser.add_argument("--other", type=Path, help="another libcgpu.so to alternate with")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,7 +111,7 @@ def main() -> None:
                 meminfo = measure(exe, env, "meminfo", str(args.n))
                 rows["meminfo"].setdefault(name, []).append(meminfo)
         storms: dict[str, list[list[float]]] = {name: [] for name in envs}
-        for _ in range(3):  # alternated too: a storm measures the machine as much as the shim
+        for _ in range(args.storms):  # alternated too: a storm measures the machine as well
             for name, env in envs.items():
                 storms[name].append(init_storm(exe, env, args.processes))
         shutil.rmtree(ledger, ignore_errors=True)
