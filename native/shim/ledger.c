@@ -512,9 +512,8 @@ int ledger_claim_slot(struct ledger_handle *h)
             rc = CGPU_OK;
             break;
         }
-        /* Start where our pid points: processes starting together try different slots. */
-        for (unsigned i = 0, first = (unsigned)pid % CGPU_MAX_SLOTS; i < CGPU_MAX_SLOTS && rc != CGPU_OK; i++)
-            if (take_free_slot(h, (first + i) % CGPU_MAX_SLOTS, start))
+        for (unsigned s = 0; s < CGPU_MAX_SLOTS && rc != CGPU_OK; s++)
+            if (take_free_slot(h, s, start))
                 rc = CGPU_OK;
         if (rc != CGPU_OK && ledger_sweep(h) == 0)
             break;
