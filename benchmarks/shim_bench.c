@@ -1,6 +1,8 @@
 /* Times the driver calls the shim wraps; run with and without LD_PRELOAD=libcgpu.so.
  *   shim_bench pairs N SIZE   -> ns per cuMemAlloc_v2+cuMemFree_v2 pair
  *   shim_bench meminfo N      -> ns per cuMemGetInfo_v2
+ * Both time N calls in batches of 1000 and report the fastest batch: on a shared machine
+ * the median of whole runs mostly measures the neighbours.
  *   shim_bench init           -> us from process start to the first allocation done
  */
 #define __CUDA_API_VERSION_INTERNAL 1
@@ -10,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#define BATCH 1000
 
 static double now_ns(void)
 {
@@ -52,18 +56,27 @@ int main(int argc, char **argv)
             cuMemAlloc_v2(&p, size);
             cuMemFree_v2(p);
         }
-        double t0 = now_ns();
-        for (long i = 0; i < n; i++) {
-            if (cuMemAlloc_v2(&p, size) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS)
-                return 1;
+        double best = 1e30;
+        for (long done = 0; done < n; done += BATCH) {
+            double t0 = now_ns();
+            for (long i = 0; i < BATCH; i++)
+                if (cuMemAlloc_v2(&p, size) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS)
+                    return 1;
+            double t = (now_ns() - t0) / BATCH;
+            best = t < best ? t : best;
         }
-        printf("%.2f\n", (now_ns() - t0) / (double)n);
+        printf("%.2f\n", best);
     } else if (strcmp(argv[1], "meminfo") == 0) {
         size_t f, t;
-        double t0 = now_ns();
-        for (long i = 0; i < n; i++)
-            cuMemGetInfo_v2(&f, &t);
-        printf("%.2f\n", (now_ns() - t0) / (double)n);
+        double best = 1e30;
+        for (long done = 0; done < n; done += BATCH) {
+            double t0 = now_ns();
+            for (long i = 0; i < BATCH; i++)
+                cuMemGetInfo_v2(&f, &t);
+            double b = (now_ns() - t0) / BATCH;
+            best = b < best ? b : best;
+        }
+        printf("%.2f\n", best);
     } else {
         return 2;
     }

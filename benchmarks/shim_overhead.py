@@ -1,9 +1,11 @@
 """Shim overhead: the same driver calls with and without libcgpu.so, measured in one run.
 
-    python benchmarks/shim_overhead.py [--real] [--rounds 7] [--n 200000]
+    python benchmarks/shim_overhead.py [--real] [--rounds 7] [--n 200000] [--other PATH]
 
 Without --real it runs on the simulator (the tests' driver); with --real, on the machine's
-NVIDIA driver.  Rounds alternate bare and shimmed runs; the figures are medians.
+NVIDIA driver.  Rounds alternate bare and shimmed runs; the figures are medians of the rounds,
+each round reporting its fastest batch of 1000 calls.  --other adds another build of
+libcgpu.so (an older one, say), alternated in the same rounds.
 """
 
 from __future__ import annotations
@@ -54,15 +56,19 @@ def build(out: Path, real: bool) -> Path:
     return exe
 
 
-def environments(real: bool, ledger: Path) -> tuple[dict[str, str], dict[str, str]]:
+def environments(real: bool, ledger: Path, shims: dict[str, Path]) -> dict[str, dict[str, str]]:
+    """The bare environment, and one per shim, each with its own ledger directory."""
     bare = {k: v for k, v in os.environ.items() if not k.startswith(("CGPU_", "LD_PRELOAD"))}
     if not real:
         bare["LD_LIBRARY_PATH"] = str(sim_lib_dir())
         bare["CGPU_SIM_MEMORY"] = "80GiB"
-    shimmed = dict(
-        bare, LD_PRELOAD=str(shim_path()), CGPU_MEM_LIMIT="40GiB", CGPU_LEDGER_DIR=str(ledger)
-    )
-    return bare, shimmed
+    envs = {"bare": bare}
+    for name, path in shims.items():
+        (ledger / name).mkdir()
+        envs[name] = dict(
+            bare, LD_PRELOAD=str(path), CGPU_MEM_LIMIT="40GiB", CGPU_LEDGER_DIR=str(ledger / name)
+        )
+    return envs
 
 
 def measure(exe: Path, env: dict[str, str], *args: str) -> float:
@@ -87,25 +93,27 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--n", type=int, default=200000)
     parser.add_argument("--processes", type=int, default=64)
+    parser.add_argument("--storms", type=int, default=5, help="start-up storms per build")
+    parser.add_argument("--other", type=Path, help="another libcgpu.so to alternate with")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
         exe = build(tmpdir, args.real)
         ledger = tmpdir / "ledger"
         ledger.mkdir()
-        bare, shimmed = environments(args.real, ledger)
-        rows: dict[str, dict[str, list[float]]] = {
-            "pairs": {"bare": [], "shim": []},
-            "meminfo": {"bare": [], "shim": []},
-        }
+        shims = {"shim": shim_path(), **({"other": args.other} if args.other else {})}
+        envs = environments(args.real, ledger, shims)
+        rows: dict[str, dict[str, list[float]]] = {"pairs": {}, "meminfo": {}}
         for _ in range(args.rounds):
-            for name, env in (("bare", bare), ("shim", shimmed)):
-                rows["pairs"][name].append(measure(exe, env, "pairs", str(args.n), str(2 << 20)))
-                rows["meminfo"][name].append(measure(exe, env, "meminfo", str(args.n)))
-        storms = {
-            name: init_storm(exe, env, args.processes)
-            for name, env in (("bare", bare), ("shim", shimmed))
-        }
+            for name, env in envs.items():
+                pairs = measure(exe, env, "pairs", str(args.n), str(2 << 20))
+                rows["pairs"].setdefault(name, []).append(pairs)
+                meminfo = measure(exe, env, "meminfo", str(args.n))
+                rows["meminfo"].setdefault(name, []).append(meminfo)
+        storms: dict[str, list[list[float]]] = {name: [] for name in envs}
+        for _ in range(args.storms):  # alternated too: a storm measures the machine as well
+            for name, env in envs.items():
+                storms[name].append(init_storm(exe, env, args.processes))
         shutil.rmtree(ledger, ignore_errors=True)
     machine = platform.processor() or platform.machine()
     driver = "real" if args.real else "simulator"
@@ -113,19 +121,27 @@ def main() -> None:
         f"# {time.strftime('%Y-%m-%d')} {platform.node()} {machine}"
         f" driver={driver} rounds={args.rounds} n={args.n}"
     )
-    print(f"{'what':38} {'bare':>10} {'shim':>10} {'added':>10}")
-    for label, key, unit in (
-        ("alloc+free pair (2 MiB)", "pairs", "ns"),
-        ("cuMemGetInfo", "meminfo", "ns"),
-    ):
-        b, s = statistics.median(rows[key]["bare"]), statistics.median(rows[key]["shim"])
-        print(f"{label + ' [' + unit + ']':38} {b:10.1f} {s:10.1f} {s - b:10.1f}")
-    for q in ("p50", "p99"):
-        idx = {"p50": 0.5, "p99": 0.99}[q]
-        b = storms["bare"][int(idx * (len(storms["bare"]) - 1))]
-        s = storms["shim"][int(idx * (len(storms["shim"]) - 1))]
+    names = list(envs)
+    print(
+        f"{'what':38}"
+        + "".join(f"{n:>10}" for n in names)
+        + "".join(f"{'+' + n:>10}" for n in names[1:])
+    )
+    for label, key in (("alloc+free pair (2 MiB) [ns]", "pairs"), ("cuMemGetInfo [ns]", "meminfo")):
+        med = [statistics.median(rows[key][n]) for n in names]
+        print(
+            f"{label:38}"
+            + "".join(f"{m:10.1f}" for m in med)
+            + "".join(f"{m - med[0]:10.1f}" for m in med[1:])
+        )
+    for q, idx in (("p50", 0.5), ("p99", 0.99)):
+        med = [statistics.median(s[int(idx * (len(s) - 1))] for s in storms[n]) for n in names]
         label = f"init, {args.processes} at once, {q} [us]"
-        print(f"{label:38} {b:10.1f} {s:10.1f} {s - b:10.1f}")
+        print(
+            f"{label:38}"
+            + "".join(f"{m:10.1f}" for m in med)
+            + "".join(f"{m - med[0]:10.1f}" for m in med[1:])
+        )
 
 
 if __name__ == "__main__":

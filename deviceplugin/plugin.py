@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,9 @@ from cgpu.deviceplugin.server import Allocates, DevicePluginService, start_serve
 log = logging.getLogger(__name__)
 
 POLL = 0.25
-REGISTER_RETRY = 1.0
+REGISTER_RETRY = 0.5
+REGISTER_TIMEOUT = 2.0
+REGISTER_DEADLINE = 10.0
 NODE_RETRY = 30.0
 
 
@@ -118,7 +121,8 @@ class Plugin:
 
     def _serve_once(self) -> None:
         """Serve and register every resource, then wait until the kubelet restarts, one of
-        our sockets disappears, or we are stopped."""
+        our sockets disappears, or we are stopped.  Any of these, at any point (registration
+        included), ends this round: the next one serves afresh and registers everything."""
         servers, mine = [], {}
         for endpoint in self.endpoints:
             service = DevicePluginService(endpoint.inventory, endpoint.allocator, self.stop)
@@ -126,53 +130,78 @@ class Plugin:
             mine[endpoint.socket_name] = kubelet.identity(self.path(endpoint))
             log.info("serving %s on %s", endpoint.resource, self.path(endpoint))
         try:
-            theirs = self._register_all()
-            while not self.stop.wait(POLL):
-                if kubelet.identity(self.kubelet_socket) != theirs:
-                    log.warning("kubelet.sock was recreated: the kubelet restarted; re-registering")
-                    return
-                for endpoint in self.endpoints:
-                    if kubelet.identity(self.path(endpoint)) != mine[endpoint.socket_name]:
-                        log.warning("our socket %s was removed; serving again", self.path(endpoint))
-                        return
+            theirs = self._register_all(mine)
+            if theirs is None:
+                return
+            # The kubelet may zero extended capacity when it re-registers its node.
+            threading.Thread(target=self._publish_node, daemon=True).start()
+            while not self.stop.wait(POLL) and self._unchanged(mine, theirs):
+                pass
         finally:
             for server in servers:
                 server.stop(grace=0.5).wait(2)
 
-    def _register_all(self) -> kubelet.FileIdentity | None:
-        """Register every resource on the same kubelet; returns its socket's identity."""
-        while not self.stop.is_set():
-            theirs = self._register(self.endpoints[0])
-            if theirs is None:
-                return None
-            if all(self._register(e) == theirs for e in self.endpoints[1:]):
-                # The kubelet may zero extended capacity when it re-registers its node.
-                threading.Thread(target=self._publish_node, daemon=True).start()
-                return theirs
-            log.warning("the kubelet restarted while registering; registering again")
-        return None
+    def _unchanged(
+        self, mine: dict[str, kubelet.FileIdentity | None], theirs: kubelet.FileIdentity | None
+    ) -> bool:
+        """Whether our sockets and kubelet.sock are the ones this round started with; logs
+        what changed."""
+        if kubelet.identity(self.kubelet_socket) != theirs:
+            log.warning("kubelet.sock was recreated: the kubelet restarted; re-registering")
+            return False
+        return self._ours_present(mine)
 
-    def _register(self, endpoint: Endpoint) -> kubelet.FileIdentity | None:
-        """Register one resource, retrying until it works; returns the kubelet socket it
-        worked on."""
-        while not self.stop.is_set():
+    def _register_all(
+        self, mine: dict[str, kubelet.FileIdentity | None]
+    ) -> kubelet.FileIdentity | None:
+        """Register every resource on one kubelet; returns its socket's identity, or None
+        when stopped, when anything changed meanwhile, or when it took too long (the caller
+        then starts over)."""
+        theirs = None
+        while theirs is None:  # no kubelet yet: wait for one, watching our own sockets
+            if self.stop.is_set() or not self._ours_present(mine):
+                return None
             theirs = kubelet.identity(self.kubelet_socket)
-            if theirs is not None:
-                try:
-                    kubelet.register(self.kubelet_socket, endpoint.socket_name, endpoint.resource)
-                except (grpc.RpcError, grpc.FutureTimeoutError) as err:
-                    detail = err.details() if isinstance(err, grpc.RpcError) else "timed out"
-                    log.warning("registration with the kubelet failed: %s; retrying", detail)
-                else:
-                    self.registrations += 1
-                    log.info(
-                        "registered %s with the kubelet at %s",
-                        endpoint.resource,
-                        self.kubelet_socket,
+            if theirs is None:
+                self.stop.wait(POLL)
+        deadline = time.monotonic() + REGISTER_DEADLINE
+        for endpoint in self.endpoints:
+            while not self._register(endpoint):
+                if self.stop.is_set() or not self._unchanged(mine, theirs):
+                    return None
+                if time.monotonic() >= deadline:
+                    log.warning(
+                        "registration did not complete within %.0f s; serving again",
+                        REGISTER_DEADLINE,
                     )
-                    return theirs
-            self.stop.wait(REGISTER_RETRY)
-        return None
+                    return None
+                self.stop.wait(REGISTER_RETRY)
+            if not self._unchanged(mine, theirs):  # it restarted right after answering
+                return None
+        return None if self.stop.is_set() else theirs
+
+    def _ours_present(self, mine: dict[str, kubelet.FileIdentity | None]) -> bool:
+        """Whether each of our sockets is still the one we created."""
+        for endpoint in self.endpoints:
+            now = kubelet.identity(self.path(endpoint))
+            if now is None or now != mine[endpoint.socket_name]:
+                log.warning("our socket %s was removed; serving again", self.path(endpoint))
+                return False
+        return True
+
+    def _register(self, endpoint: Endpoint) -> bool:
+        """One registration of one resource, bounded by REGISTER_TIMEOUT; whether it worked."""
+        try:
+            kubelet.register(
+                self.kubelet_socket, endpoint.socket_name, endpoint.resource, REGISTER_TIMEOUT
+            )
+        except (grpc.RpcError, grpc.FutureTimeoutError) as err:
+            detail = err.details() if isinstance(err, grpc.RpcError) else "timed out"
+            log.warning("registration of %s failed: %s; retrying", endpoint.resource, detail)
+            return False
+        self.registrations += 1
+        log.info("registered %s with the kubelet at %s", endpoint.resource, self.kubelet_socket)
+        return True
 
     def _publish_node(self) -> None:
         if self.node is not None:

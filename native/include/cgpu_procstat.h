@@ -7,9 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 
-/* State (field 3) and start time in clock ticks since boot (field 22) of the
- * process whose stat file is `path`.  Returns 1, or 0 when it cannot be read. */
-static inline int cgpu_proc_stat(const char *path, char *state, unsigned long long *start_time)
+/* State (field 3), kernel flags (field 9) and start time in clock ticks since boot
+ * (field 22) of the process whose stat file is `path`.  Returns 1, or 0 when it cannot
+ * be read. */
+static inline int cgpu_proc_stat_flags(const char *path, char *state, unsigned long *flags,
+                                       unsigned long long *start_time)
 {
     char buf[1024];
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -25,10 +27,24 @@ static inline int cgpu_proc_stat(const char *path, char *state, unsigned long lo
         return 0;
     *state = p[2];
     p++; /* the space before field 3 */
-    for (int field = 3; field < 22 && p; field++)
+    *flags = 0;
+    for (int field = 3; field < 22 && p; field++) {
         p = strchr(p + 1, ' ');
+        if (p && field == 8)
+            *flags = strtoul(p + 1, NULL, 10); /* p is now before field 9 */
+    }
     *start_time = p ? strtoull(p + 1, NULL, 10) : 0;
     return 1;
 }
+
+/* State and start time only. */
+static inline int cgpu_proc_stat(const char *path, char *state, unsigned long long *start_time)
+{
+    unsigned long flags;
+    return cgpu_proc_stat_flags(path, state, &flags, start_time);
+}
+
+/* PF_EXITING in field 9: the process is on its way out (set before its files close). */
+#define CGPU_PF_EXITING 0x4ul
 
 #endif

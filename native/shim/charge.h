@@ -54,9 +54,9 @@ static inline void *current_context(void)
  * the charge stays (until the process ends): over-counted, never under. */
 static inline void track(uint64_t key, int dev, uint64_t charge, void *ctx)
 {
-    ledger_lock(&g_shim.ledger);
+    ledger_lock_private(&g_shim.ledger); /* the table only: no write section in the file */
     (void)pt_insert(&g_table, key, (unsigned)dev, charge, ctx);
-    ledger_unlock(&g_shim.ledger);
+    ledger_unlock_private(&g_shim.ledger);
 }
 
 /* Credit `charge` on `dev` to this process's slot.  Caller holds the ledger lock;
@@ -76,9 +76,9 @@ struct untracked {
 static inline int untrack(uint64_t key, struct untracked *out)
 {
     unsigned dev = 0;
-    ledger_lock(&g_shim.ledger);
+    ledger_lock_private(&g_shim.ledger);
     int found = pt_remove(&g_table, key, &dev, &out->charge, &out->ctx);
-    ledger_unlock(&g_shim.ledger);
+    ledger_unlock_private(&g_shim.ledger);
     out->dev = (int)dev;
     return found;
 }

@@ -29,9 +29,8 @@ static void sweep_if_shared(void)
 /* free = min(slice - use, device free); total = slice. */
 static void truncate_info(int dev, uint64_t *freep, uint64_t *totalp)
 {
-    struct ledger *l = g_shim.ledger.l;
     sweep_if_shared();
-    uint64_t limit = g_shim.ledger.limit[dev], used = ledger_used(l, (unsigned)dev);
+    uint64_t limit = g_shim.ledger.limit[dev], used = ledger_view_used(&g_shim.ledger, (unsigned)dev);
     uint64_t left = used >= limit ? 0 : limit - used;
     *totalp = limit;
     if (*freep > left)

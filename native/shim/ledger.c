@@ -153,18 +153,23 @@ static int byte_free(int fd, uint64_t byte)
 
 /* Whether the process that claimed `slot` is still on its way out: its files (its
  * liveness lock with them) are closed, but it is not yet a zombie, so the driver may
- * still hold its memory.  A pid of another namespace names another process, whose start
- * time differs. */
+ * still hold its memory.  Only a process that is exiting (PF_EXITING, set before its
+ * files close) counts: one with the slot's pid and start time that is not exiting has
+ * exec'd a new image (the driver freed the old one's memory, and close-on-exec dropped
+ * the liveness lock), or is a new process that got a reused pid within the same clock
+ * tick.  A pid of another pid namespace names another process, whose start time differs. */
 static int still_exiting(const struct ledger_slot *slot)
 {
     char path[32], state;
+    unsigned long flags;
     unsigned long long start;
     int pid = __atomic_load_n(&slot->pid, __ATOMIC_RELAXED);
     if (pid <= 0)
         return 0;
     snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    return cgpu_proc_stat(path, &state, &start) && start == __atomic_load_n(&slot->start_time, __ATOMIC_RELAXED) &&
-           state != 'Z' && state != 'X';
+    return cgpu_proc_stat_flags(path, &state, &flags, &start) &&
+           start == __atomic_load_n(&slot->start_time, __ATOMIC_RELAXED) && state != 'Z' && state != 'X' &&
+           (flags & CGPU_PF_EXITING);
 }
 
 /* Whether slot `s`'s owner is gone: nobody else holds its liveness lock, and (for a
@@ -179,21 +184,14 @@ int ledger_slot_is_dead(const struct ledger_handle *h, unsigned s)
 
 /* ---- the lock ------------------------------------------------------------------ */
 
-/* The lock word: bit 31 = waiters may sleep on it; bits 9-30 = a sequence number
- * (a dead owner's word is never mistaken for a later owner's); bits 0-8 = the owner:
- * slot + 1, or LOCK_ADMIN for a locker without a slot. */
-#define LOCK_WAITERS 0x80000000u
-#define LOCK_OWNER 0x1FFu
-#define LOCK_SEQ 0x7FFFFE00u
-#define LOCK_ADMIN (CGPU_MAX_SLOTS + 1u)
-
 /* Lockers without a slot first take the admin byte's OFD lock (namespace-proof, and
  * dropped by the kernel when they die); threads of one process take turns on it. */
 static pthread_mutex_t admin_mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t claim_mutex = PTHREAD_MUTEX_INITIALIZER; /* threads of one process claim one slot */
 static _Thread_local int admin_here;  /* this thread holds the admin byte */
 static int admin_process;             /* some thread of this process holds it */
 
-static void admin_enter(struct ledger_handle *h)
+void ledger_admin_enter(struct ledger_handle *h)
 {
     pthread_mutex_lock(&admin_mutex);
     while (ofd_lock(h->fd, CGPU_ADMIN_BYTE, F_WRLCK, F_OFD_SETLKW, NULL) != 0 && errno == EINTR)
@@ -202,7 +200,7 @@ static void admin_enter(struct ledger_handle *h)
     __atomic_store_n(&admin_process, 1, __ATOMIC_RELAXED);
 }
 
-static void admin_leave(struct ledger_handle *h)
+void ledger_admin_leave(struct ledger_handle *h)
 {
     admin_here = 0;
     __atomic_store_n(&admin_process, 0, __ATOMIC_RELAXED);
@@ -228,32 +226,13 @@ static int owner_dead(const struct ledger_handle *h, uint32_t word)
 
 static void repair(struct ledger *l);
 
-/* A writer is inside: readers retry (see cgpu_ledger_snapshot). */
-static inline void write_begin(struct ledger *l)
-{
-    uint32_t g = __atomic_load_n(&l->gen, __ATOMIC_RELAXED);
-    /* Odd, and new even after a dead writer left it odd. */
-#ifdef __SANITIZE_THREAD__ /* ThreadSanitizer has no fences: an acquire-release exchange */
-    __atomic_exchange_n(&l->gen, g & 1u ? g + 2u : g + 1u, __ATOMIC_ACQ_REL);
-#else /* the data stores that follow stay after it */
-    __atomic_store_n(&l->gen, g & 1u ? g + 2u : g + 1u, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-#endif
-}
-
-static inline void write_end(struct ledger *l)
-{
-    uint32_t g = __atomic_load_n(&l->gen, __ATOMIC_RELAXED);
-    __atomic_store_n(&l->gen, (g | 1u) + 1u, __ATOMIC_RELEASE); /* even */
-}
-
 static void futex_wait(uint32_t *word, uint32_t expected, long ns)
 {
     struct timespec ts = {0, ns};
     syscall(SYS_futex, word, FUTEX_WAIT, expected, &ts, NULL, 0);
 }
 
-static __attribute__((noinline)) void lock_slow(struct ledger_handle *h, uint32_t mine)
+void ledger_lock_slow(struct ledger_handle *h, uint32_t mine)
 {
     struct ledger *l = h->l;
     uint32_t waited = 0;
@@ -279,25 +258,12 @@ static __attribute__((noinline)) void lock_slow(struct ledger_handle *h, uint32_
         if (__atomic_load_n(&l->lock, __ATOMIC_RELAXED) == cur && owner_dead(h, cur) &&
             __atomic_compare_exchange_n(&l->lock, &cur, mine | LOCK_WAITERS, 0, __ATOMIC_ACQUIRE,
                                         __ATOMIC_RELAXED)) {
-            repair(l); /* the owner died inside: the slots are the truth */
+            ledger_write_begin(l); /* its own write section: a table-only locker opens none */
+            repair(l);             /* the owner died inside: the slots are the truth */
+            ledger_write_end(l);
             return;
         }
     }
-}
-
-void ledger_lock(struct ledger_handle *h)
-{
-    struct ledger *l = h->l;
-    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
-    uint32_t id = slot >= 0 ? (uint32_t)slot + 1 : LOCK_ADMIN;
-    if (slot < 0)
-        admin_enter(h);
-    uint32_t seq = __atomic_load_n(&l->lock_seq, __ATOMIC_RELAXED) + 1;
-    uint32_t mine = id | ((seq << 9) & LOCK_SEQ), expected = 0;
-    if (unlikely(!__atomic_compare_exchange_n(&l->lock, &expected, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)))
-        lock_slow(h, mine);
-    __atomic_store_n(&l->lock_seq, seq, __ATOMIC_RELAXED);
-    write_begin(l);
 }
 
 int ledger_trylock(struct ledger_handle *h)
@@ -311,24 +277,19 @@ int ledger_trylock(struct ledger_handle *h)
     if (!__atomic_compare_exchange_n(&l->lock, &expected, mine, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
         return 0;
     __atomic_store_n(&l->lock_seq, seq, __ATOMIC_RELAXED);
-    write_begin(l);
+    ledger_write_begin(l);
     return 1;
 }
 
-void ledger_unlock(struct ledger_handle *h)
+void ledger_wake(struct ledger *l)
 {
-    struct ledger *l = h->l;
-    write_end(l);
-    uint32_t old = __atomic_exchange_n(&l->lock, 0, __ATOMIC_RELEASE);
-    if (unlikely(old & LOCK_WAITERS))
-        syscall(SYS_futex, &l->lock, FUTEX_WAKE, 1, NULL, NULL, 0);
-    if (admin_here)
-        admin_leave(h);
+    syscall(SYS_futex, &l->lock, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
 void ledger_forget_process(void)
 {
     pthread_mutex_init(&admin_mutex, NULL);
+    pthread_mutex_init(&claim_mutex, NULL);
     admin_here = 0;
     admin_process = 0;
 }
@@ -492,37 +453,86 @@ static uint64_t self_start_time(void)
     return cgpu_proc_stat("/proc/self/stat", &state, &start) ? start : 0;
 }
 
+/* Free the slots that carry our pid but whose liveness lock nobody holds: our own
+ * previous image (exec keeps the pid and start time; the driver freed its memory and
+ * close-on-exec dropped its lock), or a dead holder of our reused pid.  A process never
+ * sees either's memory.  Caller holds the lock; 1 if any was freed. */
+static int free_previous_images(struct ledger_handle *h, int32_t pid)
+{
+    struct ledger *l = h->l;
+    int freed = 0;
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
+        struct ledger_slot *slot = &l->slots[s];
+        if (!slot->in_use || slot->pid != pid || !ledger_slot_is_dead(h, s))
+            continue;
+        memset(slot->used, 0, sizeof slot->used);
+        __atomic_store_n(&slot->in_use, 0, __ATOMIC_RELEASE);
+        freed = 1;
+    }
+    return freed;
+}
+
+/* Take slot `s` if it is free: its liveness lock arbitrates between claimers (whoever holds
+ * it owns the slot), and a sweeper never touches a slot that is not in use.  A free slot's
+ * charges were zeroed when it was freed, so no total changes: no lock, no repair (totals are
+ * checked against their check words at every charge and view, and repaired when they differ). */
+static int take_free_slot(struct ledger_handle *h, unsigned s, uint64_t start)
+{
+    struct ledger_slot *slot = &h->l->slots[s];
+    if (__atomic_load_n(&slot->in_use, __ATOMIC_ACQUIRE))
+        return 0;
+    if (ofd_lock(h->fd, CGPU_LIVENESS_BASE + s, F_WRLCK, F_OFD_SETLK, NULL) != 0)
+        return 0; /* another claimer has it */
+    uint32_t free_word = 0;
+    if (!__atomic_load_n(&slot->in_use, __ATOMIC_ACQUIRE)) {
+        for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) /* what a container may have written */
+            __atomic_store_n(&slot->used[d], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&slot->pid, (int32_t)getpid(), __ATOMIC_RELAXED);
+        __atomic_store_n(&slot->start_time, start, __ATOMIC_RELAXED);
+        if (__atomic_compare_exchange_n(&slot->in_use, &free_word, 1, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+            __atomic_fetch_add(&h->l->active, 1, __ATOMIC_RELAXED);
+            memset(h->held, 0, sizeof h->held);
+            __atomic_store_n(&h->slot, (int)s, __ATOMIC_RELEASE);
+            return 1;
+        }
+    }
+    ofd_lock(h->fd, CGPU_LIVENESS_BASE + s, F_UNLCK, F_OFD_SETLK, NULL);
+    return 0;
+}
+
 int ledger_claim_slot(struct ledger_handle *h)
 {
     struct ledger *l = h->l;
     uint64_t start = self_start_time();
-    for (int attempt = 0; attempt < 2; attempt++) {
-        ledger_lock(h);
+    int32_t pid = (int32_t)getpid();
+    int rc = CGPU_ERR_FULL;
+    pthread_mutex_lock(&claim_mutex);
+    for (int attempt = 0; attempt < 2 && rc != CGPU_OK; attempt++) {
         if (__atomic_load_n(&h->slot, __ATOMIC_RELAXED) >= 0) { /* another thread of ours claimed it */
-            ledger_unlock(h);
-            return CGPU_OK;
+            rc = CGPU_OK;
+            break;
         }
-        for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++) {
-            struct ledger_slot *slot = &l->slots[s];
-            if (slot->in_use)
-                continue;
-            if (ofd_lock(h->fd, CGPU_LIVENESS_BASE + s, F_WRLCK, F_OFD_SETLK, NULL) != 0)
-                continue; /* someone still holds it (a claim in flight elsewhere) */
-            memset(slot->used, 0, sizeof slot->used);
-            memset(h->held, 0, sizeof h->held);
-            slot->pid = (int32_t)getpid();
-            slot->start_time = start;
-            __atomic_store_n(&slot->in_use, 1, __ATOMIC_RELEASE);
-            repair(l); /* cheap, off the hot path: any drift heals at every start */
-            __atomic_store_n(&h->slot, (int)s, __ATOMIC_RELAXED);
-            ledger_unlock(h); /* still as the admin (admin_here), not as the slot */
-            return CGPU_OK;
-        }
-        ledger_unlock(h);
-        if (ledger_sweep(h) == 0)
+        for (unsigned s = 0; s < CGPU_MAX_SLOTS && rc != CGPU_OK; s++)
+            if (take_free_slot(h, s, start))
+                rc = CGPU_OK;
+        if (rc != CGPU_OK && ledger_sweep(h) == 0)
             break;
     }
-    return CGPU_ERR_FULL;
+    if (rc == CGPU_OK) {
+        /* Our previous image, or a dead holder of our pid: freed before we look at anything. */
+        int ours = 0;
+        for (unsigned s = 0; s < CGPU_MAX_SLOTS && !ours; s++)
+            ours = (int)s != h->slot && __atomic_load_n(&l->slots[s].in_use, __ATOMIC_ACQUIRE) &&
+                   __atomic_load_n(&l->slots[s].pid, __ATOMIC_RELAXED) == pid;
+        if (ours) {
+            ledger_lock(h);
+            if (free_previous_images(h, pid))
+                repair(l);
+            ledger_unlock(h);
+        }
+    }
+    pthread_mutex_unlock(&claim_mutex);
+    return rc;
 }
 
 /* Return a slot's charges and free it.  Caller holds the lock. */
@@ -655,4 +665,19 @@ void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
     ledger_lock(h);
     ledger_credit_locked(h, dev, bytes);
     ledger_unlock(h);
+}
+
+uint64_t ledger_view_used(struct ledger_handle *h, unsigned dev)
+{
+    struct ledger *l = h->l;
+    uint64_t total = ledger_used(l, dev);
+    if (likely(total == ~__atomic_load_n(&l->devices[dev].used_check, __ATOMIC_RELAXED)))
+        return total;
+    /* Changed behind the writers' back: repair it if the lock is free, else count the slots. */
+    if (h->writable && __atomic_load_n(&h->slot, __ATOMIC_RELAXED) >= 0 && ledger_trylock(h)) {
+        repair(l);
+        ledger_unlock(h);
+        return ledger_used(l, dev);
+    }
+    return ledger_live_used(h, dev);
 }

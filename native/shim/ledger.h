@@ -13,7 +13,7 @@
  * lock on its liveness byte, whatever its pid namespace; a locker without a slot
  * (claiming one, or a host tool) holds the "admin" byte instead.  A waiter that finds
  * the owner dead takes the lock over and recomputes the totals from the live slots.
- * Uncontended lock and unlock are one atomic each: no syscall.
+ * Uncontended, lock is one compare-and-swap and unlock one store: no syscall.
  *
  * Readers never lock: every write section bumps a generation counter (odd while
  * writing), and cgpu_ledger_snapshot copies the file with pread until it reads one
@@ -103,9 +103,106 @@ enum { LEDGER_READ, LEDGER_WRITE, LEDGER_CREATE };
 int ledger_open(const char *path, int mode, struct ledger_handle *h);
 void ledger_close(struct ledger_handle *h);
 
-/* Lock/unlock the ledger; lock takes over from a dead holder and repairs totals. */
-void ledger_lock(struct ledger_handle *h);
-void ledger_unlock(struct ledger_handle *h);
+/* ---- the lock (fast paths inline; see ledger.c) ---- */
+
+/* The lock word: bit 31 = waiters may sleep on it; bits 9-30 = a sequence number
+ * (a dead owner's word is never mistaken for a later owner's); bits 0-8 = the owner:
+ * slot + 1, or LOCK_ADMIN for a locker without a slot. */
+#define LOCK_WAITERS 0x80000000u
+#define LOCK_OWNER 0x1FFu
+#define LOCK_SEQ 0x7FFFFE00u
+#define LOCK_ADMIN (CGPU_MAX_SLOTS + 1u)
+
+/* Out of line: waiting (taking over from a dead holder, then repairing the totals), the admin
+ * byte of lockers without a slot, waking a waiter. */
+void ledger_lock_slow(struct ledger_handle *h, uint32_t mine);
+void ledger_admin_enter(struct ledger_handle *h);
+void ledger_admin_leave(struct ledger_handle *h);
+void ledger_wake(struct ledger *l);
+
+/* A writer is inside: readers retry (see cgpu_ledger_snapshot). */
+static inline void ledger_write_begin(struct ledger *l)
+{
+    uint32_t g = __atomic_load_n(&l->gen, __ATOMIC_RELAXED);
+    /* Odd, and new even after a dead writer left it odd. */
+#ifdef __SANITIZE_THREAD__ /* ThreadSanitizer has no fences: an acquire-release exchange */
+    __atomic_exchange_n(&l->gen, g & 1u ? g + 2u : g + 1u, __ATOMIC_ACQ_REL);
+#else /* the data stores that follow stay after it */
+    __atomic_store_n(&l->gen, g & 1u ? g + 2u : g + 1u, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+#endif
+}
+
+static inline void ledger_write_end(struct ledger *l)
+{
+    uint32_t g = __atomic_load_n(&l->gen, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->gen, (g | 1u) + 1u, __ATOMIC_RELEASE); /* even */
+}
+
+/* Inline: the fast path is one compare-and-swap; waiting, taking over from a dead owner and
+ * lockers without a slot are out of line. */
+static inline void ledger_lock(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    uint32_t id = slot >= 0 ? (uint32_t)slot + 1 : LOCK_ADMIN;
+    if (slot < 0)
+        ledger_admin_enter(h);
+    uint32_t seq = __atomic_load_n(&l->lock_seq, __ATOMIC_RELAXED) + 1;
+    uint32_t mine = id | ((seq << 9) & LOCK_SEQ), expected = 0;
+    if (__builtin_expect(!__atomic_compare_exchange_n(&l->lock, &expected, mine, 0, __ATOMIC_ACQUIRE,
+                                                      __ATOMIC_RELAXED), 0))
+        ledger_lock_slow(h, mine);
+    __atomic_store_n(&l->lock_seq, seq, __ATOMIC_RELAXED);
+    ledger_write_begin(l);
+}
+
+/* A plain store, no atomic read-modify-write, and no thread-local lookup: a waiter that sets
+ * LOCK_WAITERS after our load has its bit overwritten, but its futex wait compares the word
+ * (now 0) and returns at once; whether we locked as the admin is in the word's owner. */
+static inline void ledger_unlock(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    ledger_write_end(l);
+    uint32_t old = __atomic_load_n(&l->lock, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->lock, 0, __ATOMIC_RELEASE);
+    if (__builtin_expect(!!(old & LOCK_WAITERS), 0))
+        ledger_wake(l);
+    if (__builtin_expect((old & LOCK_OWNER) == LOCK_ADMIN, 0))
+        ledger_admin_leave(h);
+}
+
+/* The same lock for a section that writes nothing in the file (this process's pointer table):
+ * no write section, so readers need not retry.  Not for lockers without a slot. */
+static inline void ledger_lock_private(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    if (__builtin_expect(slot < 0, 0)) {
+        ledger_lock(h);
+        return;
+    }
+    uint32_t seq = __atomic_load_n(&l->lock_seq, __ATOMIC_RELAXED) + 1;
+    uint32_t mine = ((uint32_t)slot + 1) | ((seq << 9) & LOCK_SEQ), expected = 0;
+    if (__builtin_expect(!__atomic_compare_exchange_n(&l->lock, &expected, mine, 0, __ATOMIC_ACQUIRE,
+                                                      __ATOMIC_RELAXED), 0))
+        ledger_lock_slow(h, mine);
+    __atomic_store_n(&l->lock_seq, seq, __ATOMIC_RELAXED);
+}
+
+static inline void ledger_unlock_private(struct ledger_handle *h)
+{
+    struct ledger *l = h->l;
+    uint32_t old = __atomic_load_n(&l->lock, __ATOMIC_RELAXED);
+    if (__builtin_expect((old & LOCK_OWNER) == LOCK_ADMIN, 0)) {
+        ledger_unlock(h); /* locked as the admin: ledger_lock_private fell back to ledger_lock */
+        return;
+    }
+    __atomic_store_n(&l->lock, 0, __ATOMIC_RELEASE);
+    if (__builtin_expect(!!(old & LOCK_WAITERS), 0))
+        ledger_wake(l);
+}
+
 /* Take the lock only if it is free now; 1 if taken. */
 int ledger_trylock(struct ledger_handle *h);
 
@@ -139,6 +236,10 @@ static inline uint64_t ledger_used(const struct ledger *l, unsigned dev)
 {
     return __atomic_load_n(&l->devices[dev].used, __ATOMIC_RELAXED);
 }
+
+/* Used bytes of a device as a view shows them: a total that disagrees with its check word is
+ * repaired first when the lock is free, else the live slots are summed.  Never waits. */
+uint64_t ledger_view_used(struct ledger_handle *h, unsigned dev);
 
 /* Whether slot `s`'s owner is gone (its liveness byte is free). */
 int ledger_slot_is_dead(const struct ledger_handle *h, unsigned s);

@@ -7,6 +7,7 @@ has never seen would.
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -31,12 +32,55 @@ class FakeKubelet:
         self.registrations: list[dict[str, Any]] = []
         self._cond = threading.Condition()
         self._server: grpc.Server | None = None
+        self.armed: dict[str, str] = {}  # resource -> "during" or "after"
+        self.refused: list[str] = []  # endpoints it could not dial back
+
+    def arm_restart(self, resource: str, when: str) -> None:
+        """Restart at the next Register call for `resource`: `during` it (the call fails) or
+        right `after` it (the call succeeds, then every socket is gone)."""
+        assert when in ("during", "after")
+        self.armed[resource] = when
+
+    def _dial_back(self, endpoint: str) -> bool:
+        """What a kubelet does first with a registration: connect to the plugin's socket."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(1.0)
+            try:
+                sock.connect(str(self.directory / endpoint))
+            except OSError:
+                return False
+        return True
 
     def _register(self, request: bytes, context: grpc.ServicerContext) -> bytes:
+        decoded = wire.register_request(request)
+        when = self.armed.pop(decoded["resource_name"], None)
+        if when == "during":
+            self._restart_under(self._server)
+            context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet restarting")
+        if not self._dial_back(decoded["endpoint"]):
+            self.refused.append(decoded["endpoint"])
+            context.abort(grpc.StatusCode.UNKNOWN, f"cannot dial plugin {decoded['endpoint']}")
         with self._cond:
-            self.registrations.append(wire.register_request(request))
+            self.registrations.append(decoded)
             self._cond.notify_all()
+        if when == "after":
+            self._restart_under(self._server)
         return b""  # Empty
+
+    def _restart_under(self, old: grpc.Server | None) -> None:
+        """Restart from inside a call: stop the old server (the call in flight still gets its
+        answer), remove every socket, and serve a new kubelet.sock."""
+        self._server = None
+        if old is not None:
+            old.stop(grace=1.0)
+            deadline = time.monotonic() + 1.0  # gRPC removes its socket file as it stops
+            while self.socket.exists() and time.monotonic() < deadline:
+                time.sleep(0.005)
+        self.socket.unlink(missing_ok=True)
+        for entry in self.directory.iterdir():
+            if entry.is_socket():
+                entry.unlink()
+        self.start()
 
     def start(self) -> None:
         """Create kubelet.sock and serve Registration on it."""
