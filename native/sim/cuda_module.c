@@ -32,6 +32,14 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out)
     return CUDA_SUCCESS;
 }
 
+CUresult module_load_image(CUmodule *out, const void *image)
+{
+    NEED_INIT();
+    if (!out || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    return module_new(out, 0, NULL);
+}
+
 static int file_readable(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -206,4 +214,16 @@ SIM_API CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 SIM_API CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 {
     return cuFuncGetName(name, (CUfunction)hfunc);
+}
+
+/* CUDA_MODULE_LOADING, as the driver reads it: EAGER, or LAZY (the default
+ * since CUDA 12.2; any other value is taken as the default too). */
+SIM_API CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+    NEED_INIT();
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    const char *e = getenv("CUDA_MODULE_LOADING");
+    *mode = e && !strcmp(e, "EAGER") ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+    return CUDA_SUCCESS;
 }

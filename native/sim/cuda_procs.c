@@ -1,5 +1,5 @@
 /* The simulated CUDA driver (libcuda.so.1). Entry-point lookup:
- * cuGetProcAddress(_v2), cuGetExportTable and the error strings. */
+ * cuGetProcAddress(_v2) and the error strings (cuGetExportTable: cuda_export.c). */
 #include "cuda_sim.h"
 
 #include <dlfcn.h>
@@ -41,21 +41,6 @@ SIM_API CUresult cuGetErrorName(CUresult error, const char **pStr)
         }
     *pStr = NULL;
     return CUDA_ERROR_INVALID_VALUE;
-}
-
-SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
-{
-    if (!ppExportTable || !pExportTableId)
-        return CUDA_ERROR_INVALID_VALUE;
-    *ppExportTable = NULL;
-    if (trace_on()) {
-        const unsigned char *b = (const unsigned char *)pExportTableId->bytes;
-        fprintf(stderr, "cgpu-sim: cuGetExportTable(");
-        for (int i = 0; i < 16; i++)
-            fprintf(stderr, "%02x", b[i]);
-        fprintf(stderr, ") = %d\n", (int)CUDA_ERROR_NOT_SUPPORTED);
-    }
-    return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -57,8 +57,16 @@ struct obj {
     struct sim_ctx *ctx; /* owner, or NULL */
 };
 
+/* A context-local storage entry (cuda_export.c); dtor is a cls_dtor. */
+struct sim_cls {
+    void *key, *value;
+    void (*dtor)(void);
+    struct sim_cls *next;
+};
+
 struct sim_ctx {
     struct obj hdr;
+    struct sim_cls *cls;           /* context-local storage */
     _Atomic int alive;
     int phys;            /* physical (configured) device index */
     int primary;
@@ -287,6 +295,24 @@ CUresult launch_work(CUstream s, unsigned long long ns);
 CUresult kernel_duration(CUfunction f, void **params, void **extra, unsigned long long *ns);
 /* Wait until monotonic time `t` (no lock held). */
 void wait_until(unsigned long long t);
+
+/* ---- Contexts and modules for the private tables ---------------------------- */
+
+/* The primary context of device `dev`, created inactive if missing (cuda_context.c). */
+CUresult primary_ctx_handle(CUdevice dev, CUcontext *out);
+/* A context handle this process made, alive (CUDA_ERROR_INVALID_CONTEXT,
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED otherwise). */
+CUresult ctx_lookup_alive(CUcontext ctx, struct sim_ctx **out);
+/* Run and free a context's detached local-storage entries (no lock held). */
+void cls_run_dtors(struct sim_ctx *c, struct sim_cls *list);
+/* A module in the current context for a checked image (cuda_module.c). */
+CUresult module_load_image(CUmodule *out, const void *image);
+/* The integrity check's digest (cuda_export.c), apart for tests. */
+void sim_integrity_digest(unsigned version, unsigned long long unix_seconds,
+                          unsigned driver_version, unsigned pid, unsigned thread,
+                          const void *cudart, const void *integrity, const void *fn, int ndev,
+                          const unsigned char (*uuids)[16], const int (*pci)[3],
+                          unsigned long long out[2]);
 
 /* ---- Entry points (cuda_procs.c) -------------------------------------------- */
 
