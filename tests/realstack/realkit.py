@@ -25,6 +25,11 @@ from cgpu.core.paths import sim_lib_dir
 
 HERE = Path(__file__).resolve().parent
 CLIENTS = HERE.parent / "clients"
+# The scripts' helpers (fill, report, the ledger's figure) are tests/clients/inside.py.
+sys.path.append(str(CLIENTS))
+from inside import CHUNK, SLICE  # noqa: E402
+
+__all__ = ["CHUNK", "SLICE", "SIM_MEMORY", "Runner", "require", "runner"]
 GPU_MEM = "4GiB"
 SIM_MEMORY = 24 << 30  # the simulated GPU: what shows with no shim
 CONTEXT_OVERHEAD = "20MiB"

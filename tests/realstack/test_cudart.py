@@ -5,8 +5,7 @@ with cudaErrorMemoryAllocation, and freeing gives everything back."""
 from __future__ import annotations
 
 import pytest
-from inside import CHUNK, SLICE
-from realkit import SIM_MEMORY, Runner, require
+from realkit import CHUNK, SIM_MEMORY, SLICE, Runner, require
 
 SCRIPT = """
     import inside, rt

@@ -4,8 +4,7 @@ back; its runtime sees the slice; bytes survive a round trip."""
 
 from __future__ import annotations
 
-from inside import CHUNK, SLICE
-from realkit import Runner, require
+from realkit import CHUNK, SLICE, Runner, require
 
 
 def test_cupy_pool_stops_at_the_slice(run_real: Runner) -> None:
