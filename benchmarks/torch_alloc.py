@@ -1,0 +1,104 @@
+"""The shim's cost on PyTorch's allocation path, on the simulated GPU: bare against under the
+shim, alternated in one run.
+
+    python benchmarks/torch_alloc.py [--rounds 7] [--n 20000] [--size 4MiB]
+
+PYTORCH_NO_CUDA_MEMORY_CACHING=1 turns PyTorch's caching allocator off, so every tensor is a
+cudaMalloc and a cudaFree through NVIDIA's libcudart down to the driver (here the simulator's
+libcuda). Each round runs one bare worker and one shimmed worker (a 16 GiB slice in a fresh
+ledger); the figures are the medians of the rounds, and the ratio is shim rate / bare rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from cgpu.core.paths import shim_path, sim_lib_dir
+
+WORKER = """
+import sys, time, torch
+n, size = int(sys.argv[1]), int(sys.argv[2])
+keep = torch.zeros(1024, device="cuda")
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+for _ in range(n):
+    t = torch.empty(size, dtype=torch.uint8, device="cuda")
+    del t
+torch.cuda.synchronize()
+print((time.perf_counter() - t0) / n * 1e9)
+"""
+
+SIZES = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def parse_size(text: str) -> int:
+    """4MiB -> 4194304."""
+    for suffix, mult in SIZES.items():
+        if text.endswith(suffix):
+            return int(text.removesuffix(suffix)) * mult
+    return int(text)
+
+
+def pair_ns(n: int, size: int, env: dict[str, str]) -> float:
+    """ns per alloc+free pair in one fresh worker."""
+    out = subprocess.run(
+        [sys.executable, "-c", WORKER, str(n), str(size)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--n", type=int, default=20000)
+    parser.add_argument("--size", default="4MiB")
+    args = parser.parse_args()
+    size = parse_size(args.size)
+    bare = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CGPU_", "PYTORCH_")) and k != "LD_PRELOAD"
+    }
+    bare.update(
+        LD_LIBRARY_PATH=str(sim_lib_dir()),
+        CGPU_SIM_MEMORY="80GiB",
+        PYTORCH_NO_CUDA_MEMORY_CACHING="1",
+    )
+    results: dict[str, list[float]] = {"bare": [], "shim": []}
+    for _ in range(args.rounds):
+        with tempfile.TemporaryDirectory() as ledger:
+            shim = dict(
+                bare, LD_PRELOAD=str(shim_path()), CGPU_MEM_LIMIT="16GiB", CGPU_LEDGER_DIR=ledger
+            )
+            results["bare"].append(pair_ns(args.n, size, bare))
+            results["shim"].append(pair_ns(args.n, size, shim))
+    import torch
+
+    b = statistics.median(results["bare"])
+    s = statistics.median(results["shim"])
+    print(
+        f"# {time.strftime('%Y-%m-%d')} {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, torch {torch.__version__}, driver = the simulator"
+    )
+    print(f"# alloc+free pairs of {args.size}, {args.n} per worker, {args.rounds} rounds")
+    print(f"{'what':24} {'bare ns':>10} {'shim ns':>10} {'added ns':>9} {'ratio':>7}")
+    print(f"{'alloc+free (no cache)':24} {b:10.0f} {s:10.0f} {s - b:9.0f} {b / s:7.3f}")
+    print("rounds bare: " + " ".join(f"{x:.0f}" for x in results["bare"]))
+    print("rounds shim: " + " ".join(f"{x:.0f}" for x in results["shim"]))
+
+
+if __name__ == "__main__":
+    main()
