@@ -29,7 +29,7 @@ CLIENTS = HERE.parent / "clients"
 sys.path.append(str(CLIENTS))
 from inside import CHUNK, SLICE  # noqa: E402
 
-__all__ = ["CHUNK", "SLICE", "SIM_MEMORY", "Runner", "require", "runner"]
+__all__ = ["CHUNK", "SIM_MEMORY", "SLICE", "Runner", "require", "runner"]
 GPU_MEM = "4GiB"
 SIM_MEMORY = 24 << 30  # the simulated GPU: what shows with no shim
 CONTEXT_OVERHEAD = "20MiB"
