@@ -594,3 +594,69 @@ SIM_API CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     c->limits[limit] = value;
     return CUDA_SUCCESS;
 }
+
+/* ------------------------------------------------------------------------ */
+/* Per-context cache and shared-memory preferences, per-thread capture mode  */
+
+SIM_API CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if (!pconfig)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pconfig = (CUfunc_cache)c->cache_config;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if ((unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    c->cache_config = (int)config;
+    return CUDA_SUCCESS;
+}
+
+/* Bank size is fixed at four bytes on the devices since Volta: reads say so,
+ * and setting it is accepted and has no effect, as the driver documents. */
+SIM_API CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if (!pConfig)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pConfig = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if ((unsigned)config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* No stream is ever capturing here, but the mode is the thread's to swap. */
+static _Thread_local CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+SIM_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    NEED_INIT();
+    if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = tls_capture_mode;
+    tls_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}

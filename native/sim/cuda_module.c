@@ -121,6 +121,8 @@ static CUresult func_get(void *h, int library, const char *name, struct sim_func
     f->mod = m;
     snprintf(f->name, sizeof f->name, "%s", name);
     f->busy = strstr(name, "cgpu_sim_busy") != NULL;
+    f->max_dyn_smem = SIM_SMEM_PER_BLOCK;
+    f->carveout = -1;
     f->next = m->funcs;
     m->funcs = f;
     *out = f;

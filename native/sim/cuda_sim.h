@@ -67,6 +67,7 @@ struct sim_cls {
 struct sim_ctx {
     struct obj hdr;
     struct sim_cls *cls;           /* context-local storage */
+    int cache_config;              /* CUfunc_cache (cuCtxSetCacheConfig) */
     _Atomic int alive;
     int phys;            /* physical (configured) device index */
     int primary;
@@ -94,6 +95,9 @@ struct sim_event {
     unsigned long long time;       /* completes at this monotonic time */
 };
 
+/* Dynamic shared memory a function may use before it opts in to more. */
+#define SIM_SMEM_PER_BLOCK 49152
+
 /* A module or library; its functions (kernels) are made on request by name. */
 struct sim_func;
 struct sim_module {
@@ -107,6 +111,10 @@ struct sim_func {
     struct sim_module *mod;
     struct sim_func *next;
     int busy;                      /* cgpu_sim_busy: duration from the first parameter */
+    int max_dyn_smem;              /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    int carveout;                  /* CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT */
+    int cache_config;              /* CUfunc_cache */
+    int non_portable_cluster;      /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
     char name[256];
 };
 
