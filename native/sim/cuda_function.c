@@ -317,3 +317,53 @@ SIM_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize
     *dynamicSmemSize = avail < (size_t)f->max_dyn_smem ? avail : (size_t)f->max_dyn_smem;
     return CUDA_SUCCESS;
 }
+
+/* Thread-block clusters: 8 blocks portably, 16 when the function allows
+ * non-portable sizes (compute capability 9.0). */
+static unsigned config_cluster(const CUlaunchConfig *config)
+{
+    for (unsigned i = 0; i < config->numAttrs; i++)
+        if (config->attrs && config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+            const CUlaunchAttributeValue *v = &config->attrs[i].value;
+            return v->clusterDim.x * v->clusterDim.y * v->clusterDim.z;
+        }
+    return 1;
+}
+
+SIM_API CUresult cuOccupancyMaxPotentialClusterSize(int *clusterSize, CUfunction func,
+                                                    const CUlaunchConfig *config)
+{
+    struct sim_func *f;
+    CUresult rc = func_of(func, &f);
+    if (rc)
+        return rc;
+    if (!clusterSize || !config)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned block = config->blockDimX * config->blockDimY * config->blockDimZ;
+    if (!block || block > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    *clusterSize = f->non_portable_cluster ? 16 : 8;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
+                                              const CUlaunchConfig *config)
+{
+    struct sim_func *f;
+    CUresult rc = func_of(func, &f);
+    if (rc)
+        return rc;
+    if (!numClusters || !config)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned block = config->blockDimX * config->blockDimY * config->blockDimZ;
+    unsigned cluster = config_cluster(config);
+    if (!block || block > 1024 || !cluster || cluster > (f->non_portable_cluster ? 16u : 8u))
+        return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    if (config->sharedMemBytes > (unsigned)f->max_dyn_smem) {
+        *numClusters = 0;
+        return CUDA_SUCCESS;
+    }
+    int blocks = blocks_per_sm((int)block, config->sharedMemBytes) * SM_COUNT;
+    *numClusters = blocks / (int)cluster;
+    return CUDA_SUCCESS;
+}
