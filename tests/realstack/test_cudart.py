@@ -59,3 +59,30 @@ def test_cudart_without_the_shim_sees_the_whole_gpu(run_real: Runner, major: int
     )
     assert result["total"] == SIM_MEMORY
     assert SIM_MEMORY - (64 << 20) <= result["free"] <= SIM_MEMORY
+
+
+@pytest.mark.parametrize("major", [12, 13])
+def test_driver_entry_points_from_the_runtime_are_limited(run_real: Runner, major: int) -> None:
+    """cudaGetDriverEntryPointByVersion (what PyTorch's expandable segments use) hands out
+    driver functions that the slice holds."""
+    require(runtime_dist(major))
+    result = run_real(f"""
+        import ctypes, inside, rt
+        cudart = rt.Cudart({major})
+        cudart.mem_get_info()                      # the runtime's context
+        fn, status = ctypes.c_void_p(), ctypes.c_int(-1)
+        rc = cudart.lib.cudaGetDriverEntryPointByVersion(
+            b"cuMemAlloc", ctypes.byref(fn), ctypes.c_uint(12000), ctypes.c_ulonglong(0),
+            ctypes.byref(status))
+        assert rc == 0 and status.value == 0 and fn.value, (rc, status.value)
+        mem_alloc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong),
+                                     ctypes.c_size_t)(fn.value)
+        ptr = ctypes.c_ulonglong()
+        first = mem_alloc(ctypes.byref(ptr), 3 << 30)
+        ledger = inside.ledger_used()
+        second = mem_alloc(ctypes.byref(ptr), 2 << 30)
+        inside.report(first=first, second=second, ledger=ledger)
+    """)
+    assert result["first"] == 0
+    assert result["second"] == 2, result  # CUDA_ERROR_OUT_OF_MEMORY
+    assert (3 << 30) <= result["ledger"] <= SLICE, result
