@@ -115,11 +115,12 @@ static CUresult func_get(void *h, int library, const char *name, struct sim_func
             *out = f;
             return CUDA_SUCCESS;
         }
-    struct sim_func *f = obj_new(sizeof *f, O_FUNC, m->hdr.ctx);
+    size_t len = strlen(name);
+    struct sim_func *f = obj_new(sizeof *f + len + 1, O_FUNC, m->hdr.ctx);
     if (!f)
         return CUDA_ERROR_OUT_OF_MEMORY;
     f->mod = m;
-    snprintf(f->name, sizeof f->name, "%s", name);
+    memcpy(f->name, name, len + 1);
     f->busy = strstr(name, "cgpu_sim_busy") != NULL;
     f->max_dyn_smem = SIM_SMEM_PER_BLOCK;
     f->carveout = -1;
@@ -132,7 +133,7 @@ static CUresult func_get(void *h, int library, const char *name, struct sim_func
 static CUresult get_function(void **out, void *h, int library, const char *name)
 {
     NEED_INIT();
-    if (!out || !name || !*name || strlen(name) >= sizeof ((struct sim_func *)0)->name)
+    if (!out || !name || !*name)
         return CUDA_ERROR_INVALID_VALUE;
     LOCK();
     struct sim_func *f = NULL;

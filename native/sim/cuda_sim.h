@@ -115,7 +115,7 @@ struct sim_func {
     int carveout;                  /* CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT */
     int cache_config;              /* CUfunc_cache */
     int non_portable_cluster;      /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
-    char name[256];
+    char name[];                   /* any length: C++ kernel names run to kilobytes */
 };
 
 struct sim_pool {

@@ -131,3 +131,29 @@ def test_torch_without_the_shim_sees_the_whole_gpu(run_real: Runner) -> None:
     )
     assert result["total"] == result["props_total"] == SIM_MEMORY
     assert SIM_MEMORY - CHUNK < result["free"] <= SIM_MEMORY
+
+
+def test_torch_kernels_launch(run_real: Runner) -> None:
+    """PyTorch's kernels (long C++ names, lazily loaded libraries) reach the simulated GPU."""
+    require("torch")
+    result = run_real("""
+        import torch, inside
+        x = torch.randn(4096, device="cuda")
+        ops = {
+            "rand": lambda: torch.rand(64, device="cuda"),
+            "randint": lambda: torch.randint(0, 9, (64,), device="cuda"),
+            "add": lambda: x + 1,
+            "sum": lambda: x.sum(),
+            "softmax": lambda: torch.softmax(x.view(64, 64), -1),
+            "sort": lambda: x.sort(),
+            "cumsum": lambda: x.cumsum(0),
+            "dropout": lambda: torch.nn.functional.dropout(x, 0.5),
+            "half": lambda: x.half(),
+        }
+        for op in ops.values():
+            op()
+        torch.cuda.synchronize()
+        inside.report(ran=sorted(ops), shape=list(x.shape), device=str(x.device))
+    """)
+    assert len(result["ran"]) == 9
+    assert result["shape"] == [4096] and result["device"] == "cuda:0"
