@@ -157,3 +157,69 @@ def test_the_integrity_digest_binds_process_thread_and_devices(simlib: Path) -> 
         for version, when, *digest in run["digests"]:
             assert digest == expected_digest(run, version, when), (version, sim)
     assert run["digests"][2][2:] != run["digests"][3][2:]
+
+
+CONTEXTS = """
+import ctypes, json
+cu = ctypes.CDLL("libcuda.so.1")
+assert cu.cuInit(0) == 0
+
+def table(hexid, n):
+    t = ctypes.c_void_p()
+    assert cu.cuGetExportTable(ctypes.byref(t), (ctypes.c_ubyte * 16)(*bytes.fromhex(hexid))) == 0
+    return (ctypes.c_void_p * n).from_address(t.value)
+
+cudart = table("6bd5fb6c5bf4e74a8987d93912fd9df9", 13)
+cls = table("c693336e1121df11a8c368f355d89593", 4)
+P = ctypes.c_void_p
+primary = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(P), ctypes.c_int)(cudart[2])
+DTOR = ctypes.CFUNCTYPE(None, P, P, P)
+put = ctypes.CFUNCTYPE(ctypes.c_int, P, P, P, DTOR)(cls[0])
+delete = ctypes.CFUNCTYPE(ctypes.c_int, P, P)(cls[1])
+get = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(P), P, P)(cls[2])
+out = {}
+def state():
+    flags, active = ctypes.c_uint(), ctypes.c_int()
+    assert cu.cuDevicePrimaryCtxGetState(0, ctypes.byref(flags), ctypes.byref(active)) == 0
+    return active.value
+
+handle = P()
+assert primary(ctypes.byref(handle), 0) == 0
+out["active_after_lookup"] = state()
+out["set_inactive"] = cu.cuCtxSetCurrent(handle)
+out["sync_inactive"] = cu.cuCtxSynchronize()
+retained = P()
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(retained), 0) == 0
+out["same_handle"] = retained.value == handle.value
+out["active_after_retain"] = state()
+out["sync_active"] = cu.cuCtxSynchronize()
+called = []
+dtor = DTOR(lambda ctx, key, value: called.append([ctx, key, value]))
+out["put"] = put(handle, P(0x1000), P(0xbeef), dtor)
+value = P()
+out["get"] = [get(ctypes.byref(value), None, P(0x1000)), value.value]
+out["get_missing"] = get(ctypes.byref(value), None, P(0x2000))
+out["put2"] = put(None, P(0x2000), P(7), dtor)
+out["delete"] = delete(None, P(0x2000))
+out["get_deleted"] = get(ctypes.byref(value), None, P(0x2000))
+assert cu.cuDevicePrimaryCtxRelease(0) == 0
+out["dtors"] = called
+out["handle"] = handle.value
+print(json.dumps(out))
+"""
+
+
+def test_primary_context_and_context_local_storage(simlib: Path) -> None:
+    proc = run_py(simlib, CONTEXTS)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    # The runtime's lookup makes the primary context's handle without activating it; it can be
+    # made current, and work in it waits for the retain.
+    assert r["active_after_lookup"] == 0 and r["set_inactive"] == 0
+    assert r["sync_inactive"] == 709  # CUDA_ERROR_CONTEXT_IS_DESTROYED
+    assert r["same_handle"] and r["active_after_retain"] == 1 and r["sync_active"] == 0
+    assert r["put"] == 0 and r["get"] == [0, 0xBEEF]
+    assert r["get_missing"] == 400  # CUDA_ERROR_INVALID_HANDLE
+    assert (r["put2"], r["delete"], r["get_deleted"]) == (0, 0, 400)
+    # The last release destroys the context and runs the remaining entry's destructor once.
+    assert r["dtors"] == [[r["handle"], 0x1000, 0xBEEF]]
