@@ -42,8 +42,8 @@ if [ -n "$plain" ]; then
   "$PY" -m pip install -q $plain
 fi
 
-# The real CUDA stack: the pip lines of tests/realstack/requirements.txt (not the `deb:` ones).
-# pip's wheel cache keeps torch's download for the next run on this machine.
+# The real CUDA stack: the pip lines of tests/realstack/requirements.txt (not the `deb:` ones),
+# torch with its nvidia-* wheels (about 3 GB), CuPy and libcudart 12.9.
 REAL=tests/realstack/requirements.txt
 real="$(grep -E '^[A-Za-z]' "$REAL" | grep -v -E '^deb:' | missing)"
 if [ -n "$real" ]; then
