@@ -4,21 +4,30 @@ back; its runtime sees the slice; bytes survive a round trip."""
 
 from __future__ import annotations
 
+import pytest
 from realkit import CHUNK, SLICE, Runner, require
 
+POOLS = {
+    "memory_pool": "cupy.get_default_memory_pool()",
+    "async_pool": "cupy.cuda.MemoryAsyncPool(); cupy.cuda.set_allocator(pool.malloc)",
+}
 
-def test_cupy_pool_stops_at_the_slice(run_real: Runner) -> None:
+
+@pytest.mark.parametrize("pool", POOLS.values(), ids=list(POOLS))
+def test_cupy_pool_stops_at_the_slice(run_real: Runner, pool: str) -> None:
+    """CuPy's default pool (cudaMalloc) and its stream-ordered one (cudaMallocAsync)."""
     require("cupy-cuda12x")
     require("nvidia-cuda-runtime-cu12")
-    result = run_real("""
+    result = run_real(f"""
         import cupy, inside
-        pool = cupy.get_default_memory_pool()
+        pool = {pool}
 
         def allocate():
             return cupy.empty(inside.CHUNK, dtype=cupy.uint8)
 
         def release(held):
             held.clear()
+            cupy.cuda.Device().synchronize()
             pool.free_all_blocks()
 
         result = inside.exercise(allocate, release, cupy.cuda.runtime.memGetInfo)
