@@ -157,3 +157,21 @@ def test_torch_kernels_launch(run_real: Runner) -> None:
     """)
     assert len(result["ran"]) == 9
     assert result["shape"] == [4096] and result["device"] == "cuda:0"
+
+
+def test_torch_sees_a_slice_on_each_gpu(run_real: Runner) -> None:
+    """Two simulated GPUs: each shows the slice, and filling one leaves the other whole."""
+    require("torch")
+    result = run_real(
+        """
+        import torch, inside
+        before = [torch.cuda.mem_get_info(i) for i in range(torch.cuda.device_count())]
+        held = torch.empty(3 << 30, dtype=torch.uint8, device="cuda:1")
+        inside.report(before=before, after=[torch.cuda.mem_get_info(i) for i in (0, 1)])
+        """,
+        env={"CGPU_SIM_DEVICES": "2"},
+    )
+    assert [total for _, total in result["before"]] == [SLICE, SLICE]
+    (free0, _), (free1, _) = result["after"]
+    assert free0 == result["before"][0][0]
+    assert free1 == result["before"][1][0] - (3 << 30)
