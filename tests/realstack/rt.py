@@ -11,7 +11,6 @@ import importlib.util
 from pathlib import Path
 
 CUDA_SUCCESS = 0
-CUDA_ERROR_MEMORY_ALLOCATION = 2  # cudaErrorMemoryAllocation
 
 
 def _nvidia_dir() -> Path:
