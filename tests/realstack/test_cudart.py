@@ -61,9 +61,21 @@ def test_cudart_without_the_shim_sees_the_whole_gpu(run_real: Runner, major: int
     assert SIM_MEMORY - (64 << 20) <= result["free"] <= SIM_MEMORY
 
 
-@pytest.mark.parametrize("major", [12, 13])
-def test_driver_entry_points_from_the_runtime_are_limited(run_real: Runner, major: int) -> None:
-    """cudaGetDriverEntryPointByVersion (what PyTorch's expandable segments use) hands out
+ENTRY_POINT = {
+    "by_version": """cudart.lib.cudaGetDriverEntryPointByVersion(
+            b"cuMemAlloc", ctypes.byref(fn), ctypes.c_uint(12000), ctypes.c_ulonglong(0),
+            ctypes.byref(status))""",
+    # CUDA 12 only (removed in 13): the newest variant for the runtime's own version.
+    "plain": """cudart.lib.cudaGetDriverEntryPoint(
+            b"cuMemAlloc", ctypes.byref(fn), ctypes.c_ulonglong(0), ctypes.byref(status))""",
+}
+
+
+@pytest.mark.parametrize(("major", "call"), [(12, "by_version"), (13, "by_version"), (12, "plain")])
+def test_driver_entry_points_from_the_runtime_are_limited(
+    run_real: Runner, major: int, call: str
+) -> None:
+    """cudaGetDriverEntryPoint(ByVersion), what PyTorch's expandable segments use, hands out
     driver functions that the slice holds."""
     require(runtime_dist(major))
     result = run_real(f"""
@@ -71,9 +83,7 @@ def test_driver_entry_points_from_the_runtime_are_limited(run_real: Runner, majo
         cudart = rt.Cudart({major})
         cudart.mem_get_info()                      # the runtime's context
         fn, status = ctypes.c_void_p(), ctypes.c_int(-1)
-        rc = cudart.lib.cudaGetDriverEntryPointByVersion(
-            b"cuMemAlloc", ctypes.byref(fn), ctypes.c_uint(12000), ctypes.c_ulonglong(0),
-            ctypes.byref(status))
+        rc = {ENTRY_POINT[call]}
         assert rc == 0 and status.value == 0 and fn.value, (rc, status.value)
         mem_alloc = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_ulonglong),
                                      ctypes.c_size_t)(fn.value)
