@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install the CUDA and NVML clients that tests/clients runs, at the versions pinned in
-# tests/clients/requirements.txt, into .venv.  Safe to run again: what is installed at its
-# pinned version is skipped, and pycuda's wheel, once built, is kept under .venv/cgpu-clients.
+# tests/clients/requirements.txt, and NVIDIA's CUDA stack that tests/realstack runs (PyTorch,
+# CuPy, libcudart), pinned in tests/realstack/requirements.txt, into .venv.  Safe to run again:
+# what is installed at its pinned version is skipped, and pycuda's wheel, once built, is kept
+# under .venv/cgpu-clients.
 #   - pycuda is built from its sdist against the CUDA headers, linked to the simulator's
 #     libcuda.so.1 (no driver here);
 #   - numba-cuda goes into a directory of its own (.venv/cgpu-clients/numba-cuda): installed
@@ -38,6 +40,16 @@ if [ -n "$plain" ]; then
   echo "clients: installing $(echo "$plain" | tr '\n' ' ')"
   # shellcheck disable=SC2086
   "$PY" -m pip install -q $plain
+fi
+
+# The real CUDA stack: the pip lines of tests/realstack/requirements.txt (not the `deb:` ones),
+# torch with its nvidia-* wheels (about 3 GB), CuPy and libcudart 12.9.
+REAL=tests/realstack/requirements.txt
+real="$(grep -E '^[A-Za-z]' "$REAL" | grep -v -E '^deb:' | missing)"
+if [ -n "$real" ]; then
+  echo "clients: installing $(echo "$real" | tr '\n' ' ')"
+  # shellcheck disable=SC2086
+  "$PY" -m pip install -q $real
 fi
 
 # numba-cuda, beside the venv; its dependencies (numba, cuda-bindings, cuda-core) are above.

@@ -50,8 +50,10 @@ static CUresult ctx_activate(struct sim_ctx *c)
     return CUDA_SUCCESS;
 }
 
-/* Destroying a context frees everything allocated in it, as the driver does. */
-static void ctx_teardown(struct sim_ctx *c)
+/* Destroying a context frees everything allocated in it, as the driver does.
+ * Its local-storage entries come back detached: the caller runs their
+ * destructors with cls_run_dtors once it has dropped the lock. */
+static struct sim_cls *ctx_teardown(struct sim_ctx *c)
 {
     for (size_t i = drv.nlive; i-- > 0;) {
         struct region *r = drv.live[i];
@@ -78,6 +80,9 @@ static void ctx_teardown(struct sim_ctx *c)
     if (--drv.ctx_count[phys] == 0)
         uncharge(phys, drv.cfg.ctx_overhead);
     state_publish(phys);
+    struct sim_cls *cls = c->cls;
+    c->cls = NULL;
+    return cls;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -128,9 +133,11 @@ SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
         UNLOCK();
         return CUDA_ERROR_INVALID_CONTEXT;
     }
+    struct sim_cls *cls = NULL;
     if (--c->refcount == 0)
-        ctx_teardown(c);
+        cls = ctx_teardown(c);
     UNLOCK();
+    cls_run_dtors(c, cls);
     return CUDA_SUCCESS;
 }
 
@@ -147,12 +154,14 @@ SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     LOCK();
     struct sim_ctx *c = drv.primary[phys];
+    struct sim_cls *cls = NULL;
     if (c && c->refcount > 0) {
         c->refcount = 0;
-        ctx_teardown(c);
+        cls = ctx_teardown(c);
     }
     drv.primary_flags[phys] = 0;
     UNLOCK();
+    cls_run_dtors(c, cls);
     return CUDA_SUCCESS;
 }
 
@@ -201,6 +210,24 @@ SIM_API CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags)
     if (drv.primary[phys] && drv.primary[phys]->refcount > 0)
         return CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE;
     return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
+
+/* The handle cuDevicePrimaryCtxRetain will return, without retaining it: the
+ * runtime asks for it through its private table before it retains. */
+CUresult primary_ctx_handle(CUdevice dev, CUcontext *out)
+{
+    int phys = dev_phys(dev);
+    if (phys < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    LOCK();
+    struct sim_ctx *c = drv.primary[phys];
+    if (!c)
+        c = drv.primary[phys] = ctx_new(phys, drv.primary_flags[phys], 1);
+    UNLOCK();
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = (CUcontext)c;
+    return CUDA_SUCCESS;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -276,10 +303,11 @@ SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
         UNLOCK();
         return CUDA_ERROR_INVALID_CONTEXT;
     }
-    ctx_teardown(c);
+    struct sim_cls *cls = ctx_teardown(c);
     UNLOCK();
     if (tls_top() == c)
         tls_depth--;
+    cls_run_dtors(c, cls);
     return CUDA_SUCCESS;
 }
 
@@ -318,11 +346,11 @@ SIM_API CUresult cuCtxDetach(CUcontext ctx)
         return CUDA_ERROR_INVALID_CONTEXT;
     LOCK();
     int gone = --c->refcount == 0;
-    if (gone)
-        ctx_teardown(c);
+    struct sim_cls *cls = gone ? ctx_teardown(c) : NULL;
     UNLOCK();
     if (gone)
         tls_depth--;
+    cls_run_dtors(c, cls);
     return CUDA_SUCCESS;
 }
 
@@ -346,7 +374,8 @@ SIM_API CUresult cuCtxSetCurrent(CUcontext ctx)
     }
     LOCK();
     struct sim_ctx *c = ctx_lookup(ctx);
-    int ok = c && atomic_load(&c->alive);
+    /* A primary context's handle stays valid while it is inactive. */
+    int ok = c && (c->primary || atomic_load(&c->alive));
     UNLOCK();
     if (!ok)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -367,7 +396,8 @@ SIM_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
         return CUDA_ERROR_INVALID_VALUE;
     LOCK();
     struct sim_ctx *c = ctx_lookup(ctx);
-    int ok = c && atomic_load(&c->alive);
+    /* A primary context's handle stays valid while it is inactive. */
+    int ok = c && (c->primary || atomic_load(&c->alive));
     UNLOCK();
     if (!ok)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -395,6 +425,21 @@ SIM_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 SIM_API CUresult cuCtxPopCurrent(CUcontext *pctx)
 {
     return cuCtxPopCurrent_v2(pctx);
+}
+
+CUresult ctx_lookup_alive(CUcontext ctx, struct sim_ctx **out)
+{
+    NEED_INIT();
+    LOCK();
+    struct sim_ctx *c = ctx_lookup(ctx);
+    int alive = c && atomic_load(&c->alive);
+    UNLOCK();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!alive)
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+    *out = c;
+    return CUDA_SUCCESS;
 }
 
 /* ctx == NULL means the current context. */
@@ -522,5 +567,71 @@ SIM_API CUresult cuCtxSetLimit(CUlimit limit, size_t value)
         limit == CU_LIMIT_CIG_ENABLED)
         return CUDA_ERROR_UNSUPPORTED_LIMIT;
     c->limits[limit] = value;
+    return CUDA_SUCCESS;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-context cache and shared-memory preferences, per-thread capture mode  */
+
+SIM_API CUresult cuCtxGetCacheConfig(CUfunc_cache *pconfig)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if (!pconfig)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pconfig = (CUfunc_cache)c->cache_config;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxSetCacheConfig(CUfunc_cache config)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if ((unsigned)config > CU_FUNC_CACHE_PREFER_EQUAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    c->cache_config = (int)config;
+    return CUDA_SUCCESS;
+}
+
+/* Bank size is fixed at four bytes on the devices since Volta: reads say so,
+ * and setting it is accepted and has no effect, as the driver documents. */
+SIM_API CUresult cuCtxGetSharedMemConfig(CUsharedconfig *pConfig)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if (!pConfig)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pConfig = CU_SHARED_MEM_CONFIG_FOUR_BYTE_BANK_SIZE;
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxSetSharedMemConfig(CUsharedconfig config)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if ((unsigned)config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* No stream is ever capturing here, but the mode is the thread's to swap. */
+static _Thread_local CUstreamCaptureMode tls_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+SIM_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    NEED_INIT();
+    if (!mode || (unsigned)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = tls_capture_mode;
+    tls_capture_mode = *mode;
+    *mode = old;
     return CUDA_SUCCESS;
 }

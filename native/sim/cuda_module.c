@@ -32,6 +32,14 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out)
     return CUDA_SUCCESS;
 }
 
+CUresult module_load_image(CUmodule *out, const void *image)
+{
+    NEED_INIT();
+    if (!out || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    return module_new(out, 0, NULL);
+}
+
 static int file_readable(const char *path)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -107,12 +115,15 @@ static CUresult func_get(void *h, int library, const char *name, struct sim_func
             *out = f;
             return CUDA_SUCCESS;
         }
-    struct sim_func *f = obj_new(sizeof *f, O_FUNC, m->hdr.ctx);
+    size_t len = strlen(name);
+    struct sim_func *f = obj_new(sizeof *f + len + 1, O_FUNC, m->hdr.ctx);
     if (!f)
         return CUDA_ERROR_OUT_OF_MEMORY;
     f->mod = m;
-    snprintf(f->name, sizeof f->name, "%s", name);
+    memcpy(f->name, name, len + 1);
     f->busy = strstr(name, "cgpu_sim_busy") != NULL;
+    f->max_dyn_smem = SIM_SMEM_PER_BLOCK;
+    f->carveout = -1;
     f->next = m->funcs;
     m->funcs = f;
     *out = f;
@@ -122,7 +133,7 @@ static CUresult func_get(void *h, int library, const char *name, struct sim_func
 static CUresult get_function(void **out, void *h, int library, const char *name)
 {
     NEED_INIT();
-    if (!out || !name || !*name || strlen(name) >= sizeof ((struct sim_func *)0)->name)
+    if (!out || !name || !*name)
         return CUDA_ERROR_INVALID_VALUE;
     LOCK();
     struct sim_func *f = NULL;
@@ -206,4 +217,16 @@ SIM_API CUresult cuFuncGetName(const char **name, CUfunction hfunc)
 SIM_API CUresult cuKernelGetName(const char **name, CUkernel hfunc)
 {
     return cuFuncGetName(name, (CUfunction)hfunc);
+}
+
+/* CUDA_MODULE_LOADING, as the driver reads it: EAGER, or LAZY (the default
+ * since CUDA 12.2; any other value is taken as the default too). */
+SIM_API CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
+{
+    NEED_INIT();
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    const char *e = getenv("CUDA_MODULE_LOADING");
+    *mode = e && !strcmp(e, "EAGER") ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
+    return CUDA_SUCCESS;
 }

@@ -1,5 +1,5 @@
 /* The simulated CUDA driver (libcuda.so.1). Entry-point lookup:
- * cuGetProcAddress(_v2), cuGetExportTable and the error strings. */
+ * cuGetProcAddress(_v2) and the error strings (cuGetExportTable: cuda_export.c). */
 #include "cuda_sim.h"
 
 #include <dlfcn.h>
@@ -41,21 +41,6 @@ SIM_API CUresult cuGetErrorName(CUresult error, const char **pStr)
         }
     *pStr = NULL;
     return CUDA_ERROR_INVALID_VALUE;
-}
-
-SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
-{
-    if (!ppExportTable || !pExportTableId)
-        return CUDA_ERROR_INVALID_VALUE;
-    *ppExportTable = NULL;
-    if (trace_on()) {
-        const unsigned char *b = (const unsigned char *)pExportTableId->bytes;
-        fprintf(stderr, "cgpu-sim: cuGetExportTable(");
-        for (int i = 0; i < 16; i++)
-            fprintf(stderr, "%02x", b[i]);
-        fprintf(stderr, ") = %d\n", (int)CUDA_ERROR_NOT_SUPPORTED);
-    }
-    return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -161,4 +146,51 @@ SIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
 SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
 {
     return get_proc(symbol, pfn, cudaVersion, flags, NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Driver logs: callbacks are registered and unregistered; the simulator      */
+/* writes no log entries, so they are never called.                          */
+
+#define LOG_CALLBACKS 64
+
+static struct CUlogsCallbackEntry_st {
+    CUlogsCallback fn;
+    void *data;
+} log_callbacks[LOG_CALLBACKS];
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+
+SIM_API CUresult cuLogsRegisterCallback(CUlogsCallback callbackFunc, void *userData,
+                                        CUlogsCallbackHandle *callback_out)
+{
+    NEED_INIT();
+    if (!callbackFunc)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&log_mu);
+    for (int i = 0; i < LOG_CALLBACKS; i++)
+        if (!log_callbacks[i].fn) {
+            log_callbacks[i].fn = callbackFunc;
+            log_callbacks[i].data = userData;
+            if (callback_out)
+                *callback_out = &log_callbacks[i];
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&log_mu);
+    return rc;
+}
+
+SIM_API CUresult cuLogsUnregisterCallback(CUlogsCallbackHandle callback)
+{
+    NEED_INIT();
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&log_mu);
+    for (int i = 0; i < LOG_CALLBACKS; i++)
+        if (callback == &log_callbacks[i] && log_callbacks[i].fn) {
+            log_callbacks[i].fn = NULL;
+            rc = CUDA_SUCCESS;
+        }
+    pthread_mutex_unlock(&log_mu);
+    return rc;
 }

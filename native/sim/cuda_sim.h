@@ -57,8 +57,17 @@ struct obj {
     struct sim_ctx *ctx; /* owner, or NULL */
 };
 
+/* A context-local storage entry (cuda_export.c); dtor is a cls_dtor. */
+struct sim_cls {
+    void *key, *value;
+    void (*dtor)(void);
+    struct sim_cls *next;
+};
+
 struct sim_ctx {
     struct obj hdr;
+    struct sim_cls *cls;           /* context-local storage */
+    int cache_config;              /* CUfunc_cache (cuCtxSetCacheConfig) */
     _Atomic int alive;
     int phys;            /* physical (configured) device index */
     int primary;
@@ -86,6 +95,9 @@ struct sim_event {
     unsigned long long time;       /* completes at this monotonic time */
 };
 
+/* Dynamic shared memory a function may use before it opts in to more. */
+#define SIM_SMEM_PER_BLOCK 49152
+
 /* A module or library; its functions (kernels) are made on request by name. */
 struct sim_func;
 struct sim_module {
@@ -99,7 +111,11 @@ struct sim_func {
     struct sim_module *mod;
     struct sim_func *next;
     int busy;                      /* cgpu_sim_busy: duration from the first parameter */
-    char name[256];
+    int max_dyn_smem;              /* CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    int carveout;                  /* CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT */
+    int cache_config;              /* CUfunc_cache */
+    int non_portable_cluster;      /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
+    char name[];                   /* any length: C++ kernel names run to kilobytes */
 };
 
 struct sim_pool {
@@ -345,6 +361,24 @@ void timeline_init(void);
 CUresult launch_work(CUstream s, unsigned long long ns);
 /* The duration of one launch of `f` with these parameters. */
 CUresult kernel_duration(CUfunction f, void **params, void **extra, unsigned long long *ns);
+
+/* ---- Contexts and modules for the private tables ---------------------------- */
+
+/* The primary context of device `dev`, created inactive if missing (cuda_context.c). */
+CUresult primary_ctx_handle(CUdevice dev, CUcontext *out);
+/* A context handle this process made, alive (CUDA_ERROR_INVALID_CONTEXT,
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED otherwise). */
+CUresult ctx_lookup_alive(CUcontext ctx, struct sim_ctx **out);
+/* Run and free a context's detached local-storage entries (no lock held). */
+void cls_run_dtors(struct sim_ctx *c, struct sim_cls *list);
+/* A module in the current context for a checked image (cuda_module.c). */
+CUresult module_load_image(CUmodule *out, const void *image);
+/* The integrity check's digest (cuda_export.c), apart for tests. */
+void sim_integrity_digest(unsigned version, unsigned long long unix_seconds,
+                          unsigned driver_version, unsigned pid, unsigned thread,
+                          const void *cudart, const void *integrity, const void *fn, int ndev,
+                          const unsigned char (*uuids)[16], const int (*pci)[3],
+                          unsigned long long out[2]);
 
 /* ---- Entry points (cuda_procs.c) -------------------------------------------- */
 

@@ -1,8 +1,8 @@
 """CUDA clients from PyPI under `cgpu run --gpu-mem 4GiB`: each sees the slice as its total,
 stops with its own out-of-memory error within one chunk of the slice, and gets it all back.
 
-(CuPy and PyTorch's CPU wheels cannot run on the simulator: they need the CUDA runtime's
-private export tables. They run on real GPUs, in tests/gpu.)
+(NVIDIA's own CUDA runtime and the clients built on it, PyTorch and CuPy, are in
+tests/realstack.)
 """
 
 from __future__ import annotations

@@ -77,7 +77,7 @@ def test_cudart_style_bootstrap(run) -> None:
 
 
 def test_real_cudart_does_not_crash(simlib: Path, tmp_path: Path) -> None:
-    """libcudart, if installed, loads the simulator and fails cleanly (no export tables)."""
+    """The toolkit's libcudart, if installed, starts on the simulator (its private tables)."""
     cudart = next((p for p in (cuda_include().parent / "lib64").glob("libcudart.so.*")), None)
     if cudart is None:
         pytest.skip("no libcudart")
@@ -86,8 +86,8 @@ def test_real_cudart_does_not_crash(simlib: Path, tmp_path: Path) -> None:
         rt = ctypes.CDLL({str(cudart)!r})
         n = ctypes.c_int(-1)
         rc = rt.cudaGetDeviceCount(ctypes.byref(n))
-        print(rc)
+        print(rc, n.value)
     """
     proc = run_py(simlib, code)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().isdigit()
+    assert proc.stdout.split() == ["0", "1"], proc.stdout

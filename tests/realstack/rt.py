@@ -1,0 +1,72 @@
+"""Inside the scripts: NVIDIA's libcudart through ctypes, from the pinned wheels.
+
+libcudart 12.9 comes from nvidia-cuda-runtime-cu12, libcudart 13 from torch's own
+nvidia-cuda-runtime wheel. Nothing here touches CUDA until a test calls it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+from pathlib import Path
+
+CUDA_SUCCESS = 0
+
+
+def _nvidia_dir() -> Path:
+    spec = importlib.util.find_spec("nvidia")
+    assert spec and spec.submodule_search_locations, "no nvidia wheels installed"
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def cudart_path(major: int) -> Path:
+    """The libcudart.so.<major> of the pinned wheels."""
+    sub = "cuda_runtime/lib" if major == 12 else f"cu{major}/lib"
+    path = _nvidia_dir() / sub / f"libcudart.so.{major}"
+    assert path.is_file(), f"{path} is missing"
+    return path
+
+
+class Cudart:
+    """The few runtime calls the tests make; each returns the cudaError_t and the values."""
+
+    def __init__(self, major: int) -> None:
+        self.lib = ctypes.CDLL(str(cudart_path(major)))
+
+    def version(self) -> int:
+        v = ctypes.c_int()
+        assert self.lib.cudaRuntimeGetVersion(ctypes.byref(v)) == CUDA_SUCCESS
+        return v.value
+
+    def mem_get_info(self) -> tuple[int, int]:
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        rc = self.lib.cudaMemGetInfo(ctypes.byref(free), ctypes.byref(total))
+        assert rc == CUDA_SUCCESS, f"cudaMemGetInfo: {self.error(rc)}"
+        return free.value, total.value
+
+    def error(self, rc: int) -> str:
+        self.lib.cudaGetErrorName.restype = ctypes.c_char_p
+        return f"{self.lib.cudaGetErrorName(rc).decode()} ({rc})"
+
+    def malloc(self, size: int) -> tuple[int, int]:
+        ptr = ctypes.c_void_p()
+        rc = self.lib.cudaMalloc(ctypes.byref(ptr), ctypes.c_size_t(size))
+        return rc, ptr.value or 0
+
+    def free(self, ptr: int) -> int:
+        return self.lib.cudaFree(ctypes.c_void_p(ptr))
+
+    def malloc_async(self, size: int) -> tuple[int, int]:
+        ptr = ctypes.c_void_p()
+        rc = self.lib.cudaMallocAsync(ctypes.byref(ptr), ctypes.c_size_t(size), None)
+        if rc == CUDA_SUCCESS:
+            rc = self.lib.cudaStreamSynchronize(None)
+        return rc, ptr.value or 0
+
+    def free_async(self, ptr: int) -> int:
+        rc = self.lib.cudaFreeAsync(ctypes.c_void_p(ptr), None)
+        return rc or self.lib.cudaStreamSynchronize(None)
+
+
+class CudaError(Exception):
+    """A runtime call's error, as the client would raise it."""
