@@ -50,6 +50,19 @@ static CUresult ctx_activate(struct sim_ctx *c)
     return CUDA_SUCCESS;
 }
 
+/* Run the destructors of a destroyed context's local-storage entries (the
+ * runtime's, set through cuda_export.c's table) and free them; no lock held. */
+void cls_run_dtors(struct sim_ctx *c, struct sim_cls *list)
+{
+    while (list) {
+        struct sim_cls *e = list;
+        list = e->next;
+        if (e->dtor)
+            ((cls_dtor)e->dtor)((CUcontext)c, e->key, e->value);
+        free(e);
+    }
+}
+
 /* Destroying a context frees everything allocated in it, as the driver does.
  * Its local-storage entries come back detached: the caller runs their
  * destructors with cls_run_dtors once it has dropped the lock. */

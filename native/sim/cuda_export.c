@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <unistd.h>
 
-typedef void (*cls_dtor)(CUcontext, void *key, void *value);
 
 /* ------------------------------------------------------------------------ */
 /* Unmodelled slots                                                          */
@@ -222,17 +221,6 @@ static CUresult cls_get(void **value, CUcontext ctx, void *key)
         }
     UNLOCK();
     return rc;
-}
-
-void cls_run_dtors(struct sim_ctx *c, struct sim_cls *list)
-{
-    while (list) {
-        struct sim_cls *e = list;
-        list = e->next;
-        if (e->dtor)
-            ((cls_dtor)e->dtor)((CUcontext)c, e->key, e->value);
-        free(e);
-    }
 }
 
 static const void *const cls_table[4] = {

@@ -57,7 +57,9 @@ struct obj {
     struct sim_ctx *ctx; /* owner, or NULL */
 };
 
-/* A context-local storage entry (cuda_export.c); dtor is a cls_dtor. */
+/* A context-local storage entry (set through cuda_export.c's table; its
+ * destructors run in cuda_context.c); dtor is a cls_dtor. */
+typedef void (*cls_dtor)(CUcontext, void *key, void *value);
 struct sim_cls {
     void *key, *value;
     void (*dtor)(void);
