@@ -25,13 +25,3 @@ def discover() -> list[GPU]:
     """Every GPU NVML sees, in NVML index order."""
     init()
     return list_gpus()
-
-
-def probe(uuid: str) -> bool:
-    """Whether NVML still answers for the GPU (used before declaring it healthy again)."""
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-        pynvml.nvmlDeviceGetMemoryInfo(handle)
-    except pynvml.NVMLError:
-        return False
-    return True

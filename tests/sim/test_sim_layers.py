@@ -8,6 +8,7 @@ the stream queues, waiting) live in one low file that the others use.
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def find_circle(graph: dict[str, dict[str, set[str]]]) -> list[str]:
         path.append(node)
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return [*path[path.index(nxt):], nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -81,7 +82,7 @@ def test_simulator_files_form_no_circle() -> None:
     assert len(graph) > 20, "the simulator's sources were not found"
     circle = find_circle(graph)
     detail = [
-        f"{a} -> {b}: {sorted(graph[a][b])}" for a, b in zip(circle, circle[1:], strict=False)
+        f"{a} -> {b}: {sorted(graph[a][b])}" for a, b in itertools.pairwise(circle)
     ]
     assert not circle, "the simulator's files call each other in a circle:\n" + "\n".join(detail)
 
