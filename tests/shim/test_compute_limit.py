@@ -123,7 +123,9 @@ def test_fixed_and_share_hold_their_targets_each_second(shim_env, sim_dir, load,
     both = [(round(w["share-30"], 1), round(w["share-70"], 1)) for w in s[1:5]]
     assert all(abs(a - 30) <= 6 and abs(b - 70) <= 6 for a, b in both), both
     assert s[7]["share-30"] >= 85, [round(w["share-30"], 1) for w in s]
-    back = [(round(w["share-30"], 1), round(w["share-70-back"], 1)) for w in s[10:]]
+    # Under a sanitizer (a slower, instrumented build) the hand-over gets one more second.
+    back_from = 11 if SANITIZED else 10
+    back = [(round(w["share-30"], 1), round(w["share-70-back"], 1)) for w in s[back_from:]]
     assert all(abs(a - 30) <= 6 and abs(b - 70) <= 6 for a, b in back), back
     # The exporter's view of one container: its limit from the config, and what it used.
     shown = read_ledger(Path(specs[0]["containers"][0]["ledger"]) / "cgpu.ledger").devices[0]
