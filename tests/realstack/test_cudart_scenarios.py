@@ -1,6 +1,6 @@
 """NVIDIA's CUDA runtime (libcudart 12.9 and 13, through ctypes) in scenarios beyond one
 thread filling the slice: many threads at once, fork after start, an old driver, a device
-reset, pinned memory. Under `cgpu run --gpu-mem 4GiB`."""
+reset, pinned memory, memory a pool keeps. Under `cgpu run --gpu-mem 4GiB`."""
 
 from __future__ import annotations
 
@@ -124,3 +124,37 @@ def test_reset_then_reuse_and_pinned_round_trip(run_real: Runner, major: int) ->
     assert result["held"] >= 3 << 30, result
     assert result["after_reset"] < 64 * MiB, result
     assert result["same"] and result["freehost"] == 0 and result["free"] == 0, result
+
+
+@pytest.mark.parametrize("major", [12, 13])
+def test_memory_a_pool_keeps_stays_charged(run_real: Runner, major: int) -> None:
+    """With the release threshold at the maximum (as PyTorch's cudaMallocAsync backend sets
+    it), 3 GiB freed into the pool stay the pool's: the slice shows them used and a plain
+    cudaMalloc of 3 GiB fails, until cudaMemPoolTrimTo gives them back."""
+    require(runtime_dist(major))
+    result = run_real(script(major, """
+    pool = V()
+    assert L.cudaDeviceGetDefaultMemPool(B(pool), 0) == 0
+    assert L.cudaMemPoolSetAttribute(pool, 4, B(ctypes.c_uint64(2**64 - 1))) == 0
+    ptrs = [V() for _ in range(3)]
+    for p in ptrs:
+        assert L.cudaMallocAsync(B(p), S(1 << 30), None) == 0
+    for p in ptrs:
+        assert L.cudaFreeAsync(p, None) == 0
+    assert L.cudaStreamSynchronize(None) == 0
+    kept_free = cudart.mem_get_info()[0]
+    q = V()
+    plain = L.cudaMalloc(B(q), S(3 << 30))
+    L.cudaGetLastError()
+    reused = L.cudaMallocAsync(B(q), S(3 << 30), None)  # the pool's own memory serves it
+    assert L.cudaFreeAsync(q, None) == 0
+    assert L.cudaMemPoolTrimTo(pool, S(0)) == 0
+    trimmed_free = cudart.mem_get_info()[0]
+    inside.report(kept_free=kept_free, plain=plain, reused=reused, trimmed_free=trimmed_free,
+                  ledger=inside.ledger_used())
+    """))
+    assert result["kept_free"] < SLICE - (3 << 30), result
+    assert result["plain"] == 2, result  # cudaErrorMemoryAllocation
+    assert result["reused"] == 0, result
+    assert result["trimmed_free"] > SLICE - 64 * MiB, result
+    assert result["ledger"] < 64 * MiB, result
