@@ -1,5 +1,6 @@
 /* Charging, the parts off the hot path (see charge.h). */
 #include "charge.h"
+#include "resolve.h"
 
 #include <stdio.h>
 
@@ -16,8 +17,10 @@ static void report_oom(int dev, uint64_t bytes)
 
 CUresult charge_reserve_slow(int dev, uint64_t charge)
 {
-    /* Free what dead processes held, then try once more. */
+    /* Free what dead processes held, and what pools gave back, then try once more. */
     if (ledger_sweep(&g_shim.ledger) > 0 && ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 0) == CGPU_OK)
+        return CUDA_SUCCESS;
+    if (pool_reconcile() && ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 0) == CGPU_OK)
         return CUDA_SUCCESS;
     report_oom(dev, charge);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -33,4 +36,101 @@ void credit_locked(uint64_t key, unsigned dev, uint64_t charge)
 void retrack(uint64_t key, const struct untracked *u)
 {
     track(key, u->dev, u->charge, u->ctx);
+}
+
+/* ---- what stream-ordered pools keep (see charge.h) ------------------------------ */
+
+uint64_t g_pool_kept[CGPU_MAX_DEVICES];
+
+#define SEEN_POOLS 32
+static CUmemoryPool seen[SEEN_POOLS];
+
+void pool_seen(CUmemoryPool pool)
+{
+    if (!pool)
+        return;
+    for (int i = 0; i < SEEN_POOLS; i++) {
+        CUmemoryPool cur = __atomic_load_n(&seen[i], __ATOMIC_RELAXED);
+        if (cur == pool)
+            return;
+        if (!cur && __atomic_compare_exchange_n(&seen[i], &cur, pool, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return;
+        if (cur == pool)
+            return;
+    }
+}
+
+typedef CUresult (*pool_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
+typedef CUresult (*dev_pool_fn)(CUmemoryPool *, CUdevice);
+
+/* What `pool` keeps freed: reserved - used.  0 when the driver cannot say. */
+static uint64_t pool_keeps(pool_attr_fn attr, CUmemoryPool pool)
+{
+    cuuint64_t reserved = 0, used = 0;
+    if (!pool || attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS ||
+        attr(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used) != CUDA_SUCCESS)
+        return 0;
+    return reserved > used ? reserved - used : 0;
+}
+
+/* The known pools of the device with `ordinal`: its default and current pool, and
+ * every pool allocated from that lives there. */
+static uint64_t device_keeps(int ordinal, pool_attr_fn attr, dev_pool_fn dflt, dev_pool_fn cur)
+{
+    CUmemoryPool pools[SEEN_POOLS + 2] = {0};
+    int n = 0;
+    if (dflt && dflt(&pools[n], ordinal) == CUDA_SUCCESS)
+        n++;
+    if (cur && cur(&pools[n], ordinal) == CUDA_SUCCESS && (n == 0 || pools[n] != pools[0]))
+        n++;
+    CUresult (*access)(CUmemAccess_flags *, CUmemoryPool, CUmemLocation *) =
+        (CUresult(*)(CUmemAccess_flags *, CUmemoryPool, CUmemLocation *))shim_driver_sym("cuMemPoolGetAccess");
+    for (int i = 0; i < SEEN_POOLS; i++) {
+        CUmemoryPool p = __atomic_load_n(&seen[i], __ATOMIC_RELAXED);
+        if (!p || (n > 0 && p == pools[0]) || (n > 1 && p == pools[1]))
+            continue;
+        /* A pool's own device has read-write access to it. */
+        CUmemLocation loc = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = ordinal};
+        CUmemAccess_flags fl = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        if (g_shim.single_device != SHIM_MULTI_DEVICE ||
+            (access && access(&fl, p, &loc) == CUDA_SUCCESS && fl == CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+            pools[n++] = p;
+    }
+    uint64_t keeps = 0;
+    for (int i = 0; i < n; i++)
+        keeps += pool_keeps(attr, pools[i]);
+    return keeps;
+}
+
+int pool_reconcile(void)
+{
+    int any = 0;
+    for (int d = 0; d < CGPU_MAX_DEVICES; d++)
+        any |= __atomic_load_n(&g_pool_kept[d], __ATOMIC_RELAXED) != 0;
+    if (!any)
+        return 0;
+    pool_attr_fn attr = (pool_attr_fn)shim_driver_sym("cuMemPoolGetAttribute");
+    dev_pool_fn dflt = (dev_pool_fn)shim_driver_sym("cuDeviceGetDefaultMemPool");
+    dev_pool_fn cur = (dev_pool_fn)shim_driver_sym("cuDeviceGetMemPool");
+    CUresult (*count_fn)(int *) = (CUresult(*)(int *))shim_driver_sym("cuDeviceGetCount");
+    int count = 0;
+    if (!attr || !count_fn || count_fn(&count) != CUDA_SUCCESS)
+        return 0;
+    int credited = 0;
+    for (int ordinal = 0; ordinal < count && ordinal < SHIM_MAX_ORDINALS; ordinal++) {
+        int dev = device_of_ordinal(ordinal);
+        if (dev < 0)
+            continue;
+        uint64_t kept = __atomic_load_n(&g_pool_kept[dev], __ATOMIC_RELAXED);
+        if (!kept)
+            continue;
+        uint64_t keeps = device_keeps(ordinal, attr, dflt, cur);
+        /* A free that lands meanwhile makes the exchange fail: credited later. */
+        if (keeps < kept &&
+            __atomic_compare_exchange_n(&g_pool_kept[dev], &kept, keeps, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            unreserve(dev, kept - keeps);
+            credited = 1;
+        }
+    }
+    return credited;
 }

@@ -86,6 +86,19 @@ static inline int untrack(uint64_t key, struct untracked *out)
 /* Put back what untrack took when the driver refused the free. */
 void retrack(uint64_t key, const struct untracked *u);
 
+/* Memory freed into a stream-ordered pool stays the pool's until the driver trims
+ * it (a sync over the release threshold, cuMemPoolTrimTo): its charge stays too,
+ * counted here by ledger device, and pool_reconcile credits what the pools no
+ * longer keep.  Over-counted until then, never under. */
+extern uint64_t g_pool_kept[CGPU_MAX_DEVICES];
+
+/* Credit what the known pools gave back; whether anything was credited.  Slow path:
+ * it asks the driver about each pool. */
+int pool_reconcile(void);
+
+/* Remember a pool a program allocates from (cuMemAllocFromPoolAsync). */
+void pool_seen(CUmemoryPool pool);
+
 /* The common shape of every allocation wrapper. */
 #define CHARGED_ALLOC(dev_expr, bytes_expr, call, key_expr, ctx_expr)           \
     do {                                                                       \
@@ -115,6 +128,20 @@ void retrack(uint64_t key, const struct untracked *u);
         CUresult rc_ = call;                                                   \
         if (likely(rc_ == CUDA_SUCCESS))                                       \
             unreserve(u_.dev, u_.charge); /* the memory is gone: only now */   \
+        else                                                                   \
+            retrack((key_expr), &u_);                                          \
+        return rc_;                                                            \
+    } while (0)
+
+/* cuMemFreeAsync: like CHARGED_FREE, but the charge moves to g_pool_kept. */
+#define POOL_FREE(key_expr, call)                                              \
+    do {                                                                       \
+        struct untracked u_;                                                   \
+        if (mode() != SHIM_LIMITED || !untrack((key_expr), &u_))               \
+            return call;                                                       \
+        CUresult rc_ = call;                                                   \
+        if (likely(rc_ == CUDA_SUCCESS))                                       \
+            __atomic_add_fetch(&g_pool_kept[u_.dev], u_.charge, __ATOMIC_RELAXED); \
         else                                                                   \
             retrack((key_expr), &u_);                                          \
         return rc_;                                                            \

@@ -30,6 +30,7 @@ static void sweep_if_shared(void)
 static void truncate_info(int dev, uint64_t *freep, uint64_t *totalp)
 {
     sweep_if_shared();
+    pool_reconcile();
     uint64_t limit = g_shim.ledger.limit[dev], used = ledger_view_used(&g_shim.ledger, (unsigned)dev);
     uint64_t left = used >= limit ? 0 : limit - used;
     *totalp = limit;

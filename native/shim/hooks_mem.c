@@ -47,12 +47,16 @@ EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr)
     CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFree)(dptr));
 }
 
-/* Stream-ordered allocation: charged at allocation, credited at the free call.
+/* Stream-ordered allocation: charged at allocation; at the free call the charge
+ * moves to what the pools keep (charge.h), credited once the driver trims them.
  *
  * A pool or a stream may belong to another device than the current context's.  A
  * process that sees one device cannot get that wrong; with several, the device is
  * read from the new pointer and the charge made afterwards: over the slice, the
- * memory is handed back to the pool and the call fails. */
+ * memory is handed back to the pool, where it stays charged, and the call fails.
+ * The same order serves a process whose pools keep memory and whose slice is
+ * full: the pool may serve the allocation from what it keeps, which the charge
+ * afterwards sees (reserve's slow path asks the pools). */
 static CUresult charge_async_after(CUresult rc, CUdeviceptr *dptr, size_t bytesize, CUstream stream,
                                    CUresult (*free_async)(CUdeviceptr, CUstream))
 {
@@ -68,17 +72,33 @@ static CUresult charge_async_after(CUresult rc, CUdeviceptr *dptr, size_t bytesi
         return rc;
     uint64_t charge = charge_of(bytesize);
     if (reserve(dev, charge) != CUDA_SUCCESS) {
-        free_async(*dptr, stream);
+        if (free_async(*dptr, stream) == CUDA_SUCCESS) { /* the pool keeps it */
+            (void)ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 1);
+            __atomic_add_fetch(&g_pool_kept[dev], charge, __ATOMIC_RELAXED);
+        }
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     track(PT_KIND_PTR ^ *dptr, dev, charge, NULL);
     return rc;
 }
 
+/* The slice has no room for `bytesize` more, but would have if the pools on `dev`
+ * served it from what they keep. */
+static inline int pool_may_serve(int dev, size_t bytesize)
+{
+    uint64_t kept;
+    if (dev < 0 || !(kept = __atomic_load_n(&g_pool_kept[dev], __ATOMIC_RELAXED)))
+        return 0;
+    uint64_t need = ledger_view_used(&g_shim.ledger, (unsigned)dev) + charge_of(bytesize);
+    uint64_t limit = g_shim.ledger.limit[dev];
+    return need > limit && need - kept <= limit;
+}
+
 #define ASYNC_ALLOC(call, free_fn)                                                                  \
     do {                                                                                           \
         int m_ = mode();                                                                           \
-        if (m_ == SHIM_LIMITED && g_shim.single_device == SHIM_MULTI_DEVICE)                        \
+        if (m_ == SHIM_LIMITED && (g_shim.single_device == SHIM_MULTI_DEVICE ||                     \
+                                   unlikely(pool_may_serve(current_device(), bytesize))))           \
             return charge_async_after(call, dptr, bytesize, hStream, free_fn);                     \
         CHARGED_ALLOC(current_device(), charge_of(bytesize), call, PT_KIND_PTR ^ *dptr, NULL);     \
     } while (0)
@@ -95,23 +115,25 @@ EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstrea
 
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
+    pool_seen(pool);
     ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync));
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                              CUstream hStream)
 {
+    pool_seen(pool);
     ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync_ptsz));
 }
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
-    CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFreeAsync)(dptr, hStream));
+    POOL_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFreeAsync)(dptr, hStream));
 }
 
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
-    CHARGED_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFreeAsync_ptsz)(dptr, hStream));
+    POOL_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFreeAsync_ptsz)(dptr, hStream));
 }
 
 /* Arrays: the size follows from the descriptor. */

@@ -73,6 +73,7 @@ static struct sim_cls *ctx_teardown(struct sim_ctx *c)
         if (r->kind == R_ALLOC && r->ctx == c)
             region_free(r);
     }
+    pools_release_device_locked(c->phys);
     size_t n = 0;
     void **doomed = malloc((drv.objs.n + 1) * sizeof *doomed);
     for (size_t i = 0; doomed && i < drv.objs.cap; i++) {
@@ -499,6 +500,9 @@ SIM_API CUresult cuCtxSynchronize_v2(CUcontext ctx)
     unsigned long long end = c->last_end;
     UNLOCK();
     wait_until(end);
+    LOCK();
+    pools_settle_locked();
+    UNLOCK();
     return CUDA_SUCCESS;
 }
 

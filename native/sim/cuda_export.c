@@ -44,6 +44,17 @@ STUB(devext, 19) STUB(devext, 20) STUB(devext, 21) STUB(devext, 22) STUB(devext,
 STUB(devext, 24) STUB(devext, 25)
 STUB(integrity, 2)
 STUB(ctxcheck, 1)
+STUB(rttools, 1) STUB(rttools, 2) STUB(rttools, 3) STUB(rttools, 4) STUB(rttools, 5)
+STUB(rttools, 6) STUB(rttools, 7) STUB(rttools, 8) STUB(rttools, 9) STUB(rttools, 10)
+STUB(rttools, 11) STUB(rttools, 12) STUB(rttools, 13) STUB(rttools, 14) STUB(rttools, 15)
+STUB(rttools, 16) STUB(rttools, 17) STUB(rttools, 18) STUB(rttools, 19) STUB(rttools, 20)
+STUB(rttools, 21) STUB(rttools, 22) STUB(rttools, 23) STUB(rttools, 24) STUB(rttools, 25)
+STUB(rttools, 26) STUB(rttools, 27) STUB(rttools, 28) STUB(rttools, 29) STUB(rttools, 30)
+STUB(rttools, 31) STUB(rttools, 32) STUB(rttools, 33) STUB(rttools, 34) STUB(rttools, 35)
+STUB(rttools, 36) STUB(rttools, 37) STUB(rttools, 38) STUB(rttools, 39) STUB(rttools, 40)
+STUB(rttools, 41) STUB(rttools, 42) STUB(rttools, 43) STUB(rttools, 44) STUB(rttools, 45)
+STUB(rttools, 46) STUB(rttools, 47) STUB(rttools, 48) STUB(rttools, 49) STUB(rttools, 50)
+STUB(rttools, 51)
 
 /* ------------------------------------------------------------------------ */
 /* The runtime's interface: modules from fat binaries, primary contexts      */
@@ -288,6 +299,68 @@ static const void *const ctxcheck_table[4] = {
 };
 
 /* ------------------------------------------------------------------------ */
+/* A table libcudart 13.5 requires at start (it fails with the driver's error */
+/* when the table is missing; 13.0 never asks for it).  Its only calls found  */
+/* in libcudart 13.5.37 are slots 39 and 51, on the path of the runtime's     */
+/* callbacks to profiling tools, which the hooks' zeroed buffers keep off.    */
+/* Every slot is a stub; slot 0 holds the size, as in the other tables.       */
+
+static const void *const rttools_table[52] = {
+    (const void *)(52 * sizeof(void *)),
+    (const void *)rttools_1,
+    (const void *)rttools_2,
+    (const void *)rttools_3,
+    (const void *)rttools_4,
+    (const void *)rttools_5,
+    (const void *)rttools_6,
+    (const void *)rttools_7,
+    (const void *)rttools_8,
+    (const void *)rttools_9,
+    (const void *)rttools_10,
+    (const void *)rttools_11,
+    (const void *)rttools_12,
+    (const void *)rttools_13,
+    (const void *)rttools_14,
+    (const void *)rttools_15,
+    (const void *)rttools_16,
+    (const void *)rttools_17,
+    (const void *)rttools_18,
+    (const void *)rttools_19,
+    (const void *)rttools_20,
+    (const void *)rttools_21,
+    (const void *)rttools_22,
+    (const void *)rttools_23,
+    (const void *)rttools_24,
+    (const void *)rttools_25,
+    (const void *)rttools_26,
+    (const void *)rttools_27,
+    (const void *)rttools_28,
+    (const void *)rttools_29,
+    (const void *)rttools_30,
+    (const void *)rttools_31,
+    (const void *)rttools_32,
+    (const void *)rttools_33,
+    (const void *)rttools_34,
+    (const void *)rttools_35,
+    (const void *)rttools_36,
+    (const void *)rttools_37,
+    (const void *)rttools_38,
+    (const void *)rttools_39,
+    (const void *)rttools_40,
+    (const void *)rttools_41,
+    (const void *)rttools_42,
+    (const void *)rttools_43,
+    (const void *)rttools_44,
+    (const void *)rttools_45,
+    (const void *)rttools_46,
+    (const void *)rttools_47,
+    (const void *)rttools_48,
+    (const void *)rttools_49,
+    (const void *)rttools_50,
+    (const void *)rttools_51,
+};
+
+/* ------------------------------------------------------------------------ */
 /* The integrity check                                                       */
 
 static CUresult integrity_check(unsigned version, unsigned long long unix_seconds,
@@ -486,6 +559,9 @@ static const struct {
     {"context_checks",
      {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e},
      ctxcheck_table},
+    {"runtime_tools_13_5",
+     {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2},
+     rttools_table},
 };
 
 SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)

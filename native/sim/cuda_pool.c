@@ -5,6 +5,47 @@
 /* ------------------------------------------------------------------------ */
 /* Stream-ordered allocation and memory pools                                */
 
+/* Freed pool memory.  As in the driver, memory freed into a pool stays
+ * reserved by it, and charged to its device, until a synchronizing call
+ * (stream, event or context synchronize) gives back what exceeds the pool's
+ * release threshold (default 0), or cuMemPoolTrimTo, the pool's destruction
+ * or its device's reset does.  Allocations from the pool reuse it first.
+ * kept_total: every pool's kept bytes, so that a sync with none is cheap. */
+static unsigned long long kept_total;
+
+/* Keep at most `keep` bytes of what `p` holds freed.  drv.mu held. */
+static void pool_release(struct sim_pool *p, unsigned long long keep)
+{
+    if (p->kept <= keep)
+        return;
+    unsigned long long give = p->kept - keep;
+    uncharge(p->phys, give);
+    p->kept = keep;
+    kept_total -= give;
+}
+
+void pools_settle_locked(void)
+{
+    if (!kept_total)
+        return;
+    for (size_t i = 0; i < drv.objs.cap; i++) {
+        struct obj *o = drv.objs.vals[i];
+        if (o && o->type == O_POOL)
+            pool_release((struct sim_pool *)o, ((struct sim_pool *)o)->threshold);
+    }
+}
+
+void pools_release_device_locked(int phys)
+{
+    if (!kept_total)
+        return;
+    for (size_t i = 0; i < drv.objs.cap; i++) {
+        struct obj *o = drv.objs.vals[i];
+        if (o && o->type == O_POOL && ((struct sim_pool *)o)->phys == phys)
+            pool_release((struct sim_pool *)o, 0);
+    }
+}
+
 /* drv.mu held. */
 static struct sim_pool *default_pool(int phys)
 {
@@ -104,6 +145,7 @@ SIM_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
     if (p && !p->is_default) {
         /* Outstanding allocations stay valid until freed, so the structure
          * is kept; only the handle dies. */
+        pool_release(p, 0);
         hm_del(&drv.objs, (uintptr_t)p);
         p->destroyed = 1;
         if (p->phys >= 0 && drv.current_pool[p->phys] == p)
@@ -119,6 +161,8 @@ SIM_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
     NEED_INIT();
     LOCK();
     struct sim_pool *p = obj_get(pool, O_POOL);
+    if (p)
+        pool_release(p, minBytesToKeep);
     UNLOCK();
     return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -172,7 +216,7 @@ SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute at
             *(int *)value = p->reuse[attr];
             break;
         case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *(cuuint64_t *)value = p->threshold; break;
-        case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+        case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)value = p->used + p->kept; break;
         case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)value = p->used; break;
         case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
         case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *(cuuint64_t *)value = p->peak; break;
@@ -256,7 +300,16 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool poo
             goto out;
         }
     }
+    /* What the pool keeps serves first; if the device cannot give the rest,
+     * the pool gives back all it keeps and the allocation tries again. */
+    unsigned long long need = round_up(bytesize, drv.cfg.granularity);
+    if (p->phys >= 0 && bytesize)
+        pool_release(p, p->kept > need ? p->kept - need : 0);
     rc = mem_alloc_locked(c, p->phys, bytesize, 0, 0, p, dptr);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && p->kept) {
+        pool_release(p, 0);
+        rc = mem_alloc_locked(c, p->phys, bytesize, 0, 0, p, dptr);
+    }
 out:
     UNLOCK();
     return rc;
@@ -281,10 +334,17 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream)
     CUresult rc = stream_ctx(hStream, &c);
     if (!rc) {
         struct region *r = live_exact(dptr);
-        if (!r || r->kind != R_ALLOC || r->ipc)
+        if (!r || r->kind != R_ALLOC || r->ipc) {
             rc = CUDA_ERROR_INVALID_VALUE;
-        else
+        } else {
+            struct sim_pool *p = r->pool;
+            if (p && !p->destroyed && p->phys >= 0) { /* the pool keeps the charge */
+                p->kept += r->charge;
+                kept_total += r->charge;
+                r->charge = 0;
+            }
             region_free(r);
+        }
     }
     UNLOCK();
     return rc;

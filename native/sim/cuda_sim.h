@@ -126,6 +126,7 @@ struct sim_pool {
     int is_default;
     int destroyed;
     unsigned long long used, peak, threshold;
+    unsigned long long kept; /* freed, still reserved and charged (cuda_pool.c) */
     int reuse[4];
     CUmemAccess_flags access[SIM_MAX_DEVICES]; /* peers' access (its own device: read-write) */
 };
@@ -341,6 +342,10 @@ void wait_on_settle(void (*settle)(unsigned long long t));
 
 /* ---- Memory, VMM, streams (drv.mu held) ------------------------------------ */
 
+/* Pools keep what is freed into them; a synchronizing call gives back what
+ * exceeds each pool's release threshold (cuda_pool.c).  drv.mu held. */
+void pools_settle_locked(void);
+void pools_release_device_locked(int phys);
 CUresult mem_alloc_locked(struct sim_ctx *ctx, int phys, unsigned long long bytes, int low,
                           int managed, struct sim_pool *pool, CUdeviceptr *out);
 void region_free(struct region *r);

@@ -25,8 +25,12 @@ static CUresult stream_sync(CUstream s)
 {
     unsigned long long end;
     CUresult rc = stream_end(s, &end);
-    if (!rc)
+    if (!rc) {
         wait_until(end);
+        LOCK();
+        pools_settle_locked();
+        UNLOCK();
+    }
     return rc;
 }
 
@@ -189,8 +193,12 @@ static CUresult event_sync(CUevent e)
 {
     unsigned long long t;
     CUresult rc = event_time(e, &t);
-    if (!rc)
+    if (!rc) {
         wait_until(t);
+        LOCK();
+        pools_settle_locked();
+        UNLOCK();
+    }
     return rc;
 }
 

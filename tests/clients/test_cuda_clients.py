@@ -77,13 +77,16 @@ CUDA_CORE_SETUP = """
 
 
 def test_cuda_core_default_memory_resource(run_client: Run) -> None:
-    """Device.allocate: the stream-ordered pool (cuMemAllocFromPoolAsync)."""
+    """Device.allocate: the stream-ordered pool (cuMemAllocFromPoolAsync). cuda.core raises the
+    pool's release threshold, so the pool keeps what was freed until it is trimmed."""
     require("cuda-core")
     result = run_client(CUDA_CORE_SETUP + """
     def release(buffers):
         for b in buffers:
             b.close(stream)
         stream.sync()
+        err, pool = drv.cuDeviceGetMemPool(drv.cuDeviceGet(0)[1])
+        assert drv.cuMemPoolTrimTo(pool, 0)[0] == 0
 
     result = inside.exercise(lambda: device.allocate(inside.CHUNK, stream=stream), release,
                              mem_info)

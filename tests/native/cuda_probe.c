@@ -57,6 +57,7 @@ static struct {
     CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
     CUresult (*unmap)(CUdeviceptr, size_t);
     CUresult (*addr_free)(CUdeviceptr, size_t);
+    CUresult (*stream_sync)(CUstream);
 } f;
 
 static CUdevice g_dev;
@@ -72,7 +73,7 @@ static void *sym_direct(const char *name)
     D(cuMemRelease) D(cuMemAllocAsync) D(cuMemFreeAsync) D(cuMemAllocFromPoolAsync) D(cuDeviceGetDefaultMemPool)
     D(cuArrayCreate_v2) D(cuArray3DCreate_v2) D(cuArrayDestroy) D(cuMipmappedArrayCreate) D(cuMipmappedArrayDestroy)
     D(cuDevicePrimaryCtxReset_v2) D(cuCtxCreate_v4) D(cuCtxDestroy_v2) D(cuMemAddressReserve) D(cuMemMap)
-    D(cuMemUnmap) D(cuMemAddressFree)
+    D(cuMemUnmap) D(cuMemAddressFree) D(cuStreamSynchronize)
 #undef D
     return NULL;
 }
@@ -95,7 +96,7 @@ static void resolve(const char *how)
         "cuMemRelease", "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocFromPoolAsync", "cuDeviceGetDefaultMemPool",
         "cuArrayCreate_v2", "cuArray3DCreate_v2", "cuArrayDestroy", "cuMipmappedArrayCreate",
         "cuMipmappedArrayDestroy", "cuDevicePrimaryCtxReset_v2", "cuCtxCreate_v4", "cuCtxDestroy_v2",
-        "cuMemAddressReserve", "cuMemMap", "cuMemUnmap", "cuMemAddressFree"};
+        "cuMemAddressReserve", "cuMemMap", "cuMemUnmap", "cuMemAddressFree", "cuStreamSynchronize"};
     void **slots = (void **)&f;
     void *h = NULL;
     CUresult (*gpa1)(const char *, void **, int, cuuint64_t) = NULL;
@@ -406,8 +407,10 @@ int main(int argc, char **argv)
             CUdeviceptr p;
             CUresult rc = f.alloc_async(&p, ARG(1), NULL);
             printf("async %d\n", rc);
-            if (rc == CUDA_SUCCESS)
+            if (rc == CUDA_SUCCESS) {
                 printf("async-free %d\n", f.free_async(p, NULL));
+                f.stream_sync(NULL); /* the pool keeps the memory until a sync */
+            }
             i++;
         } else if (strcmp(c, "pool") == 0) {
             CUmemoryPool pool;
@@ -416,8 +419,10 @@ int main(int argc, char **argv)
             if (rc == CUDA_SUCCESS)
                 rc = f.pool_alloc(&p, ARG(1), pool, NULL);
             printf("pool %d\n", rc);
-            if (rc == CUDA_SUCCESS)
+            if (rc == CUDA_SUCCESS) {
                 printf("pool-free %d\n", f.free_async(p, NULL));
+                f.stream_sync(NULL); /* the pool keeps the memory until a sync */
+            }
             i++;
         } else if (strcmp(c, "pool-fill") == 0) {
             /* Fill from another device's default pool, with this thread's context current. */

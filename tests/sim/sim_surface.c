@@ -202,6 +202,10 @@ static int cmd_pool(void)
     CHECK(owner == pool);
     OK(cuMemFreeAsync(p, s));
     OK(cuStreamSynchronize(s));
+    CHECK(free_mem() == f0 - 6 * MiB); /* the threshold is the maximum: the pool keeps it */
+    OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &got));
+    CHECK(got == 6 * MiB);
+    OK(cuMemPoolTrimTo(pool, 0));
     CHECK(free_mem() == f0);
     OK(cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &got));
     CHECK(got == 0);

@@ -25,6 +25,8 @@ ANSWERED = {
     "b10541e1f7c7c74a9f64f223be99f1e2": ("device_extended_rt", 26),
     "d4082055bde6704b8d34ba123c66e1f2": ("integrity_check", 3),
     "263e88607cd2614392f6bbd5006dfa7e": ("context_checks", 4),
+    # libcudart 13.5 refuses to start without it; 13.0 never asks.
+    "21318c60971432488ca641ff7324c8f2": ("runtime_tools_13_5", 52),
 }
 # Asked for by libcudart 12.9 and 13.0 before the others; unknown, as on ZLUDA.
 UNANSWERED = ["f8cff95121468b4eb9e2fb469e7c0dd9", "00" * 16, "ff" * 16]
