@@ -85,6 +85,13 @@ def init_storm(exe: Path, env: dict[str, str], processes: int) -> list[float]:
     return sorted(float(p.communicate()[0]) for p in procs)
 
 
+def rotated(names: list[str], r: int) -> list[str]:
+    """The builds in round `r`'s order: each takes each place in turn (a storm slows the one
+    that follows it, so a fixed order would favour the first build)."""
+    k = r % len(names)
+    return names[k:] + names[:k]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -104,16 +111,18 @@ def main() -> None:
         shims = {"shim": shim_path(), **({"other": args.other} if args.other else {})}
         envs = environments(args.real, ledger, shims)
         rows: dict[str, dict[str, list[float]]] = {"pairs": {}, "meminfo": {}}
-        for _ in range(args.rounds):
-            for name, env in envs.items():
+        names = list(envs)
+        for r in range(args.rounds):
+            for name in rotated(names, r):
+                env = envs[name]
                 pairs = measure(exe, env, "pairs", str(args.n), str(2 << 20))
                 rows["pairs"].setdefault(name, []).append(pairs)
                 meminfo = measure(exe, env, "meminfo", str(args.n))
                 rows["meminfo"].setdefault(name, []).append(meminfo)
         storms: dict[str, list[list[float]]] = {name: [] for name in envs}
-        for _ in range(args.storms):  # alternated too: a storm measures the machine as well
-            for name, env in envs.items():
-                storms[name].append(init_storm(exe, env, args.processes))
+        for r in range(args.storms):  # alternated too: a storm measures the machine as well
+            for name in rotated(names, r):
+                storms[name].append(init_storm(exe, envs[name], args.processes))
         shutil.rmtree(ledger, ignore_errors=True)
     machine = platform.processor() or platform.machine()
     driver = "real" if args.real else "simulator"
@@ -121,7 +130,6 @@ def main() -> None:
         f"# {time.strftime('%Y-%m-%d')} {platform.node()} {machine}"
         f" driver={driver} rounds={args.rounds} n={args.n}"
     )
-    names = list(envs)
     print(
         f"{'what':38}"
         + "".join(f"{n:>10}" for n in names)

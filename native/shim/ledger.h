@@ -141,7 +141,7 @@ static inline void ledger_write_end(struct ledger *l)
 
 /* Inline: the fast path is one compare-and-swap; waiting, taking over from a dead owner and
  * lockers without a slot are out of line. */
-static inline void ledger_lock(struct ledger_handle *h)
+static inline __attribute__((always_inline)) void ledger_lock(struct ledger_handle *h)
 {
     struct ledger *l = h->l;
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
@@ -160,7 +160,7 @@ static inline void ledger_lock(struct ledger_handle *h)
 /* A plain store, no atomic read-modify-write, and no thread-local lookup: a waiter that sets
  * LOCK_WAITERS after our load has its bit overwritten, but its futex wait compares the word
  * (now 0) and returns at once; whether we locked as the admin is in the word's owner. */
-static inline void ledger_unlock(struct ledger_handle *h)
+static inline __attribute__((always_inline)) void ledger_unlock(struct ledger_handle *h)
 {
     struct ledger *l = h->l;
     ledger_write_end(l);

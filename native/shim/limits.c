@@ -44,9 +44,19 @@ struct device_info {
 
 static void format_uuid(const unsigned char b[16], char out[CGPU_UUID_LEN])
 {
-    snprintf(out, CGPU_UUID_LEN,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
-             b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    /* "GPU-" and 8-4-4-4-12 hex digits (snprintf with 16 arguments costs a start thousands
+     * of instructions). */
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    memcpy(o, "GPU-", 4);
+    o += 4;
+    for (int i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *o++ = '-';
+        *o++ = hex[b[i] >> 4];
+        *o++ = hex[b[i] & 15];
+    }
+    *o = '\0';
 }
 
 /* Visible CUDA devices by ordinal; returns the count or -1 if the driver is not ready. */
@@ -72,6 +82,21 @@ static int cuda_devices(struct device_info *out, int max)
         format_uuid((const unsigned char *)u.bytes, out[i].uuid);
         out[i].total = total;
     }
+    return n;
+}
+
+/* The device list, asked once per shim_cuda_init (its limits and its device map both want
+ * it).  Under init_mutex; `cuda_list_n` is -1 outside an init. */
+static struct device_info cuda_list[SHIM_MAX_ORDINALS];
+static int cuda_list_n = -1;
+
+static int cuda_devices_once(struct device_info *out, int max)
+{
+    if (cuda_list_n < 0)
+        cuda_list_n = cuda_devices(cuda_list, SHIM_MAX_ORDINALS);
+    int n = cuda_list_n < max ? cuda_list_n : max;
+    if (n > 0)
+        memcpy(out, cuda_list, (size_t)n * sizeof *out);
     return n;
 }
 
@@ -340,8 +365,9 @@ int shim_cuda_init(int driver_ready)
     }
     struct device_info devs[SHIM_MAX_ORDINALS];
     int n = -1;
-    s = load_limits(cuda_devices, 1);
-    if (s == SHIM_LIMITED && (n = cuda_devices(devs, SHIM_MAX_ORDINALS)) >= 0) {
+    cuda_list_n = -1;
+    s = load_limits(cuda_devices_once, 1);
+    if (s == SHIM_LIMITED && (n = cuda_devices_once(devs, SHIM_MAX_ORDINALS)) >= 0) {
         for (int i = 0; i < SHIM_MAX_ORDINALS; i++)
             g_shim.devmap[i] = i < n ? ledger_find_device(g_shim.ledger.l, devs[i].uuid) : -1;
         /* The container's config names its GPUs: a visible GPU it does not name
@@ -360,12 +386,14 @@ int shim_cuda_init(int driver_ready)
         /* A limit applies but the driver cannot list its devices.  Before cuInit
          * that is expected (the caller's call fails anyway); after it, fail closed. */
         if (!driver_ready) {
+            cuda_list_n = -1;
             pthread_mutex_unlock(&init_mutex);
             return SHIM_UNINIT;
         }
         shim_fail_line("cannot list the GPUs through the CUDA driver");
         s = SHIM_FAILED;
     }
+    cuda_list_n = -1;
     __atomic_store_n(&g_shim.state, s, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&init_mutex);
     return s;
@@ -407,20 +435,25 @@ int shim_nvml_view(nvmlDevice_t device, uint64_t *limit, uint64_t *used)
 /* Host-level used memory of ledger device `dev`, through the real NVML. */
 static int nvml_used(int dev, uint64_t *used)
 {
+    /* Looked up and initialised once: the before and after samples of a start. */
     static int nvml_ready;
-    nvmlReturn_t (*init_fn)(void) = (nvmlReturn_t(*)(void))shim_nvml_sym("nvmlInit_v2");
-    nvml_by_uuid_fn by_uuid = (nvml_by_uuid_fn)shim_nvml_sym("nvmlDeviceGetHandleByUUID");
-    nvml_mem_fn mem_fn = (nvml_mem_fn)shim_nvml_sym("nvmlDeviceGetMemoryInfo");
-    if (!init_fn || !by_uuid || !mem_fn)
-        return -1;
+    static nvml_by_uuid_fn by_uuid;
+    static nvml_mem_fn mem_fn;
     if (!__atomic_load_n(&nvml_ready, __ATOMIC_ACQUIRE)) {
-        if (init_fn() != NVML_SUCCESS)
+        nvmlReturn_t (*init_fn)(void) = (nvmlReturn_t(*)(void))shim_nvml_sym("nvmlInit_v2");
+        nvml_by_uuid_fn u = (nvml_by_uuid_fn)shim_nvml_sym("nvmlDeviceGetHandleByUUID");
+        nvml_mem_fn m = (nvml_mem_fn)shim_nvml_sym("nvmlDeviceGetMemoryInfo");
+        if (!init_fn || !u || !m || init_fn() != NVML_SUCCESS)
             return -1;
+        __atomic_store_n(&by_uuid, u, __ATOMIC_RELAXED);
+        __atomic_store_n(&mem_fn, m, __ATOMIC_RELAXED);
         __atomic_store_n(&nvml_ready, 1, __ATOMIC_RELEASE);
     }
     nvmlDevice_t h;
     nvmlMemory_t mem;
-    if (by_uuid(g_shim.ledger.l->devices[dev].uuid, &h) != NVML_SUCCESS || mem_fn(h, &mem) != NVML_SUCCESS)
+    nvml_by_uuid_fn u = __atomic_load_n(&by_uuid, __ATOMIC_RELAXED);
+    nvml_mem_fn m = __atomic_load_n(&mem_fn, __ATOMIC_RELAXED);
+    if (u(g_shim.ledger.l->devices[dev].uuid, &h) != NVML_SUCCESS || m(h, &mem) != NVML_SUCCESS)
         return -1;
     *used = mem.used;
     return 0;

@@ -2,7 +2,9 @@
 #include "resolve.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Sanitizer runtimes call dlsym before they are set up: those paths stay uninstrumented. */
 #define NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
@@ -79,11 +81,42 @@ void *shim_nvml_sym(const char *name)
     return h && rd ? rd(h, name) : NULL;
 }
 
+/* This library's address range, found once (dladdr costs thousands of instructions a call,
+ * and a start resolves dozens of names). */
+static uintptr_t own_lo, own_hi;
+
+static int own_range_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    uintptr_t me = (uintptr_t)data, lo = UINTPTR_MAX, hi = 0;
+    int mine = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = (uintptr_t)info->dlpi_addr + ph->p_vaddr, b = a + ph->p_memsz;
+        lo = a < lo ? a : lo;
+        hi = b > hi ? b : hi;
+        mine |= me >= a && me < b;
+    }
+    if (!mine)
+        return 0;
+    __atomic_store_n(&own_lo, lo, __ATOMIC_RELAXED);
+    __atomic_store_n(&own_hi, hi, __ATOMIC_RELEASE);
+    return 1;
+}
+
 /* Whether `p` lies in this library: then it is one of our wrappers, not the real one. */
 static int ours(void *p)
 {
-    Dl_info mine, theirs;
-    return dladdr((void *)&ours, &mine) && dladdr(p, &theirs) && mine.dli_fbase == theirs.dli_fbase;
+    if (!__atomic_load_n(&own_hi, __ATOMIC_ACQUIRE))
+        dl_iterate_phdr(own_range_cb, (void *)&ours);
+    uintptr_t a = (uintptr_t)p, hi = __atomic_load_n(&own_hi, __ATOMIC_ACQUIRE);
+    if (!hi) { /* not found (cannot happen): ask the dynamic linker */
+        Dl_info mine, theirs;
+        return dladdr((void *)&ours, &mine) && dladdr(p, &theirs) && mine.dli_fbase == theirs.dli_fbase;
+    }
+    return a >= __atomic_load_n(&own_lo, __ATOMIC_RELAXED) && a < hi;
 }
 
 void shim_record_real(int id, void *p)

@@ -251,7 +251,9 @@ def test_snapshots_are_consistent_while_two_processes_trade_the_slice(
     shim_env, native_build, ledger_dir
 ):
     """Two processes take turns holding 640 MiB of a 1 GiB slice; no reader ever sees more."""
-    env = shim_env({"CGPU_MEM_LIMIT": "1GiB"})
+    # Pinned overhead: the two start together, so one's calibration window could see the other's
+    # 640 MiB and charge it again as overhead (docs/architecture.md, honest accounting).
+    env = shim_env({"CGPU_MEM_LIMIT": "1GiB", "CGPU_CONTEXT_OVERHEAD": "0"})
     ledger = ledger_dir / "cgpu.ledger"
     loops = [start(native_build, env, "init", "loop", 0, 640 * MiB) for _ in range(2)]
     try:
