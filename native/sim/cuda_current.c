@@ -92,7 +92,7 @@ int ctx_queues_init(struct sim_ctx *c)
 /* ------------------------------------------------------------------------ */
 /* Waiting                                                                   */
 
-/* How the work that waits on time is run: cuda_copy.c registers it (its
+/* How the work that waits on time is run: cuda_transfer.c registers it (its
  * queued copies and sets), so that this file stays below it. */
 static void (*_Atomic settle_fn)(unsigned long long t);
 

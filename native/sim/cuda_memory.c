@@ -1,6 +1,7 @@
 /* The simulated CUDA driver (libcuda.so.1). Device memory: allocation, free,
  * info; pinned host memory; pointer attributes.  Copies and sets are in
- * cuda_copy.c, the bytes behind device addresses in cuda_backing.c. */
+ * cuda_transfer.c, cuda_copy.c and cuda_memset.c; the bytes behind device
+ * addresses in cuda_backing.c. */
 #include "cuda_sim.h"
 
 #include <sys/mman.h>

@@ -179,7 +179,7 @@ struct region {
     int phys;
     int managed;
     int ipc;                         /* opened from another process's handle */
-    int touched;                     /* a copy or set reached its bytes (cuda_copy.c) */
+    int touched;                     /* a copy or set reached its bytes (cuda_transfer.c) */
     struct sim_ctx *ctx;
     struct sim_pool *pool;
     struct mapping *maps;            /* R_RESERVE */
@@ -337,7 +337,7 @@ int ctx_queues_init(struct sim_ctx *c);
 /* Wait until monotonic time `t`, then run the work registered with
  * wait_on_settle that is due by then (no lock held). */
 void wait_until(unsigned long long t);
-/* Register what wait_until runs after it waits (cuda_copy.c: mem_settle). */
+/* Register what wait_until runs after it waits (cuda_transfer.c: mem_settle). */
 void wait_on_settle(void (*settle)(unsigned long long t));
 
 /* ---- Memory, VMM, streams (drv.mu held) ------------------------------------ */
@@ -353,7 +353,7 @@ void region_free(struct region *r);
 struct hrange *host_range(unsigned long long p);
 /* Release an array's memory and handle (cuda_array.c). */
 void array_free_locked(struct sim_array *a);
-/* Run the copies and sets waiting for time `t` (cuda_copy.c; no lock held). */
+/* Run the copies and sets waiting for time `t` (cuda_transfer.c; no lock held). */
 void mem_settle(unsigned long long t);
 /* prop->location -> physical device, -1 for host locations; -2 invalid (*err set). */
 int location_phys(const CUmemLocation *loc, CUresult *err);

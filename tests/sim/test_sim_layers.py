@@ -92,4 +92,4 @@ def test_shared_driver_pieces_sit_below_context_stream_and_launch() -> None:
     for name in ("cuda_context.c", "cuda_stream.c", "cuda_launch.c", "cuda_memory.c"):
         assert "cuda_current.c" in graph[name], f"{name} should use cuda_current.c"
     assert not {"cuda_context.c", "cuda_stream.c", "cuda_launch.c", "cuda_memory.c",
-                "cuda_device.c", "cuda_copy.c"} & set(graph["cuda_current.c"])
+                "cuda_device.c", "cuda_transfer.c", "cuda_copy.c"} & set(graph["cuda_current.c"])
