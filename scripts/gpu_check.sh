@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The real-GPU checks in one pass, for a machine with an NVIDIA GPU and PyTorch already there:
+# the GPU suite (tests/gpu), a smoke run of PyTorch (cuBLAS included) and nvidia-smi under the
+# shim, and the real-GPU benchmarks. Logs go to $OUT (default ./gpu-check-out).
+#
+#   bash scripts/gpu_check.sh            # uses python3; installs cgpu from .whl/ if it is there
+#
+# On a machine set up by scripts/setup.sh, run it with PY=.venv/bin/python.
+set -u
+PY=${PY:-python3}
+OUT=${OUT:-$PWD/gpu-check-out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+
+step() {  # step NAME SECONDS CMD...: run with a time limit, log to $OUT/NAME.txt and stdout
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name ($(date -u +%H:%M:%S))"
+    timeout -k 5 "$limit" "$@" >"$OUT/$name.txt" 2>&1
+    local rc=$?
+    tail -n 40 "$OUT/$name.txt"
+    echo "=== $name rc=$rc"
+}
+
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
+    cat /proc/driver/nvidia/version 2>/dev/null | head -1
+    uname -r
+    "$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, torch.version.cuda)'
+} 2>&1 | tee "$OUT/machine.txt"
+
+if ls .whl/cgpu-*.whl >/dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --force-reinstall .whl/*.whl \
+        || echo "pip install failed"
+fi
+CGPU=$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")/cgpu
+
+SMOKE='
+import torch
+free, total = torch.cuda.mem_get_info()
+print("mem_get_info MiB", free >> 20, total >> 20)
+a = torch.randn(2048, 2048, device="cuda")
+print("matmul", round(float((a @ a.T).diagonal().mean()), 1), "(about 2048)")
+held = []
+try:
+    while True:
+        held.append(torch.empty(256 << 20, dtype=torch.uint8, device="cuda"))
+except torch.cuda.OutOfMemoryError as e:
+    print("OOM after", len(held) * 256, "MiB:", str(e).splitlines()[0][:160])
+'
+step smoke 90 "$CGPU" run --gpu-mem 4GiB --gpu 0 --state-dir /tmp/cgpu-smoke -- "$PY" -c "$SMOKE"
+step smi 30 "$CGPU" run --gpu-mem 4GiB --gpu 0 --state-dir /tmp/cgpu-smi -- nvidia-smi
+step pytest 200 "$PY" -P -m pytest -v -p no:cacheprovider --timeout 150 tests/gpu
+step compute_share 120 "$PY" benchmarks/compute_share_real.py --seconds 6 \
+    --json "$OUT/compute_share.json"
+step shim_overhead 70 "$PY" benchmarks/shim_overhead.py --real --rounds 7 --n 50000 --storms 3
+step torch_throughput 80 "$PY" benchmarks/torch_throughput.py --rounds 3
+date -u
