@@ -17,6 +17,7 @@ import platform
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -119,6 +120,7 @@ def main() -> None:
                 rows["pairs"].setdefault(name, []).append(pairs)
                 meminfo = measure(exe, env, "meminfo", str(args.n))
                 rows["meminfo"].setdefault(name, []).append(meminfo)
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         storms: dict[str, list[list[float]]] = {name: [] for name in envs}
         for r in range(args.storms):  # alternated too: a storm measures the machine as well
             for name in rotated(names, r):

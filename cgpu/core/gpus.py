@@ -30,16 +30,40 @@ def use_simulator() -> None:
     ctypes.CDLL(str(sim_lib_dir() / "libnvidia-ml.so.1"), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = (
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    )
+
+
+def _file_of(symbol: ctypes._CFuncPtr) -> str:  # type: ignore[name-defined]
+    """The path of the shared object that holds `symbol`, with symbolic links resolved."""
+    dladdr = ctypes.CDLL(None).dladdr
+    dladdr.argtypes = (ctypes.c_void_p, ctypes.POINTER(_DlInfo))
+    info = _DlInfo()
+    if not dladdr(ctypes.cast(symbol, ctypes.c_void_p), ctypes.byref(info)) or not info.dli_fname:
+        return ""
+    return os.path.realpath(info.dli_fname.decode())
+
+
 def real_driver_present() -> bool:
-    """Whether a real NVIDIA driver (libcuda.so.1 outside our simulator) can be loaded."""
+    """Whether a real NVIDIA driver (libcuda.so.1 outside our simulator) can be loaded.
+
+    The answer comes from the file that holds the `cuInit` the loader found. A real driver's
+    file is named by its version (libcuda.so.580.159.04, reached through the libcuda.so.1
+    link), so the name alone says nothing.
+    """
     try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        cu_init = cuda.cuInit
+    except (OSError, AttributeError):
         return False
+    path = _file_of(cu_init)
     sim = str(sim_lib_dir().resolve())
-    with open("/proc/self/maps") as maps:
-        paths = {line.split()[-1] for line in maps if line.rstrip().endswith("libcuda.so.1")}
-    return any(not os.path.realpath(p).startswith(sim) for p in paths)
+    return bool(path) and not path.startswith(sim + os.sep)
 
 
 def _text(value: str | bytes) -> str:
