@@ -13,19 +13,29 @@ static int context_opening(int dev)
 }
 
 /* After the driver made a new context `ctx` on `ordinal`: remember its device, and
- * charge the device's context overhead if it is the first.  Context creation never
- * fails because of the charge: over the slice, the next allocation will. */
-static void context_created(CUdevice ordinal, CUcontext ctx)
+ * charge the device's context overhead if it is the first.  The overhead is memory
+ * the process holds on the GPU like any other: where it does not fit in the slice,
+ * the context is refused as a full GPU refuses it (CUDA_ERROR_OUT_OF_MEMORY), and the
+ * caller undoes it (`undo`). */
+static CUresult context_created(CUdevice ordinal, CUcontext ctx)
 {
     int dev = device_of_ordinal(ordinal);
     if (dev < 0 || !ctx)
-        return;
+        return CUDA_SUCCESS;
     track(PT_KIND_CTXDEV ^ (uint64_t)(uintptr_t)ctx, dev, 0, NULL);
     if (__atomic_fetch_add(&g_shim.contexts[dev], 1, __ATOMIC_ACQ_REL) != 0)
-        return;
+        return CUDA_SUCCESS;
     uint64_t overhead = shim_context_overhead(dev);
-    if (overhead && ledger_charge(&g_shim.ledger, (unsigned)dev, overhead, 1) == CGPU_OK)
+    if (!overhead)
+        return CUDA_SUCCESS;
+    if (reserve(dev, overhead) == CUDA_SUCCESS) {
         track(PT_KIND_CONTEXT ^ (uint64_t)dev, dev, overhead, NULL);
+        return CUDA_SUCCESS;
+    }
+    struct untracked gone;
+    (void)untrack(PT_KIND_CTXDEV ^ (uint64_t)(uintptr_t)ctx, &gone);
+    __atomic_fetch_sub(&g_shim.contexts[dev], 1, __ATOMIC_ACQ_REL);
+    return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* The driver destroyed `ctx`: credit the memory allocated in it, and the device's
@@ -61,8 +71,14 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     CUresult rc = REAL(cuDevicePrimaryCtxRetain)(pctx, dev);
     /* Retains are counted by the driver: only the first makes a context. */
     if (rc == CUDA_SUCCESS && fresh && pctx &&
-        __atomic_exchange_n(&g_shim.primary[dev], *pctx, __ATOMIC_ACQ_REL) == NULL)
-        context_created(dev, *pctx);
+        __atomic_exchange_n(&g_shim.primary[dev], *pctx, __ATOMIC_ACQ_REL) == NULL &&
+        context_created(dev, *pctx) != CUDA_SUCCESS) {
+        /* Its overhead does not fit: give the retain back, which destroys the context. */
+        __atomic_store_n(&g_shim.primary[dev], NULL, __ATOMIC_RELEASE);
+        (void)REAL(cuDevicePrimaryCtxRelease_v2)(dev);
+        *pctx = NULL;
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
     return rc;
 }
 
@@ -75,8 +91,13 @@ static void before_create(CUdevice ordinal)
 
 static CUresult after_create(CUresult rc, CUcontext *pctx, CUdevice ordinal)
 {
-    if (rc == CUDA_SUCCESS && pctx && mode() == SHIM_LIMITED)
-        context_created(ordinal, *pctx);
+    if (rc == CUDA_SUCCESS && pctx && mode() == SHIM_LIMITED &&
+        context_created(ordinal, *pctx) != CUDA_SUCCESS) {
+        /* Its overhead does not fit: the context goes, as on a full GPU. */
+        (void)REAL(cuCtxDestroy_v2)(*pctx);
+        *pctx = NULL;
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
     return rc;
 }
 

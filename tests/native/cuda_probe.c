@@ -264,6 +264,16 @@ int main(int argc, char **argv)
             printf("init %d\n", rc);
             if (rc != CUDA_SUCCESS)
                 return 3;
+        } else if (strcmp(c, "init-own") == 0) {
+            /* As init, with a context of our own (cuCtxCreate) instead of the primary. */
+            CUresult rc = f.init(0);
+            if (rc == CUDA_SUCCESS)
+                rc = f.device_get(&g_dev, 0);
+            if (rc == CUDA_SUCCESS)
+                rc = f.ctx_create(&g_ctx, NULL, 0, g_dev);
+            printf("init-own %d\n", rc);
+            if (rc != CUDA_SUCCESS)
+                return 3;
         } else if (strcmp(c, "alloc") == 0) {
             CUdeviceptr p = 0;
             CUresult rc = f.alloc(&p, ARG(1));

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+
+import pytest
+
 from cgpu.core.ledger import read_ledger
 
 GiB = 1 << 30
@@ -148,6 +152,38 @@ def test_context_overhead_stays_while_any_context_lives(shim_env, probe):
     infos = r.lines("info")
     assert infos[0] == ["0", str(GiB - 64 * MiB), str(GiB)]
     assert infos[1] == ["0", str(GiB - 64 * MiB), str(GiB)]  # the re-made primary's overhead
+
+
+@pytest.mark.parametrize("start", ["init", "init-own"])  # the primary, a context of its own
+def test_a_context_that_does_not_fit_is_refused(shim_env, probe, native_build, ledger_dir, start):
+    """A context takes memory like any allocation: a process starting CUDA in a slice too
+    full for its context overhead gets CUDA_ERROR_OUT_OF_MEMORY, as on a full GPU, and
+    the slice never goes over (seen on an H100: two PyTorch processes in a 4 GiB slice
+    held 4,108 MiB by NVML while the second context was charged past the limit)."""
+    env = shim_env({"CGPU_MEM_LIMIT": "1GiB"}, ctx_overhead="64MiB")
+    holder = subprocess.Popen(
+        [str(native_build / "cuda_probe"), "dlsym", "init", "alloc", str(928 * MiB), "ready", "wait"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert [holder.stdout.readline().strip() for _ in range(3)] == ["init 0", "alloc 0", "ready"]
+        # 64 + 928 MiB held: 32 MiB left, less than a context takes.
+        refused = probe(env, "dlsym", start)
+        assert refused.returncode == 3 and refused.one(start) == ["2"], refused.stderr
+        assert "out of GPU memory slice" in refused.stderr
+        assert read_ledger(ledger_dir / "cgpu.ledger").devices[0].used == 992 * MiB
+        holder.stdin.close()
+        assert holder.wait(60) == 0
+    finally:
+        holder.kill()
+        holder.wait(60)
+    # With room again, the same start succeeds and is charged its overhead.
+    r = probe(env, "dlsym", start, "info", "alloc", 960 * MiB, "alloc", 2 * MiB)
+    assert r.one(start) == ["0"] and r.one("info") == ["0", str(GiB - 64 * MiB), str(GiB)]
+    assert [line[0] for line in r.lines("alloc")] == ["0", "2"]
 
 
 def test_vmm_memory_is_charged_until_released_and_unmapped(shim_env, probe, ledger_dir):
