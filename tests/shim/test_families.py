@@ -161,15 +161,17 @@ def test_a_context_that_does_not_fit_is_refused(shim_env, probe, native_build, l
     the slice never goes over (seen on an H100: two PyTorch processes in a 4 GiB slice
     held 4,108 MiB by NVML while the second context was charged past the limit)."""
     env = shim_env({"CGPU_MEM_LIMIT": "1GiB"}, ctx_overhead="64MiB")
+    hold = ["dlsym", "init", "alloc", str(928 * MiB), "ready", "wait"]
     holder = subprocess.Popen(
-        [str(native_build / "cuda_probe"), "dlsym", "init", "alloc", str(928 * MiB), "ready", "wait"],
+        [str(native_build / "cuda_probe"), *hold],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
-        assert [holder.stdout.readline().strip() for _ in range(3)] == ["init 0", "alloc 0", "ready"]
+        started = [holder.stdout.readline().strip() for _ in range(3)]
+        assert started == ["init 0", "alloc 0", "ready"]
         # 64 + 928 MiB held: 32 MiB left, less than a context takes.
         refused = probe(env, "dlsym", start)
         assert refused.returncode == 3 and refused.one(start) == ["2"], refused.stderr
