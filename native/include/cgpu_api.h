@@ -64,6 +64,8 @@ struct cgpu_config_entry {
     unsigned long long limit;
     unsigned int compute;         /* `compute <uuid> <percent> [policy]`: 1-100, 0 = no compute line */
     unsigned int compute_policy;  /* CGPU_COMPUTE_FIXED or CGPU_COMPUTE_SHARE (0 = the default, fixed) */
+    unsigned int has_context;     /* 1 where a `context <uuid> <size>` line is present */
+    unsigned long long context;   /* what one CUDA context takes on this device, measured on the host */
 };
 
 struct cgpu_config {

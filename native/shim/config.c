@@ -122,6 +122,28 @@ static int compute_line(struct cgpu_config *cfg, const char *origin, int line_no
     return CGPU_OK;
 }
 
+/* `context <uuid> <size>`: what one CUDA context takes on a device listed above,
+ * measured on the host (0 to 1 GiB; "0" is allowed). */
+static int context_line(struct cgpu_config *cfg, const char *origin, int line_no, int n, const char *uuid,
+                        const char *size)
+{
+    struct cgpu_config_entry *e = NULL;
+    for (unsigned i = 0; i < cfg->nentries; i++)
+        if (strcmp(cfg->entries[i].uuid, uuid) == 0)
+            e = &cfg->entries[i];
+    unsigned long long bytes = 0;
+    if (n != 3 || !e || e->has_context || (strcmp(size, "0") != 0 && cgpu_parse_size(size, &bytes) != 0) ||
+        bytes > CGPU_CONFIG_MAX_CONTEXT) {
+        snprintf(cfg->error, sizeof cfg->error,
+                 "%s:%d: expected 'context <uuid> <size up to 1GiB>' once, after the device's line", origin,
+                 line_no);
+        return CGPU_ERR_PARSE;
+    }
+    e->has_context = 1;
+    e->context = bytes;
+    return CGPU_OK;
+}
+
 int config_parse_text(const char *text, const char *origin, struct cgpu_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -155,6 +177,11 @@ int config_parse_text(const char *text, const char *origin, struct cgpu_config *
             return CGPU_ERR_PARSE;
         }
         unsigned long long limit;
+        if (n >= 1 && strcmp(kw, "context") == 0) {
+            if (context_line(cfg, origin, line_no, n, a, b) != CGPU_OK)
+                return CGPU_ERR_PARSE;
+            continue;
+        }
         if (n >= 1 && strcmp(kw, "compute") == 0) {
             if (compute_line(cfg, origin, line_no, n, a, b, extra) != CGPU_OK)
                 return CGPU_ERR_PARSE;

@@ -5,6 +5,8 @@
 #include "api.h"
 
 #define CGPU_CONFIG_NAME "cgpu.conf"
+/* The largest context cost a config may give (a context takes hundreds of MiB). */
+#define CGPU_CONFIG_MAX_CONTEXT (1ULL << 30)
 
 /* Parse the text of a config file; `origin` names it in cfg->error. */
 int config_parse_text(const char *text, const char *origin, struct cgpu_config *cfg);

@@ -20,8 +20,13 @@ struct shim_state g_shim = {.single_device = SHIM_MULTI_DEVICE, .ledger = {.fd =
 static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
 static int limits_state = SHIM_UNINIT;
 static long long ctx_overhead_env = -1;
+/* A context's cost per ledger device, from the host's `context` lines in cgpu.conf (which
+ * the container cannot write): where set, it wins over CGPU_CONTEXT_OVERHEAD and nothing
+ * is measured. */
+static uint64_t ctx_overhead_conf[CGPU_MAX_DEVICES];
+static unsigned char ctx_overhead_conf_set[CGPU_MAX_DEVICES];
 static uint64_t ctx_used_before[CGPU_MAX_DEVICES];
-#define CGPU_MAX_CONTEXT_OVERHEAD (1ULL << 30)
+#define CGPU_MAX_CONTEXT_OVERHEAD CGPU_CONFIG_MAX_CONTEXT
 
 #define SHIM_LEDGER_MOUNT "/var/run/cgpu"
 
@@ -341,6 +346,13 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
         ledger_close(&g_shim.ledger);
         return limits_state = SHIM_FAILED;
     }
+    for (unsigned i = 0; i < cfg.nentries; i++) {
+        int dev = cfg.entries[i].has_context ? ledger_find_device(g_shim.ledger.l, cfg.entries[i].uuid) : -1;
+        if (dev >= 0 && dev < CGPU_MAX_DEVICES) {
+            ctx_overhead_conf[dev] = cfg.entries[i].context;
+            ctx_overhead_conf_set[dev] = 1;
+        }
+    }
     return limits_state = SHIM_LIMITED;
 }
 
@@ -461,7 +473,7 @@ static int nvml_used(int dev, uint64_t *used)
 
 void shim_context_overhead_before(int dev)
 {
-    if (dev < 0 || ctx_overhead_env >= 0)
+    if (dev < 0 || dev >= CGPU_MAX_DEVICES || ctx_overhead_conf_set[dev] || ctx_overhead_env >= 0)
         return;
     uint64_t used;
     ctx_used_before[dev] = nvml_used(dev, &used) == 0 ? used : UINT64_MAX;
@@ -469,6 +481,10 @@ void shim_context_overhead_before(int dev)
 
 uint64_t shim_context_overhead(int dev)
 {
+    if (dev < 0 || dev >= CGPU_MAX_DEVICES)
+        return 0;
+    if (ctx_overhead_conf_set[dev])
+        return ctx_overhead_conf[dev];
     if (ctx_overhead_env >= 0)
         return (uint64_t)ctx_overhead_env;
     uint64_t after, before = ctx_used_before[dev];
@@ -489,6 +505,7 @@ void shim_forget_process(void)
         ledger_close(&g_shim.ledger); /* the parent keeps its own liveness lock */
     memset(g_shim.contexts, 0, sizeof g_shim.contexts);
     memset(g_shim.primary, 0, sizeof g_shim.primary);
+    memset(ctx_overhead_conf_set, 0, sizeof ctx_overhead_conf_set);
     g_shim.single_device = SHIM_MULTI_DEVICE;
     limits_state = SHIM_UNINIT;
     __atomic_store_n(&g_shim.state, SHIM_UNINIT, __ATOMIC_RELEASE);
