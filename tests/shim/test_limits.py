@@ -142,6 +142,13 @@ def test_malformed_limits_fail_closed(shim_env, probe, limits, variable):
         "version 1\ndevice ../../etc 1GiB\n",
         "version 2\ndevice GPU-x 1GiB\n",
         "version 1\n",  # no devices
+        "version 1\ncontext GPU-x 64MiB\ndevice GPU-x 1GiB\n",  # context before its device
+        "version 1\ndevice GPU-x 1GiB\ncontext GPU-x lots\n",
+        "version 1\ndevice GPU-x 1GiB\ncontext GPU-x 2GiB\n",  # over 1 GiB
+        "version 1\ndevice GPU-x 1GiB\ncontext GPU-x -1\n",
+        "version 1\ndevice GPU-x 1GiB\ncontext GPU-x 64MiB\ncontext GPU-x 64MiB\n",  # twice
+        "version 1\ndevice GPU-x 1GiB\ncontext GPU-x 64MiB extra\n",
+        "version 1\ndevice GPU-x 1GiB\ncontext GPU-y 64MiB\n",  # no such device
     ],
 )
 def test_malformed_config_file_fails_closed(shim_env, probe, ledger_dir, text):
