@@ -145,6 +145,10 @@ struct cgpu_request {
  * CGPU_ERR_PARSE with out->variable and out->error set. */
 int cgpu_request_from_env(const char *const *envp, struct cgpu_request *out);
 
+/* Whether CGPU_DISABLE in `envp` says true, 1 or yes (any case, surrounding whitespace
+ * ignored): the one variable a process reads even where a config file gives its slices. */
+int cgpu_request_disabled(const char *const *envp);
+
 /* The slice of device `ordinal` whose memory is `total` bytes: returns 0 and sets
  * *slice, or 1 when the request gives that device no slice. */
 int cgpu_request_slice(const struct cgpu_request *req, unsigned int ordinal,

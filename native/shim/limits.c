@@ -270,9 +270,7 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
     if (limits_state != SHIM_UNINIT)
         return limits_state;
     extern char **environ;
-    struct cgpu_request req;
-    int env_rc = cgpu_request_from_env((const char *const *)environ, &req);
-    if (env_rc == CGPU_OK && req.kind == CGPU_REQ_DISABLED)
+    if (cgpu_request_disabled((const char *const *)environ))
         return limits_state = SHIM_PASSTHROUGH;
 
     const char *ovh = getenv("CGPU_CONTEXT_OVERHEAD");
@@ -296,6 +294,10 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
     }
     limits_from_config = rc == CGPU_OK;
     if (rc != CGPU_OK) {
+        /* No config: the environment gives the slices (read only now: with a config,
+         * no limit variable counts). */
+        struct cgpu_request req;
+        int env_rc = cgpu_request_from_env((const char *const *)environ, &req);
         if (env_rc != CGPU_OK) {
             shim_fail_line("%s", req.error);
             return limits_state = SHIM_FAILED;

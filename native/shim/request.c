@@ -196,11 +196,16 @@ static int share_pair(const char *const *envp, const char *const pair[2], struct
     return CGPU_OK;
 }
 
+API int cgpu_request_disabled(const char *const *envp)
+{
+    const char *disable = lookup(envp, "CGPU_DISABLE");
+    return disable && is_disable(disable);
+}
+
 API int cgpu_request_from_env(const char *const *envp, struct cgpu_request *out)
 {
     memset(out, 0, sizeof *out);
-    const char *disable = lookup(envp, "CGPU_DISABLE");
-    if (disable && is_disable(disable)) {
+    if (cgpu_request_disabled(envp)) {
         out->kind = CGPU_REQ_DISABLED;
         return CGPU_OK;
     }
