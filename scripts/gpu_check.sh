@@ -52,12 +52,17 @@ try:
 except torch.cuda.OutOfMemoryError as e:
     print("OOM after", len(held) * 256, "MiB:", str(e).splitlines()[0][:160])
 '
-step smoke 90 "$CGPU" run --gpu-mem 4GiB --gpu 0 --state-dir /tmp/cgpu-smoke -- "$PY" -c "$SMOKE"
+step smoke 90 "$CGPU" run --gpu-mem 4GiB --gpu 0 --state-dir /tmp/cgpu-smoke --keep -- "$PY" -c "$SMOKE"
+case " $STEPS " in *" smoke "*)
+    echo "--- the container's config, and the context cost measured on the host"
+    cat /tmp/cgpu-smoke/containers/*/cgpu.conf /tmp/cgpu-smoke/context-cost.json 2>&1
+    echo ;;
+esac
 step smi 30 "$CGPU" run --gpu-mem 4GiB --gpu 0 --state-dir /tmp/cgpu-smi -- nvidia-smi
 step pytest 200 "$PY" -P -m pytest -v -p no:cacheprovider --timeout 150 tests/gpu
 step compute_share 120 "$PY" benchmarks/compute_share_real.py --seconds 6 \
     --json "$OUT/compute_share.json"
 step shim_overhead 150 "$PY" benchmarks/shim_overhead.py --real --rounds 5 --n 5000 \
     --processes 32 --storms 2
-step torch_throughput 80 "$PY" benchmarks/torch_throughput.py --rounds 3
+step torch_throughput 150 "$PY" benchmarks/torch_throughput.py --rounds 6
 date -u
