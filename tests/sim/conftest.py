@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from simkit import REPO, cuda_include, sim_environ
 
 HERE = Path(__file__).resolve().parent
+
+# The sim_bytes probe: the command table first (it names the executable), then
+# the helpers its commands share and the commands, by topic.
+BYTES_SOURCES = (
+    "sim_bytes.c",
+    "sim_bytes_common.c",
+    "sim_bytes_copies.c",
+    "sim_bytes_streams.c",
+    "sim_bytes_vmm.c",
+    "sim_bytes_host.c",
+)
 
 
 @pytest.fixture(scope="session")
@@ -39,12 +51,16 @@ def simlib(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build / "sim"
 
 
-def _compile(src: Path, out: Path, simlib: Path) -> Path:
-    """Build a probe from tests/sim with -Wall -Wextra -Werror against the simulator."""
+def _compile(src: Path | Sequence[Path], out: Path, simlib: Path) -> Path:
+    """Build a probe from tests/sim with -Wall -Wextra -Werror against the simulator.
+
+    `src` is one .c file or several; the probe is named after the first.
+    """
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         pytest.skip("a C compiler is needed")
-    exe = out / src.stem
+    sources = [src] if isinstance(src, Path) else list(src)
+    exe = out / sources[0].stem
     subprocess.run(
         [
             cc,
@@ -58,7 +74,7 @@ def _compile(src: Path, out: Path, simlib: Path) -> Path:
             str(cuda_include()),
             "-I",
             str(REPO / "native" / "include"),
-            str(src),
+            *(str(s) for s in sources),
             "-o",
             str(exe),
             "-L",
@@ -114,8 +130,10 @@ def timeline_probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Pa
 
 @pytest.fixture(scope="session")
 def bytes_probe(tmp_path_factory: pytest.TempPathFactory, simlib: Path) -> Path:
-    """sim_bytes.c, built: the contents of simulated memory."""
-    return _compile(HERE / "sim_bytes.c", tmp_path_factory.mktemp("bytes"), simlib)
+    """sim_bytes.c and its topic files, built: the contents of simulated memory."""
+    return _compile(
+        [HERE / name for name in BYTES_SOURCES], tmp_path_factory.mktemp("bytes"), simlib
+    )
 
 
 @pytest.fixture
