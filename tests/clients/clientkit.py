@@ -15,11 +15,10 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import pytest
+from pinkit import cgpu_command, installed, pinned, require_pinned
 
 HERE = Path(__file__).resolve().parent
 GPU_MEM = "4GiB"
@@ -29,35 +28,15 @@ NUMBA_CUDA_DIR = Path(sys.prefix) / "cgpu-clients" / "numba-cuda"
 ADD_NUMBA_CUDA = f"import site; site.addsitedir({str(NUMBA_CUDA_DIR)!r})\n"
 
 
-def pinned() -> dict[str, str]:
-    """The versions requirements.txt pins, by distribution name."""
-    pins = {}
-    for line in (HERE / "requirements.txt").read_text().splitlines():
-        name, sep, ver = line.strip().partition("==")
-        if sep and not name.startswith("#"):
-            pins[name] = ver
-    return pins
-
-
 def require(dist: str) -> None:
     """Fail unless `dist` is installed at its pinned version."""
-    want = pinned()[dist]
+    want = pinned(HERE / "requirements.txt")[dist]
     if dist == "numba-cuda":
         found = list(NUMBA_CUDA_DIR.glob(f"numba_cuda-{want}.dist-info"))
         have = want if found else None
     else:
-        try:
-            have = version(dist)
-        except PackageNotFoundError:
-            have = None
-    if have != want:
-        pytest.fail(f"{dist}=={want} is not installed ({have}): run scripts/install-clients.sh")
-
-
-def cgpu_command() -> list[str]:
-    """The installed `cgpu`, as a user runs it."""
-    script = Path(sys.executable).parent / "cgpu"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "cgpu.cli"]
+        have = installed(dist)
+    require_pinned(dist, want, have)
 
 
 def client_runner(tmp_path: Path) -> Callable[..., dict[str, Any]]:

@@ -15,11 +15,10 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-import pytest
+from pinkit import cgpu_command, installed, pinned, require_pinned
 
 from cgpu.core.paths import sim_lib_dir
 
@@ -35,31 +34,9 @@ SIM_MEMORY = 24 << 30  # the simulated GPU: what shows with no shim
 CONTEXT_OVERHEAD = "20MiB"
 
 
-def pinned() -> dict[str, str]:
-    """The pip pins of requirements.txt, by distribution name."""
-    pins = {}
-    for line in (HERE / "requirements.txt").read_text().splitlines():
-        name, sep, ver = line.strip().partition("==")
-        if sep and name[:1].isalpha() and not name.startswith("deb:"):
-            pins[name] = ver
-    return pins
-
-
 def require(dist: str) -> None:
     """Fail unless `dist` is installed at its pinned version."""
-    want = pinned()[dist]
-    try:
-        have = version(dist)
-    except PackageNotFoundError:
-        have = None
-    if have != want:
-        pytest.fail(f"{dist}=={want} is not installed ({have}): run scripts/install-clients.sh")
-
-
-def cgpu_command() -> list[str]:
-    """The installed `cgpu`, as a user runs it."""
-    script = Path(sys.executable).parent / "cgpu"
-    return [str(script)] if script.is_file() else [sys.executable, "-m", "cgpu.cli"]
+    require_pinned(dist, pinned(HERE / "requirements.txt")[dist], installed(dist))
 
 
 Runner = Callable[..., dict[str, Any]]
