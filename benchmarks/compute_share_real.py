@@ -78,6 +78,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--kernel-ms", type=float, default=1.0)
     parser.add_argument("--json", type=Path, help="write every window here too")
+    parser.add_argument(
+        "--trace", type=Path, help="a directory: each container's controller trace goes below it"
+    )
     args = parser.parse_args()
 
     import torch
@@ -90,7 +93,7 @@ def main() -> None:
         def container(name: str, percent: int, policy: str) -> dict[str, str]:
             ledger = Path(tmp, name)
             ledger.mkdir()
-            return dict(
+            env = dict(
                 bare,
                 LD_PRELOAD=str(shim_path()),
                 CGPU_MEM_LIMIT="8GiB",
@@ -98,6 +101,11 @@ def main() -> None:
                 CGPU_COMPUTE_LIMIT=str(percent),
                 CGPU_COMPUTE_POLICY=policy,
             )
+            if args.trace:
+                where = args.trace / f"{name}-{policy}{percent}"
+                where.mkdir(parents=True, exist_ok=True)
+                env["CGPU_COMPUTE_TRACE"] = str(where)
+            return env
 
         alone = run_group([("bare", bare)], cycles, args.seconds)["bare"]
         per_kernel_s = 1.0 / statistics.median(alone[1:])

@@ -61,7 +61,8 @@ esac
 step smi 30 "$CGPU" run --gpu-mem 4GiB --gpu 0 --state-dir /tmp/cgpu-smi -- nvidia-smi
 step pytest 200 "$PY" -P -m pytest -v -p no:cacheprovider --timeout 150 tests/gpu
 step compute_share 120 "$PY" benchmarks/compute_share_real.py --seconds 6 \
-    --json "$OUT/compute_share.json"
+    --json "$OUT/compute_share.json" --trace /tmp/cgpu-compute-trace
+[ -d /tmp/cgpu-compute-trace ] && tar -czf "$OUT/compute_traces.tgz" -C /tmp cgpu-compute-trace
 step shim_overhead 150 "$PY" benchmarks/shim_overhead.py --real --rounds 5 --n 5000 \
     --processes 32 --storms 2
 step torch_throughput 150 "$PY" benchmarks/torch_throughput.py --rounds 6

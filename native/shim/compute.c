@@ -145,6 +145,7 @@ static struct {
     int nested;                      /* /proc shows this namespace nested below its own */
     struct place places[PLACES];
     struct dev_ctl dev[CGPU_MAX_DEVICES];
+    FILE *trace;                     /* CGPU_COMPUTE_TRACE: one line per measurement, or NULL */
 } ctl;
 
 static pthread_mutex_t start_mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -524,6 +525,10 @@ static void tick(int d, uint64_t now)
         tickets = pending == 0 && credit > 0 ? 1 : 0;
     }
     credit = clampll(credit, -DEBT_MAX_NS, 1000000000000LL);
+    if (ctl.trace && w_us)
+        fprintf(ctl.trace, "%llu %d %llu %llu %.1f %.1f %.3f %lld %lld %lld %lld %llu\n", now_us, d, c->seen_us, w_us,
+                100.0 * mine / ((double)w_us * 1000.0), 100.0 * theirs / ((double)w_us * 1000.0), rate, cost,
+                credit, (long long)pending, tickets, c->period_us);
     c->credit = credit;
     c->cost = cost;
     __atomic_store_n(&k->credit, room, __ATOMIC_RELAXED);
@@ -588,6 +593,25 @@ static void take_over(struct dev_ctl *c)
     }
 }
 
+/* CGPU_COMPUTE_TRACE=<dir>: the controller writes <dir>/compute-<pid>.trace, a line each time
+ * NVML gives it a measurement (see docs/operations.md); for diagnosis, off by default. */
+static void open_trace(void)
+{
+    const char *dir = getenv("CGPU_COMPUTE_TRACE");
+    char path[4096];
+    if (!dir || !*dir || snprintf(path, sizeof path, "%s/compute-%d.trace", dir, (int)getpid()) >= (int)sizeof path)
+        return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0 || !(ctl.trace = fdopen(fd, "a"))) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    setvbuf(ctl.trace, NULL, _IOLBF, 0);
+    fprintf(ctl.trace, "# now_us dev measured_to_us span_us mine_pct theirs_pct rate cost_ns credit_ns pending "
+                       "tickets period_us\n");
+}
+
 static void *controller(void *arg)
 {
     (void)arg;
@@ -595,6 +619,7 @@ static void *controller(void *arg)
     if (!measurable)
         fprintf(stderr, "cgpu: NVML per-process utilization is unavailable; the compute limit paces each "
                         "process alone\n");
+    open_trace();
     for (;;) {
         uint64_t start = mono_ns();
         if (!leading && measurable && lead()) {

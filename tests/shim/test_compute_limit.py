@@ -184,6 +184,33 @@ def test_without_a_limit_the_gpu_is_not_throttled(shim_env, sim_dir, load, tmp_p
     assert share["free"] >= 95, share
 
 
+def test_the_controller_trace_shows_what_it_measured(shim_env, sim_dir, load, tmp_path):
+    """CGPU_COMPUTE_TRACE: one line per NVML measurement, with the container's measured share,
+    the rate it is held to and the cost per launch it learnt."""
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    containers = [
+        {
+            "name": "traced",
+            "env": {**_limit(30), "CGPU_COMPUTE_TRACE": str(trace)},
+            "processes": 1,
+            "kernel_ns": 1 * MS,
+            "seconds": 2.5,
+        }
+    ]
+    spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers, [(1.0, 2.5)])
+    (share,) = run_isolated(spec)
+    (path,) = trace.glob("compute-*.trace")
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("# now_us dev measured_to_us span_us mine_pct")
+    rows = [line.split() for line in lines[1:]]
+    assert len(rows) >= 8  # about six periods a second
+    assert {row[6] for row in rows} == {"0.300"}  # fixed: the rate is the limit
+    late = [float(row[4]) for row in rows[len(rows) // 2 :]]
+    assert abs(sum(late) / len(late) - share["traced"]) < 10, (late, share)
+    assert int(rows[-1][7]) > 0  # a cost per launch was learnt
+
+
 # ---- no cost without a limit -------------------------------------------------------------
 
 
