@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ class Settings:
     preload: Path
     compute_resource: str | None = None  # also served: containers may ask for both
     mps: MpsInjection | None = None  # --isolation mps
+    contexts: Mapping[str, int] = field(default_factory=dict)  # {uuid: a context's bytes}
 
 
 Match = tuple[PodInfo, ContainerRequest]
@@ -67,7 +68,10 @@ class Allocator:
         self.settings = settings
         self.kube = kube
         self.pairing = pairing or Pairing(
-            settings.state_dir, [g.gpu for g in inventory.gpus], mps=settings.mps is not None
+            settings.state_dir,
+            [g.gpu for g in inventory.gpus],
+            mps=settings.mps is not None,
+            contexts=settings.contexts,
         )
         self._lock = self.pairing.lock
         self._allocated = self._recover()
@@ -210,7 +214,10 @@ class Allocator:
         """A new container directory with these slices: (key, path)."""
         key = f"dp-{int(time.time())}-{secrets.token_hex(6)}"
         try:
-            return key, create_container_dir(self.settings.state_dir, key, limits, meta)
+            directory = create_container_dir(
+                self.settings.state_dir, key, limits, meta, contexts=dict(self.settings.contexts)
+            )
+            return key, directory
         except Exception as err:
             raise AllocationError(
                 grpc.StatusCode.INTERNAL, f"cannot create the container directory: {err}"

@@ -25,7 +25,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,10 +77,12 @@ class Pairing:
         gpus: Iterable[GPU] = (),
         window: float = DEFAULT_WINDOW,
         mps: bool = False,
+        contexts: Mapping[str, int] | None = None,
     ) -> None:
         self.state_dir = state_dir
         self.window = window
         self.mps = mps  # MPS enforces compute: no compute line for the shim
+        self.contexts = dict(contexts or {})  # {uuid: a context's bytes}, for cgpu.conf
         self.lock = threading.RLock()
         self._slots: dict[str, Slot] = {}
         self._recover({g.uuid: g for g in gpus})
@@ -262,7 +264,9 @@ class Pairing:
         if slot.compute is not None:
             meta["compute_percent"] = slot.compute
         try:
-            directory = create_container_dir(self.state_dir, slot.key, limits, meta, compute)
+            directory = create_container_dir(
+                self.state_dir, slot.key, limits, meta, compute, self.contexts
+            )
         except Exception as err:
             raise AllocationError(
                 grpc.StatusCode.INTERNAL, f"cannot create the container directory: {err}"

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pynvml
 
-from cgpu.core import paths
+from cgpu.core import context_cost, paths
 from cgpu.core.gpus import GPU, GPUError
 from cgpu.core.podresources import PodResources
 from cgpu.deviceplugin import gpus, hostfiles, kube, volcano
@@ -94,8 +95,11 @@ def build(config: Config, socket_name: str) -> Plugin:
     compute = config.compute_resource if not volcano_mode else ""
     if compute and compute == config.resource_name:
         raise SetupError(f"--compute-resource {compute} is the memory resource's name")
-    settings = Settings(state_dir, config.resource_name, shim, preload, compute or None, mps)
-    pairing = Pairing(state_dir, found, mps=mps is not None)
+    contexts = context_costs(state_dir, mps is not None)
+    settings = Settings(
+        state_dir, config.resource_name, shim, preload, compute or None, mps, contexts
+    )
+    pairing = Pairing(state_dir, found, mps=mps is not None, contexts=contexts)
     allocator = (VolcanoAllocator if volcano_mode else Allocator)(
         inventory, settings, client, pairing
     )
@@ -136,6 +140,20 @@ def build(config: Config, socket_name: str) -> Plugin:
         watchers=watchers,
         extra_pod_resources=extra_pod_resources,
     )
+
+
+def context_costs(state_dir: Path, mps: bool) -> dict[str, int]:
+    """What a CUDA context costs per GPU (cached in the state dir), for every cgpu.conf.
+
+    Measured in this process's environment, so on the simulator when the plugin runs on it.
+    Under MPS a client's context is not what the measurement sees: the shim measures it.
+    """
+    if mps:
+        return {}
+    costs = context_cost.ensure(state_dir)
+    for uuid, size in sorted(costs.items()):
+        log.info("GPU %s: a CUDA context takes %d MiB", uuid, size >> 20)
+    return costs
 
 
 def memory_base(config: Config, found: list[GPU]) -> str:

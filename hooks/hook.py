@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
+from cgpu.core import context_cost
 from cgpu.core.containers import (
     containers_root,
     create_container_dir,
@@ -93,7 +94,10 @@ def prestart(state: State, state_dir: Path) -> str | None:
     shim = shim_path()
     if not shim.is_file():
         raise RuntimeError(f"the shim is not installed at {shim}")
-    directory = create_container_dir(state_dir, state.id, limits, meta)
+    # What a context costs, as the device plugin, the DRA driver or `cgpu run` measured it on
+    # this node; never measured here (a container start must stay fast): else the shim does.
+    contexts = context_cost.cached(state_dir)
+    directory = create_container_dir(state_dir, state.id, limits, meta, contexts=contexts)
     try:
         run_injector(Plan(state.pid, spec.rootfs, str(directory), str(shim)))
     except BaseException:

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from cgpu.core import gpus
+from cgpu.core import context_cost, gpus
 from cgpu.core.config import ConfigError, parse_size
 from cgpu.core.containers import create_container_dir, default_state_dir
 from cgpu.core.layout import SOURCE_RUN
@@ -133,7 +133,9 @@ def run_sliced(config: Config) -> int:
     key = f"run-{os.getpid()}-{secrets.token_hex(4)}"
     limits = {g.uuid: size for g in chosen}
     meta = {"source": SOURCE_RUN, "container": key, "command": command, "pid": os.getpid()}
-    run_dir = create_container_dir(state_dir, key, limits, meta)
+    probe_env = context_cost.simulator_env() if simulate else None
+    contexts = context_cost.ensure(state_dir, probe_env)
+    run_dir = create_container_dir(state_dir, key, limits, meta, contexts=contexts)
     env = _child_env(run_dir, simulate, chosen, len(all_gpus))
     try:
         return _run_child(command, env)

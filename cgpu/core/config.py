@@ -1,7 +1,10 @@
-"""The per-container config file (`cgpu.conf`): slices per device UUID, and compute limits.
+"""The per-container config file (`cgpu.conf`): slices per device UUID, compute limits and
+context costs.
 
 A `compute <uuid> <percent> [fixed|share]` line gives a device listed above it a compute limit
-(percent of the GPU's time, 1-100; policy `fixed` by default)."""
+(percent of the GPU's time, 1-100; policy `fixed` by default). A `context <uuid> <bytes>` line
+gives what one CUDA context takes on that device, measured on the host (0 to 1 GiB): the shim
+charges it to each process's first context there instead of measuring it."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from cgpu.core.native import load
 
 MAX_DEVICES = 16
 MAX_COMPUTE_PERCENT = 100
+MAX_CONTEXT_BYTES = 1 << 30  # CGPU_CONFIG_MAX_CONTEXT
 POLICIES = ("fixed", "share")  # CGPU_COMPUTE_FIXED = 1, CGPU_COMPUTE_SHARE = 2
 ComputeShare = int | tuple[int, str]  # a percent, or (percent, policy)
 
@@ -41,11 +45,16 @@ def validate_uuid(uuid: str) -> str:
 
 
 def render_config(
-    limits: Mapping[str, int], compute: Mapping[str, ComputeShare] | None = None
+    limits: Mapping[str, int],
+    compute: Mapping[str, ComputeShare] | None = None,
+    contexts: Mapping[str, int] | None = None,
 ) -> str:
-    """The text of a config file for {uuid: bytes}, and compute shares {uuid: percent} or
-    {uuid: (percent, policy)}: each `compute` line follows its device's `device` line, and a
-    line without a policy takes the shim's default (`fixed`).
+    """The text of a config file for {uuid: bytes}, compute shares {uuid: percent} or
+    {uuid: (percent, policy)}, and context costs {uuid: bytes}.
+
+    Each device's lines come in the order `device`, `compute`, `context`; a compute line
+    without a policy takes the shim's default (`fixed`). Context costs of devices without a
+    slice are left out (a node-wide measurement names GPUs the container does not get).
     """
     if not limits or len(limits) > MAX_DEVICES:
         raise ConfigError(f"a config needs 1 to {MAX_DEVICES} devices, got {len(limits)}")
@@ -56,6 +65,8 @@ def render_config(
         lines.append(f"device {validate_uuid(uuid)} {int(limit)}")
         if compute and uuid in compute:
             lines.append(_compute_line(uuid, compute[uuid]))
+        if contexts and uuid in contexts:
+            lines.append(_context_line(uuid, contexts[uuid]))
     unknown = set(compute or {}) - set(limits)
     if unknown:
         raise ConfigError(f"compute limits for devices without a slice: {sorted(unknown)}")
@@ -74,13 +85,22 @@ def _compute_line(uuid: str, share: ComputeShare) -> str:
     return f"compute {uuid} {int(percent)} {policy}"
 
 
+def _context_line(uuid: str, size: int) -> str:
+    """One `context <uuid> <bytes>` line, or a ConfigError."""
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_CONTEXT_BYTES:
+        raise ConfigError(f"invalid context cost {size!r} for {uuid}: 0 to 1 GiB in bytes")
+    return f"context {uuid} {size}"
+
+
 def write_config(
     directory: str | os.PathLike[str],
     limits: Mapping[str, int],
     compute: Mapping[str, ComputeShare] | None = None,
+    contexts: Mapping[str, int] | None = None,
 ) -> Path:
     """Atomically write `cgpu.conf` into `directory`; returns its path."""
-    return atomic_write(Path(directory) / CONFIG_NAME, render_config(limits, compute))
+    text = render_config(limits, compute, contexts)
+    return atomic_write(Path(directory) / CONFIG_NAME, text)
 
 
 def _load(path: str | os.PathLike[str]) -> tuple[Any, Any]:
@@ -110,3 +130,13 @@ def load_compute(path: str | os.PathLike[str]) -> dict[str, tuple[int, str]]:
             policy = POLICIES[1] if entry.compute_policy == 2 else POLICIES[0]
             out[ffi.string(entry.uuid).decode()] = (int(entry.compute), policy)
     return out
+
+
+def load_contexts(path: str | os.PathLike[str]) -> dict[str, int]:
+    """The context lines of a config file (shim's parser): {uuid: bytes}."""
+    ffi, cfg = _load(path)
+    return {
+        ffi.string(cfg.entries[i].uuid).decode(): int(cfg.entries[i].context)
+        for i in range(cfg.nentries)
+        if cfg.entries[i].has_context
+    }

@@ -52,10 +52,12 @@ def create_container_dir(
     limits: dict[str, int],
     meta: dict[str, Any],
     compute: dict[str, int] | None = None,
+    contexts: dict[str, int] | None = None,
 ) -> Path:
     """Make `<state>/containers/<key>/` with its config, an empty ledger and meta.json.
 
-    `compute` ({uuid: percent}) adds the compute shares to the config.
+    `compute` ({uuid: percent}) adds the compute shares to the config, and `contexts`
+    ({uuid: bytes}, `cgpu.core.context_cost`) what a CUDA context costs on each device.
 
     The directory is built under a temporary name and renamed into place, so a failure
     never leaves a half-made container behind.
@@ -67,7 +69,7 @@ def create_container_dir(
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(mode=0o755)
     try:
-        write_config(staging, limits, compute)
+        write_config(staging, limits, compute, contexts)
         init_ledger(staging / LEDGER_NAME, limits)
         os.chmod(staging / LEDGER_NAME, 0o666)
         write_meta(staging, {"key": key, "created": time.time(), **meta})

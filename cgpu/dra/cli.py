@@ -7,7 +7,7 @@ import logging
 import signal
 import threading
 
-from cgpu.core import paths
+from cgpu.core import context_cost, paths
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.core.gpus import GPUError
 from cgpu.core.hostfiles import install_shim, write_preload
@@ -82,7 +82,12 @@ def run(args: argparse.Namespace) -> int:
     inventory = inv.Inventory(found)
     for gpu in found:
         log.info("GPU %d %s (%s): %d MiB", gpu.index, gpu.uuid, gpu.name, gpu.total_bytes >> 20)
-    settings = Settings(state_dir, config.cdi_dir, shim, preload, pool=config.node_name)
+    contexts = context_cost.ensure(state_dir)  # in this environment: the simulator's, if so
+    for uuid, size in sorted(contexts.items()):
+        log.info("GPU %s: a CUDA context takes %d MiB", uuid, size >> 20)
+    settings = Settings(
+        state_dir, config.cdi_dir, shim, preload, pool=config.node_name, contexts=contexts
+    )
     preparer = Preparer(inventory, settings, api, Checkpoint(state_dir))
     publisher = Publisher(api, inventory)
     wake = threading.Event()

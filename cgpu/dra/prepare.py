@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,6 +54,7 @@ class Settings:
     preload: Path
     pool: str
     dev_dir: Path = Path("/dev")
+    contexts: Mapping[str, int] = field(default_factory=dict)  # {uuid: a context's bytes}
 
 
 def container_key(uid: str) -> str:
@@ -102,6 +104,7 @@ class Preparer:
             allocation.memory,
             _meta(ref, claim, allocation),
             allocation.compute or None,
+            dict(self.settings.contexts),
         )
         spec = cdi.build_spec(
             ref.uid,

@@ -90,3 +90,21 @@ def test_run_on_one_gpu_of_two_limits_only_that_gpu(sim_env, native_build, tmp_p
     assert (container / "cgpu.conf").read_text().split("\n")[2:3] == [
         "device GPU-bbbbbbbb-0000-4000-8000-000000000002 1073741824"
     ]
+
+
+def test_run_writes_the_measured_context_cost_and_the_shim_charges_it(
+    sim_env, native_build, tmp_path
+):
+    # CGPU_CONTEXT_OVERHEAD=0 is the container's own claim; cgpu.conf's measured cost wins.
+    env = sim_env(ctx_overhead="96MiB", extra={"CGPU_CONTEXT_OVERHEAD": "0"})
+    probe = native_build / "cuda_probe"
+    out = cgpu_run(tmp_path, probe, "dlsym", "init", "info", env=env,
+                   options=("--keep",))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert f"info 0 {1024 * MiB - 96 * MiB} {1024 * MiB}" in out.stdout
+    (container,) = (tmp_path / "containers").iterdir()
+    lines = (container / "cgpu.conf").read_text().splitlines()
+    (device,) = [line.split()[1] for line in lines if line.startswith("device ")]
+    assert lines[-1] == f"context {device} {96 * MiB}"
+    cache = json.loads((tmp_path / "context-cost.json").read_text())
+    assert cache["costs"] == {device: 96 * MiB}

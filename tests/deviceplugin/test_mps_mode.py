@@ -60,6 +60,7 @@ def test_mps_environment_and_mounts(start_plugin, mps: MpsDaemon) -> None:
     assert directory(m_resp) == directory(c_resp)
     conf = (directory(m_resp) / "cgpu.conf").read_text()
     assert f"device {UUIDS[1]} {4 * GIB}" in conf and "compute" not in conf
+    assert "context" not in conf  # an MPS client's context is not what the plugin measures
     assert '"compute_percent": 30' in (directory(m_resp) / "meta.json").read_text()
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from dra_helpers import NODE, UUIDS, claim_body
 
-from cgpu.core.config import load_compute, load_config
+from cgpu.core.config import load_compute, load_config, load_contexts
 from cgpu.core.containers import read_meta
 
 GiB = 1 << 30
@@ -28,6 +28,17 @@ def _container_dir(driver, uid: str) -> Path:
 
 def _spec(driver, uid: str) -> dict[str, Any]:
     return json.loads((driver.cdi_dir / f"gpu.cgpu.io-claim_{uid}.json").read_text())
+
+
+def test_prepare_writes_the_nodes_context_cost(start_driver, peer, kube_api, scheduler) -> None:
+    driver = start_driver(ctx_overhead="96MiB")  # measured once, at start-up
+    peer.register()
+    ref = _claim(kube_api, scheduler, "ctx", memory="4Gi")
+    assert peer.prepare(ref)[ref[1]]["error"] == ""
+    conf = _container_dir(driver, ref[1]) / "cgpu.conf"
+    assert load_contexts(conf) == {UUIDS[0]: 96 << 20}
+    cache = json.loads((driver.state_dir / "context-cost.json").read_text())
+    assert cache["costs"] == {UUIDS[0]: 96 << 20, UUIDS[1]: 96 << 20}
 
 
 def test_prepare_gives_the_claim_its_slice_through_cdi(

@@ -28,7 +28,9 @@ def directory(resp: dict[str, Any]) -> Path:
 
 def conf(resp: dict[str, Any]) -> list[str]:
     text = (directory(resp) / "cgpu.conf").read_text()
-    return [line for line in text.splitlines() if line and not line.startswith("#")]
+    # `context` lines (the node's measured context cost): tests/deviceplugin/test_context_cost.py
+    skip = ("#", "context ")
+    return [line for line in text.splitlines() if line and not line.startswith(skip)]
 
 
 def test_memory_and_compute_meet_on_the_extenders_gpu(kube_api, extender, node_plugin):
