@@ -1,11 +1,14 @@
 """Shim overhead: the same driver calls with and without libcgpu.so, measured in one run.
 
     python benchmarks/shim_overhead.py [--real] [--rounds 7] [--n 200000] [--other PATH]
+                                       [--env-limit]
 
 Without --real it runs on the simulator (the tests' driver); with --real, on the machine's
 NVIDIA driver.  Rounds alternate bare and shimmed runs; the figures are medians of the rounds,
 each round reporting its fastest batch of 1000 calls.  --other adds another build of
-libcgpu.so (an older one, say), alternated in the same rounds.
+libcgpu.so (an older one, say), alternated in the same rounds.  Each shimmed run is limited as
+the device plugin limits a container: a cgpu.conf with the slice and the context cost measured
+on the host; --env-limit uses CGPU_MEM_LIMIT alone instead (the shim measures each context).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cgpu.core import context_cost, gpus
+from cgpu.core.config import write_config
 from cgpu.core.paths import shim_path, sim_lib_dir
 
 HERE = Path(__file__).resolve().parent
@@ -57,18 +62,35 @@ def build(out: Path, real: bool) -> Path:
     return exe
 
 
-def environments(real: bool, ledger: Path, shims: dict[str, Path]) -> dict[str, dict[str, str]]:
-    """The bare environment, and one per shim, each with its own ledger directory."""
+def container_config(real: bool, bare: dict[str, str], state: Path) -> tuple[dict, dict]:
+    """What the device plugin writes into a container's cgpu.conf: a 40 GiB slice of each GPU,
+    and what a CUDA context costs on it, measured once on the host."""
+    if not real:
+        gpus.use_simulator()
+    uuids = [g.uuid for g in gpus.list_gpus()]
+    costs = context_cost.ensure(state, dict(bare, CGPU_SIM_STATE=str(state / "sim.state")))
+    return {u: 40 << 30 for u in uuids}, costs
+
+
+def environments(
+    real: bool, ledger: Path, shims: dict[str, Path], env_limit: bool
+) -> dict[str, dict[str, str]]:
+    """The bare environment, and one per shim, each with its own ledger directory: limited by
+    a cgpu.conf as the device plugin writes it, or (env_limit) by CGPU_MEM_LIMIT alone, where
+    the shim measures each context itself."""
     bare = {k: v for k, v in os.environ.items() if not k.startswith(("CGPU_", "LD_PRELOAD"))}
     if not real:
         bare["LD_LIBRARY_PATH"] = str(sim_lib_dir())
         bare["CGPU_SIM_MEMORY"] = "80GiB"
+    limits, costs = ({}, {}) if env_limit else container_config(real, bare, ledger)
     envs = {"bare": bare}
     for name, path in shims.items():
         (ledger / name).mkdir()
-        envs[name] = dict(
-            bare, LD_PRELOAD=str(path), CGPU_MEM_LIMIT="40GiB", CGPU_LEDGER_DIR=str(ledger / name)
-        )
+        envs[name] = dict(bare, LD_PRELOAD=str(path), CGPU_LEDGER_DIR=str(ledger / name))
+        if env_limit:
+            envs[name]["CGPU_MEM_LIMIT"] = "40GiB"
+        else:
+            write_config(ledger / name, limits, contexts=costs)
     return envs
 
 
@@ -103,6 +125,11 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=64)
     parser.add_argument("--storms", type=int, default=5, help="start-up storms per build")
     parser.add_argument("--other", type=Path, help="another libcgpu.so to alternate with")
+    parser.add_argument(
+        "--env-limit",
+        action="store_true",
+        help="limit by CGPU_MEM_LIMIT alone (no cgpu.conf: the shim measures each context)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
@@ -110,7 +137,7 @@ def main() -> None:
         ledger = tmpdir / "ledger"
         ledger.mkdir()
         shims = {"shim": shim_path(), **({"other": args.other} if args.other else {})}
-        envs = environments(args.real, ledger, shims)
+        envs = environments(args.real, ledger, shims, args.env_limit)
         rows: dict[str, dict[str, list[float]]] = {"pairs": {}, "meminfo": {}}
         names = list(envs)
         for r in range(args.rounds):
@@ -131,6 +158,7 @@ def main() -> None:
     print(
         f"# {time.strftime('%Y-%m-%d')} {platform.node()} {machine}"
         f" driver={driver} rounds={args.rounds} n={args.n}"
+        f" limit={'CGPU_MEM_LIMIT' if args.env_limit else 'cgpu.conf'}"
     )
     print(
         f"{'what':38}"
