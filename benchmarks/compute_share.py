@@ -31,6 +31,9 @@ MS = 1_000_000
 STOP, BACK = 5.0, 8.0  # `share`: the 70% container stops, and a new one arrives
 
 
+ATTRIBUTION = ["sampled"]  # NVML's per-process attribution (--attribution)
+
+
 def base_env(tmp: Path, state: str, devices: int, shim: bool) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CGPU_", "LD_PRELOAD"))}
     env.update(
@@ -38,6 +41,7 @@ def base_env(tmp: Path, state: str, devices: int, shim: bool) -> dict[str, str]:
         CGPU_SIM_STATE=str(tmp / state),
         CGPU_SIM_DEVICES=str(devices),
         CGPU_SIM_MEMORY="16GiB",
+        CGPU_SIM_UTIL_ATTRIBUTION=ATTRIBUTION[0],
     )
     if shim:
         env["LD_PRELOAD"] = str(shim_path())
@@ -156,7 +160,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=12.0)
     parser.add_argument("--launches", type=int, default=20_000)
+    parser.add_argument(
+        "--attribution",
+        choices=("sampled", "exact"),
+        default="sampled",
+        help="NVML names one process per period where several ran, as a real H100 does "
+        "(sampled), or gives each its own busy %% (exact)",
+    )
     args = parser.parse_args()
+    ATTRIBUTION[0] = args.attribution
     tmp = Path(tempfile.mkdtemp(prefix="cgpu-compute-"))
     try:
         load = build_load(shutil.which("cc") or "cc", sim_lib_dir(), tmp)

@@ -20,6 +20,11 @@
  *      could have hidden, so a new container never overshoots while it learns;
  *   4. refill: tickets = (credit - unmeasured work) / cost, rounded; room above BURST_NS plus
  *      one launch is not kept (an idle container saves up at most that).
+ * Sharing.  Where several processes ran in a period, NVML names one of them for the whole period
+ * (seen on an H100, driver 580.159.04; the simulator models it), so one period's figures are
+ * all or nothing.  They are right on average, not period by period: while others have been
+ * seen in the last SHARED_HOLD_US, the budget is charged the launches whose work fell in the
+ * measured span at the cost per launch, and that cost is learnt over SHARED_COST_WINDOW_US.
  * rate is the limit (`fixed`), or under `share` the limit raised to what the others left idle in
  * the last closed period less HEADROOM_PCT; when the others grow by YIELD_STEP, nothing beyond
  * the limit for two periods, so a newcomer finds room at once.
@@ -64,8 +69,10 @@
 #define STALE_NS 250000000ULL        /* a controller silent this long is stopped or stuck */
 #define PERIOD_US 166667ULL          /* NVML's sample period until one is seen */
 #define COST_WINDOW_US 1500000ULL    /* measured time the cost per launch is taken over */
-#define HISTORY 1024                 /* ticks of (time, launches) kept: ~10 s */
-#define MARKS 64                     /* measurement points kept */
+#define SHARED_COST_WINDOW_US 10000000ULL /* the same while others run (see "Sharing" above) */
+#define SHARED_HOLD_US 3000000ULL    /* others seen this recently: the GPU is shared */
+#define HISTORY 2048                 /* ticks of (time, launches) kept: ~20 s */
+#define MARKS 128                    /* measurement points kept: ~20 s */
 #define MAX_SAMPLES 1024
 #define DEV_RING 32                  /* device samples kept */
 #define PLACES 256                   /* pids placed, cached */
@@ -128,7 +135,10 @@ struct dev_ctl {
     double used_total, slack_total;  /* GPU ns measured, and the rounding that may hide in it */
     uint64_t last_tick;              /* CLOCK_MONOTONIC ns of the last tick */
     double others;                   /* others' share, smoothed */
+    double idle;                     /* the device's idle share (its own samples), smoothed */
+    double ours;                     /* ours as charged to the budget, smoothed */
     unsigned long long yield_until_us; /* `share`: nothing beyond the limit until then */
+    unsigned long long shared_until_us; /* others ran lately: debit launches x cost */
     unsigned long long next_poll_us; /* when the next period should have ended */
     double used;                     /* ours, smoothed over ~1 s, for readers */
     long long credit;                /* GPU ns the container may still use (negative: debt) */
@@ -353,11 +363,12 @@ static double device_busy(const struct dev_ctl *c, unsigned long long from, unsi
  * they span (µs, 0: nothing new).  `idle`: the container had no work admitted or running over
  * the span, so any process busy in it is someone else's. */
 static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int idle, double *mine, double *theirs,
-                                  double *slack)
+                                  double *slack, double *device)
 {
     static proc_util_sample samples[MAX_SAMPLES];
     unsigned int n = MAX_SAMPLES;
     *mine = *theirs = *slack = 0;
+    *device = -1;
     unsigned long long asked = real_us(), polled = c->polled_us;
     nvmlReturn_t rc = ctl.proc_util(c->nvml, samples, &n, c->seen_us);
     unsigned long long now = real_us(), prev = c->seen_us, p = c->period_us;
@@ -413,6 +424,7 @@ static unsigned long long measure(struct dev_ctl *c, const struct ledger *l, int
     unsigned long long expect = (newest - prev + p / 2) / p;
     double dev_ns = device_busy(c, prev, newest, &cnt);
     if (expect >= 1 && cnt == (int)expect) {
+        *device = dev_ns;
         if (others_n == 0 || ours_n > others_n + 1) {
             double m = dev_ns - *theirs;
             *mine = m > 0 ? m : 0;
@@ -446,22 +458,24 @@ static void tick(int d, uint64_t now)
 
     /* The rate of this moment... */
     double rate = pct / 100.0;
-    if (g_shim.ledger.policy[d] == CGPU_COMPUTE_SHARE && now_us >= c->yield_until_us &&
-        1.0 - c->others - HEADROOM_PCT / 100.0 > rate)
-        rate = 1.0 - c->others - HEADROOM_PCT / 100.0;
+    /* `share`: what the container uses and what the device leaves idle, less the headroom
+     * (the others' own figures are all or nothing per period where several ran). */
+    double roomy = c->ours + c->idle - HEADROOM_PCT / 100.0;
+    if (g_shim.ledger.policy[d] == CGPU_COMPUTE_SHARE && now_us >= c->yield_until_us && roomy > rate)
+        rate = roomy > 1.0 ? 1.0 : roomy;
     long long dt = c->last_tick && now > c->last_tick ? (long long)(now - c->last_tick) : 0;
     c->last_tick = now;
     long long credit = c->credit + (long long)(rate * (double)(dt > 100000000LL ? 100000000LL : dt));
 
     /* ... less the GPU time measured, whenever a measurement comes: NVML is asked when a
      * period should have ended (then every tick until it has), not every tick. */
-    double mine = 0, theirs = 0, slack = 0;
-    unsigned long long w_us = 0;
+    double mine = 0, theirs = 0, slack = 0, device = -1;
+    unsigned long long w_us = 0, prev_seen_us = c->seen_us;
     if (now_us >= c->next_poll_us) {
         unsigned long long dev_before = c->dev_seen_us;
         device_samples(c);
         int idle = launches_at(c, c->seen_us - lag_us, launches) == launches;
-        w_us = measure(c, l, idle, &mine, &theirs, &slack);
+        w_us = measure(c, l, idle, &mine, &theirs, &slack, &device);
         c->next_poll_us = c->dev_seen_us > dev_before && ctl.samples ? c->dev_seen_us + c->period_us : 0;
     }
     if (c->dev_seen_us > c->measured_us)
@@ -470,15 +484,30 @@ static void tick(int d, uint64_t now)
         if (c->seen_us > c->measured_us)
             c->measured_us = c->seen_us;
         double w = (double)w_us * 1000.0;
-        /* Others: the last period NVML closed.  When they grow, a `share` container gives up
-         * what it took beyond its limit for two periods, so a newcomer finds room at once. */
+        /* Others: smoothed over ~1 s (a period names one process when several ran, so one
+         * period says little).  When they grow, a `share` container gives up what it took
+         * beyond its limit for two periods, so a newcomer finds room at once. */
         if (theirs / w > c->others + YIELD_STEP)
             c->yield_until_us = now_us + 2 * c->period_us;
-        double a = w / 1e8 > 1 ? 1 : w / 1e8;
+        if (theirs > 0)
+            c->shared_until_us = now_us + SHARED_HOLD_US;
+        double a = w / 1e9 > 1 ? 1 : w / 1e9;
         c->others += a * (theirs / w - c->others);
-        double b = w / 1e9 > 1 ? 1 : w / 1e9; /* ours, for readers: ~1 s */
-        c->used += b * (mine / w - c->used);
-        credit -= (long long)mine;
+        c->used += a * (mine / w - c->used); /* ours, for readers */
+        double charged = mine;
+        if (now_us < c->shared_until_us && cost) {
+            /* Shared: the launches whose work fell in the span, at the learnt cost. */
+            uint64_t n1 = launches_at(c, c->seen_us - lag_us, launches);
+            uint64_t n0 = launches_at(c, prev_seen_us > lag_us ? prev_seen_us - lag_us : 0, launches);
+            charged = (double)(n1 > n0 ? n1 - n0 : 0) * (double)cost;
+        }
+        credit -= (long long)charged;
+        double f = w / 3e8 > 1 ? 1 : w / 3e8; /* ~0.3 s: both figures are smooth */
+        c->ours += f * ((charged > w ? w : charged) / w - c->ours);
+        /* The device's idle time, from its own samples (exact, whoever ran); without them,
+         * what ours and the others' figures leave. */
+        double idle = device >= 0 ? 1.0 - (device > w ? w : device) / w : 1.0 - c->ours - c->others;
+        c->idle += f * ((idle < 0 ? 0 : idle) - c->idle);
         c->used_total += mine;
         c->slack_total += slack;
         __atomic_store_n(&k->used, (uint32_t)(c->used * 10000.0 + 0.5), __ATOMIC_RELAXED);
@@ -495,7 +524,7 @@ static void tick(int d, uint64_t now)
         for (unsigned i = 1; i < n; i++) {
             const struct mark *m = &c->marks[(c->marks_n - 1 - i) % MARKS];
             from = m;
-            if (to->t_us - m->t_us >= COST_WINDOW_US)
+            if (to->t_us - m->t_us >= (now_us < c->shared_until_us ? SHARED_COST_WINDOW_US : COST_WINDOW_US))
                 break;
         }
         uint64_t n1 = launches_at(c, to->t_us - lag_us, launches), n0 = launches_at(c, from->t_us - lag_us, launches);

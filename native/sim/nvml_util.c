@@ -9,6 +9,13 @@
  *  - a raw sample is (pid, end of the period, busy %) for each live process
  *    with kernel time in that period; the device keeps the newest
  *    SIM_UTIL_BUFFER raw samples, at most 10 s back;
+ *  - where several processes ran in one period, the period is attributed to
+ *    one of them, as a real H100 does (seen 2026-11-25, driver 580.159.04:
+ *    two time-sliced processes, each period's samples name one process with
+ *    the whole device's busy %, the other none): the one whose kernel held the
+ *    GPU at a sampling instant, drawn from the period (every caller draws the
+ *    same) with each process's chance its share of the busy time.
+ *    CGPU_SIM_UTIL_ATTRIBUTION=exact gives each its own busy % instead;
  *  - nvmlDeviceGetProcessUtilization returns one entry per process with raw
  *    samples newer than lastSeenTimeStamp: timeStamp = its newest sample's,
  *    smUtil = the mean of those samples (so a late reader gets an average
@@ -189,18 +196,41 @@ static int proc_util(int i, unsigned long long last_seen, struct proc_util *out)
         n++;
     }
     /* Newest period first, until the buffer's capacity is used. */
+    static __thread unsigned long long busy_of[MAX_PROCS];
+    static __thread unsigned pct_of[MAX_PROCS];
+    const struct sim_tl *dev_tl = &f->dev[sdev].tl;
     unsigned raw = 0;
     for (unsigned long long k = g.newest + 1; k-- > g.oldest && raw < SIM_UTIL_BUFFER;) {
         unsigned long long ts = period_end_us(&g, k);
         if (ts <= last_seen)
             break;
+        unsigned long long total = 0;
+        int busy_n = 0;
+        for (int p = 0; p < n; p++) {
+            pct_of[p] = period_pct(&g, tls[p], k, &busy_of[p]);
+            total += busy_of[p];
+            busy_n += busy_of[p] != 0;
+        }
+        int winner = -1;
+        if (!nvs.cfg.util_exact && busy_n > 1) {
+            /* One sampling instant's owner: drawn by the period's number and the device. */
+            unsigned long long x = (k + 1) * 0x9E3779B97F4A7C15ULL ^ (unsigned long long)(sdev + 1) * 0xD1B54A32D192ED03ULL;
+            x ^= x >> 31;
+            x *= 0xBF58476D1CE4E5B9ULL;
+            x ^= x >> 29;
+            unsigned long long pick = x % total;
+            for (int p = 0; p < n && winner < 0; p++) {
+                if (pick < busy_of[p])
+                    winner = p;
+                else
+                    pick -= busy_of[p];
+            }
+        }
         for (int p = 0; p < n && raw < SIM_UTIL_BUFFER; p++) {
-            unsigned long long busy;
-            unsigned pct = period_pct(&g, tls[p], k, &busy);
-            if (!busy)
+            if (!busy_of[p] || (winner >= 0 && p != winner))
                 continue;
             raw++;
-            sum[p] += pct;
+            sum[p] += winner >= 0 ? period_pct(&g, dev_tl, k, NULL) : pct_of[p];
             if (!cnt[p]++)
                 out[p].ts = ts;
         }

@@ -34,6 +34,7 @@ struct sim_config {
     unsigned int queue_depth;                        /* CGPU_SIM_QUEUE_DEPTH */
     unsigned long long timeslice_ns;                 /* CGPU_SIM_TIMESLICE_NS */
     unsigned long long util_period_ns;               /* CGPU_SIM_UTIL_PERIOD_NS */
+    int util_exact;                                  /* CGPU_SIM_UTIL_ATTRIBUTION=exact */
 };
 
 /* PCI location of simulated device i (domain 0, device 0, function 0). */

@@ -404,6 +404,13 @@ int sim_config_load(struct sim_config *cfg)
             ERR("CGPU_SIM_UTIL_PERIOD_NS", "invalid period '%s' (10000000..10000000000 ns)", v);
         cfg->util_period_ns = (unsigned long long)ns;
     }
+    cfg->util_exact = 0;
+    if ((v = getenv("CGPU_SIM_UTIL_ATTRIBUTION"))) {
+        if (strcmp(v, "exact") == 0)
+            cfg->util_exact = 1;
+        else if (strcmp(v, "sampled") != 0)
+            ERR("CGPU_SIM_UTIL_ATTRIBUTION", "invalid attribution '%s' (sampled or exact)", v);
+    }
     cfg->queue_depth = 1024;
     if ((v = getenv("CGPU_SIM_QUEUE_DEPTH"))) {
         long q;
