@@ -280,14 +280,34 @@ SATURATE = """
 """
 
 
+def test_nvml_names_one_process_per_period_as_a_real_gpu_does(
+    timeline_probe, simlib, tmp_path, pynvml_ok
+) -> None:
+    # By default, as a real H100 reports time-sliced processes (2026-11-25, driver
+    # 580.159.04): each period is attributed to one process, with the device's busy %. So
+    # every process NVML lists shows about the whole GPU, not its quarter.
+    code = SATURATE.replace("sys.argv[1]", repr(str(timeline_probe)))
+    proc = run_py(simlib, code.replace("sys.argv[2]", repr(str(10_000))), state=tmp_path / "s")
+    assert proc.returncode == 0, proc.stderr
+    r = json_out(proc)
+    assert r["gpu"] >= 98, r
+    assert 1 <= len(r["util"]) <= 4 and all(u >= 95 for u in r["util"]), r
+
+
 @pytest.mark.parametrize("kernel_ns", [10_000, 20 * MS])
 def test_saturating_processes_share_the_gpu(
     timeline_probe, simlib, tmp_path, pynvml_ok, kernel_ns: int
 ) -> None:
     # Four processes launch kernels as fast as they can for 1.2 s: the GPU is full and, as
-    # each queues at most a time slice ahead, they take turns: a quarter each.
+    # each queues at most a time slice ahead, they take turns: a quarter each (NVML giving
+    # each process its own busy % per period shows it).
     code = SATURATE.replace("sys.argv[1]", repr(str(timeline_probe)))
-    proc = run_py(simlib, code.replace("sys.argv[2]", repr(str(kernel_ns))), state=tmp_path / "s")
+    proc = run_py(
+        simlib,
+        code.replace("sys.argv[2]", repr(str(kernel_ns))),
+        state=tmp_path / "s",
+        util_attribution="exact",
+    )
     assert proc.returncode == 0, proc.stderr
     r = json_out(proc)
     assert r["gpu"] >= 98 and r["pids"]
