@@ -13,14 +13,7 @@
 #include <unistd.h>
 #include "cgpu_nvml.h"
 
-#define CHECK(expr) do { if (!(expr)) { \
-    fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #expr); exit(1); } } while (0)
-#define OK(call) do { CUresult rc_ = (call); if (rc_ != CUDA_SUCCESS) { \
-    fprintf(stderr, "FAIL %s:%d: %s -> %d\n", __FILE__, __LINE__, #call, (int)rc_); \
-    exit(1); } } while (0)
-#define RC(call, want) do { CUresult rc_ = (call); if (rc_ != (want)) { \
-    fprintf(stderr, "FAIL %s:%d: %s -> %d, want %d\n", __FILE__, __LINE__, #call, (int)rc_, \
-            (int)(want)); exit(1); } } while (0)
+#include "probe_check.h"
 
 static void *lib;
 static void *sym(const char *name) { void *p = dlsym(lib, name); CHECK(p); return p; }
