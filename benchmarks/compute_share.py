@@ -31,17 +31,16 @@ MS = 1_000_000
 STOP, BACK = 5.0, 8.0  # `share`: the 70% container stops, and a new one arrives
 
 
-ATTRIBUTION = ["sampled"]  # NVML's per-process attribution (--attribution)
-
-
-def base_env(tmp: Path, state: str, devices: int, shim: bool) -> dict[str, str]:
+def base_env(
+    tmp: Path, state: str, devices: int, shim: bool, attribution: str = "sampled"
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CGPU_", "LD_PRELOAD"))}
     env.update(
         LD_LIBRARY_PATH=str(sim_lib_dir()),
         CGPU_SIM_STATE=str(tmp / state),
         CGPU_SIM_DEVICES=str(devices),
         CGPU_SIM_MEMORY="16GiB",
-        CGPU_SIM_UTIL_ATTRIBUTION=ATTRIBUTION[0],
+        CGPU_SIM_UTIL_ATTRIBUTION=attribution,
     )
     if shim:
         env["LD_PRELOAD"] = str(shim_path())
@@ -66,7 +65,7 @@ def fixed(n: int, kernel_ns: int, device: int, seconds: float, **extra) -> dict:
     }
 
 
-def machines(tmp: Path, load: Path, seconds: float) -> list[dict]:
+def machines(tmp: Path, load: Path, seconds: float, attribution: str) -> list[dict]:
     """Four simulated machines of four GPUs, one case per GPU, run two at a time."""
     pidns = pidns_works()
     share = {"env": limit(30, "share"), "processes": 2, "kernel_ns": 200_000, "device": 3}
@@ -93,7 +92,7 @@ def machines(tmp: Path, load: Path, seconds: float) -> list[dict]:
     for m, containers in enumerate(groups):
         for i, c in enumerate(containers):
             c["ledger"] = str(tmp / "ledgers" / f"{m}-{i}")
-        env = base_env(tmp, f"machine{m}.state", 4, shim=True)
+        env = base_env(tmp, f"machine{m}.state", 4, shim=True, attribution=attribution)
         out.append(
             {
                 "sim_dir": str(sim_lib_dir()),
@@ -168,11 +167,10 @@ def main() -> None:
         "(sampled), or gives each its own busy %% (exact)",
     )
     args = parser.parse_args()
-    ATTRIBUTION[0] = args.attribution
     tmp = Path(tempfile.mkdtemp(prefix="cgpu-compute-"))
     try:
         load = build_load(shutil.which("cc") or "cc", sim_lib_dir(), tmp)
-        specs = machines(tmp, load, args.seconds)
+        specs = machines(tmp, load, args.seconds, args.attribution)
         with ThreadPoolExecutor(2) as pool:
             results = list(pool.map(run_isolated, specs))
         n = int(args.seconds)

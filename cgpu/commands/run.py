@@ -16,7 +16,7 @@ from cgpu.core import context_cost, gpus
 from cgpu.core.config import ConfigError, parse_size
 from cgpu.core.containers import create_container_dir, default_state_dir
 from cgpu.core.layout import SOURCE_RUN
-from cgpu.core.paths import shim_path, sim_lib_dir
+from cgpu.core.paths import shim_path, with_simulator
 
 
 @dataclass(frozen=True)
@@ -86,13 +86,10 @@ def _select(all_gpus: list[gpus.GPU], spec: str | None) -> list[gpus.GPU]:
 def _child_env(
     run_dir: Path, simulate: bool, chosen: list[gpus.GPU], all_count: int
 ) -> dict[str, str]:
-    env = dict(os.environ)
+    env = with_simulator() if simulate else dict(os.environ)
     env["CGPU_LEDGER_DIR"] = str(run_dir)
     preload = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{shim_path()}:{preload}" if preload else str(shim_path())
-    if simulate:
-        lib_path = env.get("LD_LIBRARY_PATH", "")
-        env["LD_LIBRARY_PATH"] = f"{sim_lib_dir()}:{lib_path}" if lib_path else str(sim_lib_dir())
     if len(chosen) != all_count:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in chosen)
         env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
@@ -133,7 +130,7 @@ def run_sliced(config: Config) -> int:
     key = f"run-{os.getpid()}-{secrets.token_hex(4)}"
     limits = {g.uuid: size for g in chosen}
     meta = {"source": SOURCE_RUN, "container": key, "command": command, "pid": os.getpid()}
-    probe_env = context_cost.simulator_env() if simulate else None
+    probe_env = with_simulator() if simulate else None
     contexts = context_cost.ensure(state_dir, probe_env)
     run_dir = create_container_dir(state_dir, key, limits, meta, contexts=contexts)
     env = _child_env(run_dir, simulate, chosen, len(all_gpus))

@@ -20,7 +20,7 @@ import pynvml
 
 from cgpu.core.config import MAX_CONTEXT_BYTES
 from cgpu.core.files import atomic_write
-from cgpu.core.paths import sim_lib_dir
+from cgpu.core.gpus import nvml_text
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +102,6 @@ def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     }
 
 
-def simulator_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`env` (default: this process's) with the simulator's libraries first on the path."""
-    out = dict(os.environ if env is None else env)
-    path = out.get("LD_LIBRARY_PATH", "")
-    out["LD_LIBRARY_PATH"] = f"{sim_lib_dir()}:{path}" if path else str(sim_lib_dir())
-    return out
-
-
 def _valid_costs(value: object) -> dict[str, int]:
     """{uuid: bytes} with only well-formed entries of 0 to 1 GiB."""
     if not isinstance(value, dict):
@@ -168,8 +160,7 @@ def driver_version() -> str | None:
     except pynvml.NVMLError:
         return None
     try:
-        version = pynvml.nvmlSystemGetDriverVersion()
-        return version.decode() if isinstance(version, bytes) else str(version)
+        return nvml_text(pynvml.nvmlSystemGetDriverVersion())
     except pynvml.NVMLError:
         return None
     finally:

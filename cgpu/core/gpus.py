@@ -66,8 +66,9 @@ def real_driver_present() -> bool:
     return bool(path) and not path.startswith(sim + os.sep)
 
 
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def nvml_text(value: str | bytes) -> str:
+    """A string NVML returned (bytes from older nvidia-ml-py releases)."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def list_gpus() -> list[GPU]:
@@ -83,8 +84,8 @@ def list_gpus() -> list[GPU]:
             gpus.append(
                 GPU(
                     index=index,
-                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    uuid=nvml_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    name=nvml_text(pynvml.nvmlDeviceGetName(handle)),
                     total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
                 )
             )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the `cgpu` package
@@ -51,3 +52,11 @@ def api_header_path() -> Path:
 def sim_lib_dir() -> Path:
     """Directory holding the simulator's libcuda.so.1 and libnvidia-ml.so.1."""
     return _native("sim")
+
+
+def with_simulator(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`env` (default: this process's) with the simulator's libraries first on the path."""
+    out = dict(os.environ if env is None else env)
+    path = out.get("LD_LIBRARY_PATH", "")
+    out["LD_LIBRARY_PATH"] = f"{sim_lib_dir()}:{path}" if path else str(sim_lib_dir())
+    return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pynvml
 
-from cgpu.core.gpus import GPUError
+from cgpu.core.gpus import GPUError, nvml_text
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,6 @@ class GpuInfo:
         return f"gpu-{self.index}"
 
 
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _optional(call: Callable[[], object], default: object) -> object:
     """A query some drivers refuse (NOT_SUPPORTED) gives `default`."""
     try:
@@ -63,7 +59,7 @@ def discover() -> list[GpuInfo]:
     """Every GPU NVML sees, in index order (NVML stays initialised for health events)."""
     try:
         pynvml.nvmlInit()
-        driver = _text(pynvml.nvmlSystemGetDriverVersion())
+        driver = nvml_text(pynvml.nvmlSystemGetDriverVersion())
         out = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -74,8 +70,8 @@ def discover() -> list[GpuInfo]:
             out.append(
                 GpuInfo(
                     index=index,
-                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
-                    name=_text(pynvml.nvmlDeviceGetName(handle)),
+                    uuid=nvml_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    name=nvml_text(pynvml.nvmlDeviceGetName(handle)),
                     total_bytes=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total),
                     architecture=ARCHITECTURES.get(int(arch), "Unknown"),  # type: ignore[call-overload]
                     driver_version=driver,

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from cgpu.core.gpus import nvml_text
+
 log = logging.getLogger(__name__)
 
 
@@ -202,8 +204,8 @@ class NvmlSource:
             devices = []
             for index in range(nvml.nvmlDeviceGetCount()):
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
-                uuid = _text(nvml.nvmlDeviceGetUUID(handle))
-                model = _text(nvml.nvmlDeviceGetName(handle))
+                uuid = nvml_text(nvml.nvmlDeviceGetUUID(handle))
+                model = nvml_text(nvml.nvmlDeviceGetName(handle))
                 devices.append(_Device(uuid, index, model, handle))
         except Exception as exc:  # ImportError, NVMLError (library or driver missing), OSError
             if self._last_error != str(exc):
@@ -223,7 +225,3 @@ class NvmlSource:
         # The library may already be gone: nothing to release then.
         with contextlib.suppress(Exception):
             self._nvml.nvmlShutdown()
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)

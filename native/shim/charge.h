@@ -120,31 +120,26 @@ void pool_seen(CUmemoryPool pool);
         return rc_;                                                            \
     } while (0)
 
-#define CHARGED_FREE(key_expr, call)                                           \
+/* Untrack, call the driver's free, then `freed` (which sees u_: the device and the charge)
+ * once the memory is gone; a refused free puts the entry back. */
+#define FREE_THEN(key_expr, call, freed)                                       \
     do {                                                                       \
         struct untracked u_;                                                   \
         if (mode() != SHIM_LIMITED || !untrack((key_expr), &u_))               \
             return call;                                                       \
         CUresult rc_ = call;                                                   \
         if (likely(rc_ == CUDA_SUCCESS))                                       \
-            unreserve(u_.dev, u_.charge); /* the memory is gone: only now */   \
+            freed;                                                             \
         else                                                                   \
             retrack((key_expr), &u_);                                          \
         return rc_;                                                            \
     } while (0)
 
-/* cuMemFreeAsync: like CHARGED_FREE, but the charge moves to g_pool_kept. */
+/* A free: the charge is credited once the memory is gone, not before. */
+#define CHARGED_FREE(key_expr, call) FREE_THEN(key_expr, call, unreserve(u_.dev, u_.charge))
+
+/* cuMemFreeAsync: the charge moves to g_pool_kept (the pool may keep the memory). */
 #define POOL_FREE(key_expr, call)                                              \
-    do {                                                                       \
-        struct untracked u_;                                                   \
-        if (mode() != SHIM_LIMITED || !untrack((key_expr), &u_))               \
-            return call;                                                       \
-        CUresult rc_ = call;                                                   \
-        if (likely(rc_ == CUDA_SUCCESS))                                       \
-            __atomic_add_fetch(&g_pool_kept[u_.dev], u_.charge, __ATOMIC_RELAXED); \
-        else                                                                   \
-            retrack((key_expr), &u_);                                          \
-        return rc_;                                                            \
-    } while (0)
+    FREE_THEN(key_expr, call, __atomic_add_fetch(&g_pool_kept[u_.dev], u_.charge, __ATOMIC_RELAXED))
 
 #endif

@@ -3,7 +3,6 @@ resource.k8s.io/v1 and consumable capacity, least privilege, and command lines c
 
 from __future__ import annotations
 
-import kubernetes_validate
 import pytest
 import yaml
 from deploy_helpers import (
@@ -20,6 +19,7 @@ from deploy_helpers import (
     rules,
     run_tool,
 )
+from kubeschema import validate_for
 
 DRA = REPO / "deploy" / "dra"
 CHART_DRA = ("dra.enabled=true", "devicePlugin.enabled=false", "scheduler.enabled=false")
@@ -40,15 +40,7 @@ def validate_dra(objs: list[dict]) -> None:
     """Each object valid, strictly, for every release in DRA_VERSIONS."""
     assert objs
     for obj in objs:
-        for version in DRA_VERSIONS:
-            try:
-                kubernetes_validate.validate(obj, version, strict=True)
-            except kubernetes_validate.ValidationError as exc:
-                where = "/".join(str(p) for p in exc.absolute_path)
-                raise AssertionError(
-                    f"{obj['kind']}/{obj['metadata'].get('name')} invalid for Kubernetes "
-                    f"{version} at {where}: {exc.message}"
-                ) from None
+        validate_for(obj, DRA_VERSIONS)
 
 
 def test_plain_manifests_and_example_are_valid() -> None:

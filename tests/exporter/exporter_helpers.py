@@ -3,11 +3,15 @@ and reading what a collector yields as {metric: {labels: value}}."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+from collections.abc import Callable, Iterator
+from concurrent import futures
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -149,3 +153,30 @@ def dashboard_targets() -> list[tuple[str, str]]:
     with DASHBOARD.open() as f:
         dash = json.load(f)
     return [(p["title"], t["expr"]) for p in dash["panels"] for t in p.get("targets", [])]
+
+
+@contextlib.contextmanager
+def pod_resources_kubelet(sock: Path, list_pods: Callable[[Any, Any], Any]) -> Iterator[Path]:
+    """A kubelet's pod-resources v1 List on the unix socket `sock`, answered by `list_pods`."""
+    import grpc
+
+    from cgpu.core.api import podresources_v1_pb2 as pr
+
+    handler = grpc.method_handlers_generic_handler(
+        "v1.PodResourcesLister",
+        {
+            "List": grpc.unary_unary_rpc_method_handler(
+                list_pods,
+                request_deserializer=pr.ListPodResourcesRequest.FromString,
+                response_serializer=pr.ListPodResourcesResponse.SerializeToString,
+            )
+        },
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"unix://{sock}")
+    server.start()
+    try:
+        yield sock
+    finally:
+        server.stop(None)

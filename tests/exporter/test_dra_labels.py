@@ -4,13 +4,11 @@ with its pod, namespace and claim (pod-resources' dynamic resources first, then 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
-from exporter_helpers import GIB, UUID0, FakeNvml, ctr, labels, scrape
+from exporter_helpers import GIB, UUID0, FakeNvml, ctr, labels, pod_resources_kubelet, scrape
 
 from cgpu.core.api import podresources_v1_pb2 as pr
 from cgpu.dra.checkpoint import Checkpoint
@@ -91,23 +89,8 @@ def kubelet(tmp_path: Path) -> Iterator[Path]:
         pod = pr.PodResources(name="trainer", namespace="ml", containers=containers)
         return pr.ListPodResourcesResponse(pod_resources=[pod])
 
-    handler = grpc.method_handlers_generic_handler(
-        "v1.PodResourcesLister",
-        {
-            "List": grpc.unary_unary_rpc_method_handler(
-                list_pods,
-                request_deserializer=pr.ListPodResourcesRequest.FromString,
-                response_serializer=pr.ListPodResourcesResponse.SerializeToString,
-            )
-        },
-    )
-    sock = tmp_path / "kubelet.sock"
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers((handler,))
-    server.add_insecure_port(f"unix://{sock}")
-    server.start()
-    yield sock
-    server.stop(None)
+    with pod_resources_kubelet(tmp_path / "kubelet.sock", list_pods) as sock:
+        yield sock
 
 
 def test_labels_from_pod_resources_dynamic_resources(

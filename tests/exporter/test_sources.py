@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import ModuleType
 
-from exporter_helpers import GIB, UUID0, UUID1, FakeNvml
+from exporter_helpers import GIB, UUID0, UUID1, FakeNvml, pod_resources_kubelet
 
 from cgpu.exporter.labels import Identity, identity_from_meta, resolve
 from cgpu.exporter.nvml import NvmlSource
@@ -154,10 +154,6 @@ def test_pod_resources_without_socket(tmp_path: Path) -> None:
 
 def test_pod_resources_over_grpc(tmp_path: Path) -> None:
     """A fake kubelet serving v1 List on a unix socket; only our resource's devices count."""
-    from concurrent import futures
-
-    import grpc
-
     from cgpu.core.api import podresources_v1_pb2 as pr
 
     def list_pods(request: object, context: object) -> object:
@@ -172,22 +168,7 @@ def test_pod_resources_over_grpc(tmp_path: Path) -> None:
             pod_resources=[pr.PodResources(name="web-0", namespace="prod", containers=[server_ctr])]
         )
 
-    handler = grpc.method_handlers_generic_handler(
-        "v1.PodResourcesLister",
-        {
-            "List": grpc.unary_unary_rpc_method_handler(
-                list_pods,
-                request_deserializer=pr.ListPodResourcesRequest.FromString,
-                response_serializer=pr.ListPodResourcesResponse.SerializeToString,
-            )
-        },
-    )
-    sock = tmp_path / "kubelet.sock"
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    server.add_generic_rpc_handlers((handler,))
-    server.add_insecure_port(f"unix://{sock}")
-    server.start()
-    try:
+    with pod_resources_kubelet(tmp_path / "kubelet.sock", list_pods) as sock:
         source = PodResourcesSource(str(sock))
         found = source.devices(["d2"])
         assert source.up
@@ -195,5 +176,3 @@ def test_pod_resources_over_grpc(tmp_path: Path) -> None:
             "d1": Identity("prod", "web-0", "server"),
             "d2": Identity("prod", "web-0", "server"),
         }
-    finally:
-        server.stop(None)
