@@ -78,8 +78,10 @@ class FakeKubelet:
                 time.sleep(0.005)
         self.socket.unlink(missing_ok=True)
         for entry in self.directory.iterdir():
+            # The plugin may remove its own socket at the same moment (it saw
+            # kubelet.sock go); the kubelet ignores that, and so does this.
             if entry.is_socket():
-                entry.unlink()
+                entry.unlink(missing_ok=True)
         self.start()
 
     def start(self) -> None:
@@ -109,8 +111,10 @@ class FakeKubelet:
         """What a kubelet restart looks like: every socket removed, kubelet.sock recreated."""
         self.stop()
         for entry in self.directory.iterdir():
+            # The plugin may remove its own socket at the same moment (it saw
+            # kubelet.sock go); the kubelet ignores that, and so does this.
             if entry.is_socket():
-                entry.unlink()
+                entry.unlink(missing_ok=True)
         self.start()
 
     def wait_registration(self, count: int = 1, timeout: float = 10.0) -> dict[str, Any]:
