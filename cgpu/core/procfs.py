@@ -4,11 +4,16 @@ from __future__ import annotations
 
 
 def start_time(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat (clock ticks after boot), or None when there is no such pid."""
+    """Field 22 of /proc/<pid>/stat (clock ticks after boot), or None when there is no such pid.
+
+    Read from the main thread's copy, /proc/<pid>/task/<pid>/stat: the same start time, but
+    the kernel does not sum the whole thread group's accounting for it (which stalls while
+    many processes start at once).
+    """
     if pid <= 0:
         return None
     try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
+        with open(f"/proc/{pid}/task/{pid}/stat", "rb") as handle:
             stat = handle.read()
         fields = stat[stat.rindex(b")") + 2 :].split()  # the command name may hold spaces
         return int(fields[19])

@@ -3,8 +3,10 @@
 #define CGPU_PROCSTAT_H
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* State (field 3), kernel flags (field 9) and start time in clock ticks since boot
@@ -42,6 +44,26 @@ static inline int cgpu_proc_stat(const char *path, char *state, unsigned long lo
 {
     unsigned long flags;
     return cgpu_proc_stat_flags(path, state, &flags, start_time);
+}
+
+/* Process `pid`'s fields, read from its main thread's file, /proc/<pid>/task/<pid>/stat:
+ * state, flags and start time are the same as in /proc/<pid>/stat, but the kernel does
+ * not sum the whole thread group's accounting for it, which stalls for milliseconds while
+ * many processes start at once (3 ms median, 64 processes on 2 cores; 7 us this way). */
+static inline int cgpu_pid_stat(int pid, char *state, unsigned long *flags, unsigned long long *start_time)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/stat", pid, pid);
+    return cgpu_proc_stat_flags(path, state, flags, start_time);
+}
+
+/* This process's fields.  /proc/thread-self is the calling thread as /proc's pid namespace
+ * numbers it (getpid() may number it in another): the main thread's file when called from
+ * the main thread, else the whole process's. */
+static inline int cgpu_self_stat(char *state, unsigned long long *start_time)
+{
+    int main_thread = syscall(SYS_gettid) == getpid();
+    return cgpu_proc_stat(main_thread ? "/proc/thread-self/stat" : "/proc/self/stat", state, start_time);
 }
 
 /* PF_EXITING in field 9: the process is on its way out (set before its files close). */

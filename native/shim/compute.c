@@ -248,8 +248,8 @@ static int judge(const struct ledger *l, unsigned pid)
     char path[64];
     char state;
     unsigned long long start;
-    snprintf(path, sizeof path, "/proc/%u/stat", pid);
-    if (!cgpu_proc_stat(path, &state, &start))
+    unsigned long flags;
+    if (!cgpu_pid_stat((int)pid, &state, &flags, &start))
         return P_UNKNOWN;
     snprintf(path, sizeof path, "/proc/%u/ns/pid", pid);
     unsigned long long ns = ns_inode(path);

@@ -162,14 +162,13 @@ static int byte_free(int fd, uint64_t byte)
  * tick.  A pid of another pid namespace names another process, whose start time differs. */
 static int still_exiting(const struct ledger_slot *slot)
 {
-    char path[32], state;
+    char state;
     unsigned long flags;
     unsigned long long start;
     int pid = __atomic_load_n(&slot->pid, __ATOMIC_RELAXED);
     if (pid <= 0)
         return 0;
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    return cgpu_proc_stat_flags(path, &state, &flags, &start) &&
+    return cgpu_pid_stat(pid, &state, &flags, &start) &&
            start == __atomic_load_n(&slot->start_time, __ATOMIC_RELAXED) && state != 'Z' && state != 'X' &&
            (flags & CGPU_PF_EXITING);
 }
@@ -452,7 +451,7 @@ static uint64_t self_start_time(void)
 {
     char state;
     unsigned long long start;
-    return cgpu_proc_stat("/proc/self/stat", &state, &start) ? start : 0;
+    return cgpu_self_stat(&state, &start) ? start : 0;
 }
 
 /* Free the slots that carry our pid but whose liveness lock nobody holds: our own
@@ -509,7 +508,9 @@ int ledger_claim_slot(struct ledger_handle *h)
     int32_t pid = (int32_t)getpid();
     int rc = CGPU_ERR_FULL;
     pthread_mutex_lock(&claim_mutex);
-    for (int attempt = 0; attempt < 2 && rc != CGPU_OK; attempt++) {
+    /* A sweep that frees nothing may have lost to another claimer's sweep, whose freed slots
+     * the next scan finds: the ledger is full only when sweeps twice find nothing. */
+    for (int attempt = 0, idle = 0; attempt < 64 && rc != CGPU_OK; attempt++) {
         if (__atomic_load_n(&h->slot, __ATOMIC_RELAXED) >= 0) { /* another thread of ours claimed it */
             rc = CGPU_OK;
             break;
@@ -517,7 +518,7 @@ int ledger_claim_slot(struct ledger_handle *h)
         for (unsigned s = 0; s < CGPU_MAX_SLOTS && rc != CGPU_OK; s++)
             if (take_free_slot(h, s, start))
                 rc = CGPU_OK;
-        if (rc != CGPU_OK && ledger_sweep(h) == 0)
+        if (rc != CGPU_OK && ledger_sweep(h) == 0 && ++idle == 2)
             break;
     }
     if (rc == CGPU_OK) {

@@ -17,9 +17,8 @@
 /* /proc/<pid>/stat: state (field 3) and starttime (field 22).  0 if unreadable. */
 static int proc_stat(int pid, char *state, unsigned long long *start_time)
 {
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    return cgpu_proc_stat(path, state, start_time);
+    unsigned long flags;
+    return cgpu_pid_stat(pid, state, &flags, start_time);
 }
 
 unsigned long long sim_proc_start_time(int pid)

@@ -6,6 +6,7 @@ import random
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 from cgpu.core.ledger import read_ledger
 
@@ -102,3 +103,30 @@ def test_forked_child_shares_the_slice_but_not_the_parents_memory(shim_env, prob
     assert [line[0] for line in r.lines("child-alloc")] == ["2", "0"]
     # The child exited: only the parent's 800 MiB remain charged.
     assert r.one("info") == ["0", str(GiB - 800 * MiB), str(GiB)]
+
+
+
+def storm(native_build, env, count: int) -> list[tuple[str, str]]:
+    """`count` processes started at once, each allocating 1 MiB and exiting while holding it
+    (its slot is left to die with it, as a killed process's is); their (stdout, stderr)."""
+    procs = [start(native_build, env, "init", "alloc", MiB) for _ in range(count)]
+    return [p.communicate(timeout=60) for p in procs]
+
+
+def claimed_slots(ledger: Path) -> int:
+    snap = read_ledger(ledger)
+    return len(snap.processes) + snap.dead
+
+
+def test_a_ledger_full_of_dead_slots_turns_nobody_away(shim_env, native_build, ledger_dir):
+    """Every slot held by a process that is gone: processes starting together reclaim them,
+    and none is refused because another claimer's sweep freed the slots first."""
+    env = shim_env({"CGPU_MEM_LIMIT": "4GiB"})
+    ledger = ledger_dir / "cgpu.ledger"
+    for _ in range(16):
+        while (free := 256 - (claimed_slots(ledger) if ledger.exists() else 0)) > 0:
+            for out, err in storm(native_build, env, min(free, 64)):
+                assert out.split() == ["init", "0", "alloc", "0"], err
+        outcomes = storm(native_build, env, 64)
+        refused = [err for out, err in outcomes if out.split() != ["init", "0", "alloc", "0"]]
+        assert not refused, f"{len(refused)} of 64 refused: {refused[0]}"
