@@ -27,7 +27,7 @@ static inline uint64_t charge_of(uint64_t bytes)
 CUresult charge_reserve_slow(int dev, uint64_t charge);
 
 /* Reserve `charge` on `dev` before calling the driver. */
-static inline CUresult reserve(int dev, uint64_t charge)
+static inline __attribute__((always_inline)) CUresult reserve(int dev, uint64_t charge)
 {
     if (unlikely(__atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) < 0) && shim_claim_slot() != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -52,10 +52,10 @@ static inline void *current_context(void)
 
 /* Remember `key` and its charge.  If the table cannot grow, the entry is lost but
  * the charge stays (until the process ends): over-counted, never under. */
-static inline void track(uint64_t key, int dev, uint64_t charge, void *ctx)
+static inline __attribute__((always_inline)) void track(uint64_t key, int dev, uint64_t charge, void *ctx)
 {
     ledger_lock_private(&g_shim.ledger); /* the table only: no write section in the file */
-    (void)pt_insert(&g_table, key, (unsigned)dev, charge, ctx);
+    (void)pt_insert_fast(&g_table, key, (unsigned)dev, charge, ctx);
     ledger_unlock_private(&g_shim.ledger);
 }
 
@@ -73,11 +73,11 @@ struct untracked {
 /* Forget `key`; returns whether it was known.  Its charge stays until the driver has
  * freed the memory (unreserve after the call): credited before, the bytes could be
  * charged and allocated by another process while this one still holds them. */
-static inline int untrack(uint64_t key, struct untracked *out)
+static inline __attribute__((always_inline)) int untrack(uint64_t key, struct untracked *out)
 {
     unsigned dev = 0;
     ledger_lock_private(&g_shim.ledger);
-    int found = pt_remove(&g_table, key, &dev, &out->charge, &out->ctx);
+    int found = pt_remove_fast(&g_table, key, &dev, &out->charge, &out->ctx);
     ledger_unlock_private(&g_shim.ledger);
     out->dev = (int)dev;
     return found;

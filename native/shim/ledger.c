@@ -209,6 +209,17 @@ void ledger_admin_leave(struct ledger_handle *h)
     pthread_mutex_unlock(&admin_mutex);
 }
 
+/* A private section's lock for a locker without a slot: out of line, off the hot path. */
+void ledger_lock_as_admin(struct ledger_handle *h)
+{
+    ledger_lock(h);
+}
+
+void ledger_unlock_as_admin(struct ledger_handle *h)
+{
+    ledger_unlock(h);
+}
+
 /* Whether the owner in lock word `word` is gone. */
 static int owner_dead(const struct ledger_handle *h, uint32_t word)
 {
@@ -644,7 +655,7 @@ int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int for
     return CGPU_OK;
 }
 
-void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
+static inline __attribute__((always_inline)) void credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
     struct ledger *l = h->l;
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
@@ -663,10 +674,15 @@ void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
     set_used(&l->devices[dev], used - bytes);
 }
 
+void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
+{
+    credit_locked(h, dev, bytes);
+}
+
 void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
     ledger_lock(h);
-    ledger_credit_locked(h, dev, bytes);
+    credit_locked(h, dev, bytes);
     ledger_unlock(h);
 }
 

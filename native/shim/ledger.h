@@ -174,12 +174,14 @@ static inline __attribute__((always_inline)) void ledger_unlock(struct ledger_ha
 
 /* The same lock for a section that writes nothing in the file (this process's pointer table):
  * no write section, so readers need not retry.  Not for lockers without a slot. */
-static inline void ledger_lock_private(struct ledger_handle *h)
+void ledger_lock_as_admin(struct ledger_handle *h);
+
+static inline __attribute__((always_inline)) void ledger_lock_private(struct ledger_handle *h)
 {
     struct ledger *l = h->l;
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
     if (__builtin_expect(slot < 0, 0)) {
-        ledger_lock(h);
+        ledger_lock_as_admin(h);
         return;
     }
     uint32_t seq = __atomic_load_n(&l->lock_seq, __ATOMIC_RELAXED) + 1;
@@ -190,12 +192,14 @@ static inline void ledger_lock_private(struct ledger_handle *h)
     __atomic_store_n(&l->lock_seq, seq, __ATOMIC_RELAXED);
 }
 
-static inline void ledger_unlock_private(struct ledger_handle *h)
+void ledger_unlock_as_admin(struct ledger_handle *h);
+
+static inline __attribute__((always_inline)) void ledger_unlock_private(struct ledger_handle *h)
 {
     struct ledger *l = h->l;
     uint32_t old = __atomic_load_n(&l->lock, __ATOMIC_RELAXED);
     if (__builtin_expect((old & LOCK_OWNER) == LOCK_ADMIN, 0)) {
-        ledger_unlock(h); /* locked as the admin: ledger_lock_private fell back to ledger_lock */
+        ledger_unlock_as_admin(h); /* ledger_lock_private fell back to ledger_lock */
         return;
     }
     __atomic_store_n(&l->lock, 0, __ATOMIC_RELEASE);

@@ -5,10 +5,7 @@
 
 #define PT_INITIAL 4096u
 
-static inline size_t home(uint64_t key, size_t mask)
-{
-    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & mask;
-}
+#define home pt_home
 
 static struct pt_entry *alloc_slots(size_t n)
 {
@@ -91,6 +88,13 @@ int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes, 
         *ctx = t->slots[i].ctx;
     *dev = (unsigned)(v >> PT_DEV_SHIFT);
     *bytes = v & ((1ULL << PT_DEV_SHIFT) - 1);
+    pt_remove_at(t, i);
+    return 1;
+}
+
+void pt_remove_at(struct ptrtable *t, size_t i)
+{
+    size_t mask = t->mask;
     /* Backward-shift deletion keeps every probe chain unbroken. */
     size_t hole = i, j = i;
     for (;;) {
@@ -107,7 +111,6 @@ int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes, 
     }
     memset(&t->slots[hole], 0, sizeof t->slots[hole]);
     t->count--;
-    return 1;
 }
 
 void pt_remove_context(struct ptrtable *t, void *ctx, void (*credit)(uint64_t key, unsigned dev, uint64_t bytes))

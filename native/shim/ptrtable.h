@@ -48,6 +48,52 @@ struct ptrtable {
 int pt_insert(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes, void *ctx);
 /* Removes `key`; returns 1 and fills *dev, *bytes, *ctx if it was there. */
 int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes, void **ctx);
+/* Takes out the entry at index `i` and closes the gap (backward shift). */
+void pt_remove_at(struct ptrtable *t, size_t i);
+
+static inline size_t pt_home(uint64_t key, size_t mask)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & mask;
+}
+
+/* pt_insert for the allocation path: inline while the table needs no growing. */
+static inline __attribute__((always_inline)) int pt_insert_fast(struct ptrtable *t, uint64_t key, unsigned dev,
+                                                                uint64_t bytes, void *ctx)
+{
+    if (__builtin_expect(!t->slots || (t->count + 1) * 2 > t->mask + 1, 0))
+        return pt_insert(t, key, dev, bytes, ctx);
+    size_t i = pt_home(key, t->mask);
+    while (t->slots[i].key != 0)
+        i = (i + 1) & t->mask;
+    t->slots[i] = (struct pt_entry){.key = key, .bytes = bytes | ((uint64_t)dev << PT_DEV_SHIFT), .ctx = ctx};
+    t->count++;
+    return 0;
+}
+
+/* pt_remove for the free path: inline where no entry follows the removed one. */
+static inline __attribute__((always_inline)) int pt_remove_fast(struct ptrtable *t, uint64_t key, unsigned *dev,
+                                                                uint64_t *bytes, void **ctx)
+{
+    if (__builtin_expect(!t->slots || key == 0, 0))
+        return 0;
+    size_t mask = t->mask, i = pt_home(key, mask);
+    while (t->slots[i].key != key) {
+        if (t->slots[i].key == 0)
+            return 0;
+        i = (i + 1) & mask;
+    }
+    struct pt_entry *e = &t->slots[i];
+    *ctx = e->ctx;
+    *dev = (unsigned)(e->bytes >> PT_DEV_SHIFT);
+    *bytes = e->bytes & ((1ULL << PT_DEV_SHIFT) - 1);
+    if (__builtin_expect(t->slots[(i + 1) & mask].key != 0, 0)) {
+        pt_remove_at(t, i);
+        return 1;
+    }
+    *e = (struct pt_entry){0};
+    t->count--;
+    return 1;
+}
 /* The entry of `key`, to update in place, or NULL. */
 struct pt_entry *pt_find(struct ptrtable *t, uint64_t key);
 /* The key of the first entry of kind `kind` whose (key ^ kind) lies in [lo, hi), or 0. */
