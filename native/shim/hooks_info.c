@@ -11,7 +11,7 @@
 
 /* Other processes may have been killed since we last looked: at most once a
  * millisecond, and only when others share the ledger, free their slots. */
-static void sweep_if_shared(void)
+static inline __attribute__((always_inline)) void sweep_if_shared(void)
 {
     static uint64_t last_ms;
     struct ledger *l = g_shim.ledger.l;
@@ -27,10 +27,11 @@ static void sweep_if_shared(void)
 }
 
 /* free = min(slice - use, device free); total = slice. */
-static void truncate_info(int dev, uint64_t *freep, uint64_t *totalp)
+static inline __attribute__((always_inline)) void truncate_info(int dev, uint64_t *freep, uint64_t *totalp)
 {
     sweep_if_shared();
-    pool_reconcile();
+    if (__atomic_load_n(&g_pool_kept[dev], __ATOMIC_RELAXED)) /* only this device's figure is asked */
+        pool_reconcile();
     uint64_t limit = g_shim.ledger.limit[dev], used = ledger_view_used(&g_shim.ledger, (unsigned)dev);
     uint64_t left = used >= limit ? 0 : limit - used;
     *totalp = limit;
