@@ -32,11 +32,6 @@ void credit_locked(uint64_t key, unsigned dev, uint64_t charge)
     ledger_credit_locked(&g_shim.ledger, dev, charge);
 }
 
-/* The charge was never credited (see untrack): only the table entry comes back. */
-void retrack(uint64_t key, const struct untracked *u)
-{
-    track(key, u->dev, u->charge, u->ctx);
-}
 
 /* ---- what stream-ordered pools keep (see charge.h) ------------------------------ */
 

@@ -70,9 +70,7 @@ struct untracked {
     void *ctx;
 };
 
-/* Forget `key`; returns whether it was known.  Its charge stays until the driver has
- * freed the memory (unreserve after the call): credited before, the bytes could be
- * charged and allocated by another process while this one still holds them. */
+/* Forget `key`; returns whether it was known.  Its charge stays. */
 static inline __attribute__((always_inline)) int untrack(uint64_t key, struct untracked *out)
 {
     unsigned dev = 0;
@@ -82,9 +80,6 @@ static inline __attribute__((always_inline)) int untrack(uint64_t key, struct un
     out->dev = (int)dev;
     return found;
 }
-
-/* Put back what untrack took when the driver refused the free. */
-void retrack(uint64_t key, const struct untracked *u);
 
 /* Memory freed into a stream-ordered pool stays the pool's until the driver trims
  * it (a sync over the release threshold, cuMemPoolTrimTo): its charge stays too,
@@ -120,23 +115,32 @@ void pool_seen(CUmemoryPool pool);
         return rc_;                                                            \
     } while (0)
 
-/* Untrack, call the driver's free, then `freed` (which sees u_: the device and the charge)
- * once the memory is gone; a refused free puts the entry back. */
+/* Call the driver's free; once the memory is gone, take `key` out of the table and run
+ * `freed` (which sees u_: the device and the charge) in one locked step.  Credited before
+ * the call, the bytes could be charged and allocated by another process while this one
+ * still holds them.  Should another thread get the same address from the driver in
+ * between, its entry lies after ours in the key's probe chain (see pt_remove_fast), so ours
+ * is the one taken out.  A refused free leaves the table as it was. */
 #define FREE_THEN(key_expr, call, freed)                                       \
     do {                                                                       \
-        struct untracked u_;                                                   \
-        if (mode() != SHIM_LIMITED || !untrack((key_expr), &u_))               \
+        if (mode() != SHIM_LIMITED)                                            \
             return call;                                                       \
         CUresult rc_ = call;                                                   \
-        if (likely(rc_ == CUDA_SUCCESS))                                       \
-            freed;                                                             \
-        else                                                                   \
-            retrack((key_expr), &u_);                                          \
+        if (likely(rc_ == CUDA_SUCCESS)) {                                     \
+            struct untracked u_;                                               \
+            unsigned d_ = 0;                                                   \
+            ledger_lock(&g_shim.ledger);                                       \
+            if (pt_remove_fast(&g_table, (key_expr), &d_, &u_.charge, &u_.ctx)) { \
+                u_.dev = (int)d_;                                              \
+                freed;                                                         \
+            }                                                                  \
+            ledger_unlock(&g_shim.ledger);                                     \
+        }                                                                      \
         return rc_;                                                            \
     } while (0)
 
 /* A free: the charge is credited once the memory is gone, not before. */
-#define CHARGED_FREE(key_expr, call) FREE_THEN(key_expr, call, unreserve(u_.dev, u_.charge))
+#define CHARGED_FREE(key_expr, call) FREE_THEN(key_expr, call, ledger_credit_locked(&g_shim.ledger, (unsigned)u_.dev, u_.charge))
 
 /* cuMemFreeAsync: the charge moves to g_pool_kept (the pool may keep the memory). */
 #define POOL_FREE(key_expr, call)                                              \

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 from cgpu.core.ledger import read_ledger
+
+HERE = Path(__file__).resolve().parent
+SHIM_SRC = HERE.parents[1] / "native" / "shim"
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -25,3 +31,16 @@ def test_threads_racing_for_the_last_bytes_get_exactly_the_slice(shim_env, probe
     snap = read_ledger(ledger_dir / "cgpu.ledger")
     assert snap.devices[0].used == 0
     assert snap.devices[0].peak == GiB
+
+
+def test_the_pointer_table_gives_back_the_oldest_entry_of_a_key(cc, tmp_path):
+    """A free is accounted after the driver's free: by then another thread may hold the same
+    address, and its newer entry must not be the one credited."""
+    exe = tmp_path / "ptrtable_order"
+    subprocess.run(
+        [cc, "-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(SHIM_SRC),
+         str(SHIM_SRC / "ptrtable.c"), str(HERE / "ptrtable_order.c"), "-o", str(exe)],
+        check=True,
+    )
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert (run.returncode, run.stdout.strip()) == (0, "ok"), run.stdout

@@ -1,0 +1,76 @@
+/* The shim's pointer table under random inserts and removes over few keys, against a model:
+ * each key's entries in insertion order.  A remove must give back the key's oldest entry
+ * (the free path relies on it when the driver hands an address out again before the free
+ * of its previous holder was accounted), the fast and the general remove alike, and the
+ * table must keep every entry.  Prints "ok" or what went wrong; exit status 0 only if ok. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "ptrtable.h"
+
+#define KEYS 24
+#define DEPTH 64
+
+static uint64_t model[KEYS][DEPTH]; /* each key's values, oldest first */
+static int depth[KEYS];
+
+static uint64_t rng = 88172645463325252ULL;
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+int main(void)
+{
+    /* Keys whose home slots (in the table's first size) lie within 8 of each other: their
+     * chains run into each other, so removals shift entries of other keys too. */
+    uint64_t keys[KEYS];
+    unsigned nkeys = 0;
+    for (uint64_t p = 0x7f0000000000ULL; nkeys < KEYS; p += 0x200000ULL) /* device pointers, 2 MiB apart */
+        if (pt_home(p, 4095) - 100 < 8)
+            keys[nkeys++] = p;
+    struct ptrtable t = {0};
+    uint64_t serial = 1, count = 0;
+    for (long step = 0; step < 2000000; step++) {
+        unsigned k = (unsigned)(next() % KEYS);
+        uint64_t key = keys[k];
+        if (next() % 2 && depth[k] < DEPTH && count < 1000) {
+            uint64_t value = serial++ & 0xFFFFFFFFFFFFULL;
+            if (pt_insert_fast(&t, key, k % 8, value, (void *)(uintptr_t)k) != 0) {
+                printf("insert failed at step %ld\n", step);
+                return 1;
+            }
+            model[k][depth[k]++] = value;
+            count++;
+            continue;
+        }
+        unsigned dev;
+        uint64_t bytes;
+        void *ctx = NULL;
+        int found = next() % 2 ? pt_remove_fast(&t, key, &dev, &bytes, &ctx) : pt_remove(&t, key, &dev, &bytes, &ctx);
+        if (found != (depth[k] > 0)) {
+            printf("step %ld: key %u found=%d with %d entries\n", step, k, found, depth[k]);
+            return 1;
+        }
+        if (!found)
+            continue;
+        if (bytes != model[k][0] || dev != k % 8 || ctx != (void *)(uintptr_t)k) {
+            printf("step %ld: key %u gave back %llu, its oldest is %llu\n", step, k, (unsigned long long)bytes,
+                   (unsigned long long)model[k][0]);
+            return 1;
+        }
+        for (int i = 1; i < depth[k]; i++)
+            model[k][i - 1] = model[k][i];
+        depth[k]--;
+        count--;
+    }
+    if (t.count != count || t.mask != 4095) { /* one size throughout: the chains stayed packed */
+        printf("table holds %zu entries, the model %llu\n", t.count, (unsigned long long)count);
+        return 1;
+    }
+    printf("ok\n");
+    return 0;
+}
