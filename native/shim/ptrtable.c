@@ -42,10 +42,7 @@ int pt_insert(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes, vo
 {
     if ((!t->slots || (t->count + 1) * 2 > t->mask + 1) && grow(t) != 0)
         return -1;
-    struct pt_entry e = {.key = key, .bytes = bytes | ((uint64_t)dev << PT_DEV_SHIFT), .ctx = ctx, .aux = 0};
-    put(t->slots, t->mask, &e);
-    t->count++;
-    return 0;
+    return pt_insert_fast(t, key, dev, bytes, ctx); /* no growing needed now */
 }
 
 struct pt_entry *pt_find(struct ptrtable *t, uint64_t key)
@@ -75,21 +72,11 @@ uint64_t pt_find_range(struct ptrtable *t, uint64_t kind, uint64_t lo, uint64_t 
 
 int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes, void **ctx)
 {
-    if (!t->slots || key == 0)
-        return 0;
-    size_t mask = t->mask, i = home(key, mask);
-    while (t->slots[i].key != key) {
-        if (t->slots[i].key == 0)
-            return 0;
-        i = (i + 1) & mask;
-    }
-    uint64_t v = t->slots[i].bytes;
-    if (ctx)
-        *ctx = t->slots[i].ctx;
-    *dev = (unsigned)(v >> PT_DEV_SHIFT);
-    *bytes = v & ((1ULL << PT_DEV_SHIFT) - 1);
-    pt_remove_at(t, i);
-    return 1;
+    void *c;
+    int found = pt_remove_fast(t, key, dev, bytes, &c);
+    if (found && ctx)
+        *ctx = c;
+    return found;
 }
 
 void pt_remove_at(struct ptrtable *t, size_t i)
