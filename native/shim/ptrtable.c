@@ -28,9 +28,16 @@ static int grow(struct ptrtable *t)
     if (!slots)
         return -1;
     if (t->slots) {
-        for (size_t i = 0; i <= t->mask; i++)
+        /* From an empty slot on, so that every probe chain is walked in its own order (one
+         * that wraps past the end stays whole): two entries of one key keep their order. */
+        size_t start = 0;
+        while (t->slots[start].key != 0) /* at most half full: there is one */
+            start++;
+        for (size_t k = 1; k <= t->mask + 1; k++) {
+            size_t i = (start + k) & t->mask;
             if (t->slots[i].key)
                 put(slots, n - 1, &t->slots[i]);
+        }
         munmap(t->slots, (t->mask + 1) * sizeof(struct pt_entry));
     }
     t->slots = slots;

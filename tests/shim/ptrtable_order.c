@@ -25,16 +25,24 @@ static uint64_t next(void)
 
 int main(void)
 {
-    /* Keys whose home slots (in the table's first size) lie within 8 of each other: their
-     * chains run into each other, so removals shift entries of other keys too. */
+    /* Keys whose home slots (in the table's first size) are its last 8: their chains run into
+     * each other and wrap past the end, so removals shift entries of other keys too. */
     uint64_t keys[KEYS];
     unsigned nkeys = 0;
     for (uint64_t p = 0x7f0000000000ULL; nkeys < KEYS; p += 0x200000ULL) /* device pointers, 2 MiB apart */
-        if (pt_home(p, 4095) - 100 < 8)
+        if (pt_home(p, 4095) >= 4088)
             keys[nkeys++] = p;
     struct ptrtable t = {0};
-    uint64_t serial = 1, count = 0;
+    uint64_t serial = 1, count = 0, fillers = 0;
     for (long step = 0; step < 2000000; step++) {
+        if (step == 1000000) { /* other keys, until the table grows (rehashing the chains) */
+            size_t mask = t.mask;
+            for (uint64_t p = 0x100000000000ULL; t.mask == mask; p += 0x200000ULL, fillers++)
+                if (pt_insert(&t, p, 0, 1, NULL) != 0) {
+                    printf("insert failed while growing\n");
+                    return 1;
+                }
+        }
         unsigned k = (unsigned)(next() % KEYS);
         uint64_t key = keys[k];
         if (next() % 2 && depth[k] < DEPTH && count < 1000) {
@@ -67,8 +75,9 @@ int main(void)
         depth[k]--;
         count--;
     }
-    if (t.count != count || t.mask != 4095) { /* one size throughout: the chains stayed packed */
-        printf("table holds %zu entries, the model %llu\n", t.count, (unsigned long long)count);
+    if (t.count != count + fillers || t.mask != 8191) { /* grown once, at the fillers */
+        printf("table holds %zu entries in %zu slots, the model %llu\n", t.count, t.mask + 1,
+               (unsigned long long)(count + fillers));
         return 1;
     }
     printf("ok\n");
