@@ -32,7 +32,6 @@ void credit_locked(uint64_t key, unsigned dev, uint64_t charge)
     ledger_credit_locked(&g_shim.ledger, dev, charge);
 }
 
-
 /* ---- what stream-ordered pools keep (see charge.h) ------------------------------ */
 
 uint64_t g_pool_kept[CGPU_MAX_DEVICES];

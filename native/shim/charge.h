@@ -71,7 +71,7 @@ struct untracked {
 };
 
 /* Forget `key`; returns whether it was known.  Its charge stays. */
-static inline __attribute__((always_inline)) int untrack(uint64_t key, struct untracked *out)
+static inline int untrack(uint64_t key, struct untracked *out)
 {
     unsigned dev = 0;
     ledger_lock_private(&g_shim.ledger);

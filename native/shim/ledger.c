@@ -655,7 +655,7 @@ int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int for
     return CGPU_OK;
 }
 
-static inline __attribute__((always_inline)) void credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
+static inline __attribute__((always_inline)) void credit_under_lock(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
     struct ledger *l = h->l;
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
@@ -676,13 +676,13 @@ static inline __attribute__((always_inline)) void credit_locked(struct ledger_ha
 
 void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
-    credit_locked(h, dev, bytes);
+    credit_under_lock(h, dev, bytes);
 }
 
 void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
     ledger_lock(h);
-    credit_locked(h, dev, bytes);
+    credit_under_lock(h, dev, bytes);
     ledger_unlock(h);
 }
 

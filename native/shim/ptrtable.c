@@ -5,8 +5,6 @@
 
 #define PT_INITIAL 4096u
 
-#define home pt_home
-
 static struct pt_entry *alloc_slots(size_t n)
 {
     void *m = mmap(NULL, n * sizeof(struct pt_entry), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -15,7 +13,7 @@ static struct pt_entry *alloc_slots(size_t n)
 
 static void put(struct pt_entry *slots, size_t mask, const struct pt_entry *e)
 {
-    size_t i = home(e->key, mask);
+    size_t i = pt_home(e->key, mask);
     while (slots[i].key != 0)
         i = (i + 1) & mask;
     slots[i] = *e;
@@ -56,7 +54,7 @@ struct pt_entry *pt_find(struct ptrtable *t, uint64_t key)
 {
     if (!t->slots || key == 0)
         return NULL;
-    for (size_t i = home(key, t->mask);; i = (i + 1) & t->mask) {
+    for (size_t i = pt_home(key, t->mask);; i = (i + 1) & t->mask) {
         if (t->slots[i].key == key)
             return &t->slots[i];
         if (t->slots[i].key == 0)
@@ -95,7 +93,7 @@ void pt_remove_at(struct ptrtable *t, size_t i)
         j = (j + 1) & mask;
         if (t->slots[j].key == 0)
             break;
-        size_t h = home(t->slots[j].key, mask);
+        size_t h = pt_home(t->slots[j].key, mask);
         /* Move j into the hole unless its home lies cyclically in (hole, j]. */
         int stays = hole <= j ? (h > hole && h <= j) : (h > hole || h <= j);
         if (!stays) {

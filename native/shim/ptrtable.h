@@ -73,7 +73,8 @@ static inline __attribute__((always_inline)) int pt_insert_fast(struct ptrtable 
 /* pt_remove for the free path: inline where no entry follows the removed one.  Of two
  * entries with one key (an address the driver handed out again before the free of its
  * previous holder was accounted), the older is found first: an insert takes the first
- * empty slot after every entry of the key's chain, and the backward shift keeps their order. */
+ * empty slot after every entry of the key's chain, and the backward shift and growing keep
+ * their order. */
 static inline __attribute__((always_inline)) int pt_remove_fast(struct ptrtable *t, uint64_t key, unsigned *dev,
                                                                 uint64_t *bytes, void **ctx)
 {

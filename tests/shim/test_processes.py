@@ -105,7 +105,6 @@ def test_forked_child_shares_the_slice_but_not_the_parents_memory(shim_env, prob
     assert r.one("info") == ["0", str(GiB - 800 * MiB), str(GiB)]
 
 
-
 def storm(native_build, env, count: int) -> list[tuple[str, str]]:
     """`count` processes started at once, each allocating 1 MiB and exiting while holding it
     (its slot is left to die with it, as a killed process's is); their (stdout, stderr)."""
