@@ -188,15 +188,22 @@ static long long clampll(long long v, long long lo, long long hi)
 
 /* ---- the launch gate's slow path -------------------------------------------------- */
 
-void compute_wait(int dev)
+int compute_wait(int dev)
 {
     struct ledger_compute *k = &g_shim.ledger.l->compute[dev];
     if (!__atomic_load_n(&ctl.started, __ATOMIC_ACQUIRE))
         compute_start();
     uint64_t since = mono_ns();
     for (;;) {
+        int tm = __atomic_load_n(&g_token.mode, __ATOMIC_ACQUIRE);
+        if (tm == TOKEN_ON) {
+            int held = token_admit(dev);
+            if (held != TOKEN_LEFT)
+                return held;
+            continue;
+        }
         uint32_t seq = __atomic_load_n(&k->seq, __ATOMIC_ACQUIRE);
-        if (__atomic_fetch_sub(&k->tickets, 1, __ATOMIC_RELAXED) > 0)
+        if (tm == TOKEN_OFF && __atomic_fetch_sub(&k->tickets, 1, __ATOMIC_RELAXED) > 0)
             break;
         uint64_t beat = __atomic_load_n(&k->beat, __ATOMIC_RELAXED), now = mono_ns();
         if (beat > since)
@@ -210,10 +217,19 @@ void compute_wait(int dev)
             sleep_ns(cost * (100 - pct) / (long long)pct);
             break;
         }
+        if (tm == TOKEN_UNDECIDED) { /* the compute thread is finding out whether an arbiter runs */
+            uint32_t ts = __atomic_load_n(&g_token.seq, __ATOMIC_ACQUIRE);
+            if (__atomic_load_n(&g_token.mode, __ATOMIC_ACQUIRE) == TOKEN_UNDECIDED) {
+                struct timespec t = {0, 2000000};
+                syscall(SYS_futex, &g_token.seq, FUTEX_WAIT_PRIVATE, ts, &t, NULL, 0);
+            }
+            continue;
+        }
         struct timespec ts = {0, 2000000}; /* a missed wake costs at most 2 ms */
         syscall(SYS_futex, &k->seq, FUTEX_WAIT, seq, &ts, NULL, 0);
     }
     __atomic_fetch_add(&k->launches, 1, __ATOMIC_RELAXED);
+    return -1;
 }
 
 /* ---- pid placement ---------------------------------------------------------------- */
@@ -644,24 +660,36 @@ static void open_trace(void)
 static void *controller(void *arg)
 {
     (void)arg;
-    int leading = 0, measurable = nvml_ready();
-    if (!measurable)
-        fprintf(stderr, "cgpu: NVML per-process utilization is unavailable; the compute limit paces each "
-                        "process alone\n");
-    open_trace();
+    int measurable = -1;
     for (;;) {
-        uint64_t start = mono_ns();
-        if (!leading && measurable && lead()) {
-            leading = 1;
-            for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
-                take_over(&ctl.dev[d]);
+        /* Where the host runs the arbiter, it decides; without one (or once it has gone), NVML's
+         * samples, looking for the arbiter's socket again every second. */
+        token_run();
+        __atomic_store_n(&g_token.mode, TOKEN_OFF, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&g_token.seq, 1, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &g_token.seq, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+        if (measurable < 0) {
+            measurable = nvml_ready();
+            if (!measurable)
+                fprintf(stderr, "cgpu: NVML per-process utilization is unavailable; the compute limit paces "
+                                "each process alone\n");
+            open_trace();
         }
-        if (leading)
-            for (unsigned d = 0; d < g_shim.ledger.l->ndevices && d < CGPU_MAX_DEVICES; d++)
-                if (g_shim.ledger.compute[d] && ctl.dev[d].nvml)
-                    tick((int)d, start);
-        uint64_t spent = mono_ns() - start;
-        sleep_ns(spent < (uint64_t)TICK_NS ? TICK_NS - (long long)spent : 1000000);
+        int leading = 0;
+        for (unsigned n = 0; n < 100 || !token_socket_present(); n = n < 100 ? n + 1 : 0) {
+            uint64_t start = mono_ns();
+            if (!leading && measurable && lead()) {
+                leading = 1;
+                for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
+                    take_over(&ctl.dev[d]);
+            }
+            if (leading)
+                for (unsigned d = 0; d < g_shim.ledger.l->ndevices && d < CGPU_MAX_DEVICES; d++)
+                    if (g_shim.ledger.compute[d] && ctl.dev[d].nvml)
+                        tick((int)d, start);
+            uint64_t spent = mono_ns() - start;
+            sleep_ns(spent < (uint64_t)TICK_NS ? TICK_NS - (long long)spent : 1000000);
+        }
     }
     return NULL;
 }
@@ -686,4 +714,5 @@ void compute_forget_process(void)
 {
     pthread_mutex_init(&start_mutex, NULL);
     memset(&ctl, 0, sizeof ctl);
+    token_forget_process();
 }

@@ -9,29 +9,45 @@
 #define CGPU_COMPUTE_H
 
 #include "shim.h"
+#include "token.h"
 
 /* Start this process's controller thread (idempotent); after the ledger is open.  The first
  * launch that finds no ticket starts it, so only processes that launch run one. */
 void compute_start(void);
 /* In a forked child: the parent's thread is gone. */
 void compute_forget_process(void);
-/* The slow path of compute_admit: wait for a ticket on ledger device `dev`. */
-void compute_wait(int dev);
+/* The slow path of compute_admit: wait for a ticket (or, in token mode, the GPU) on ledger
+ * device `dev`.  Returns what compute_admit does. */
+int compute_wait(int dev);
 
-/* Admit one launch (or graph launch) on the calling thread's current device. */
-static inline void compute_admit(void)
+/* Admit one launch (or graph launch) on the calling thread's current device.  Returns the
+ * ledger device whose in-flight count the launch holds (token mode: pass it to
+ * compute_submitted once the driver has the work), or -1. */
+static inline int compute_admit(void)
 {
     if (unlikely(mode() != SHIM_LIMITED))
-        return;
+        return -1;
     int d = current_device();
     if (d < 0 || !g_shim.ledger.compute[d])
-        return;
+        return -1;
+    if (__atomic_load_n(&g_token.mode, __ATOMIC_RELAXED) == TOKEN_ON) {
+        int held = token_admit(d);
+        if (likely(held != TOKEN_LEFT))
+            return held;
+    }
     struct ledger_compute *k = &g_shim.ledger.l->compute[d];
     if (likely(__atomic_fetch_sub(&k->tickets, 1, __ATOMIC_RELAXED) > 0)) {
         __atomic_fetch_add(&k->launches, 1, __ATOMIC_RELAXED);
-        return;
+        return -1;
     }
-    compute_wait(d);
+    return compute_wait(d);
+}
+
+/* The driver has taken (or refused) the launch compute_admit counted. */
+static inline void compute_submitted(int dev)
+{
+    if (dev >= 0)
+        __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_RELEASE);
 }
 
 #endif

@@ -3,8 +3,9 @@
  * Without a compute limit they cost nothing: dlsym and cuGetProcAddress hand out the real
  * function (entry.c), and the exported symbol, which a directly linked program calls, jumps
  * through launch_to[], set once to the real function (one load and an indirect tail jump).
- * With a limit, launch_to[] and the lookups give the gated wrapper: take a ticket
- * (compute_admit), then call the real function.
+ * With a limit, launch_to[] and the lookups give the gated wrapper: take a ticket or pass the
+ * arbiter's gate (compute_admit), call the real function, and (token mode) say the driver has
+ * the work (compute_submitted), so a REVOKE knows what it must wait for.
  *
  * Gated: every kernel launch (plain, Ex, cooperative, multi-device cooperative, the legacy
  * cuLaunch/cuLaunchGrid) and graph launches.  Not gated: memcpy (copy engines, not SM time)
@@ -42,8 +43,10 @@ static inline void *target(int id, void *gated)
     }                                                                                          \
     CUresult shim_gated_##sym params                                                           \
     {                                                                                          \
-        compute_admit();                                                                       \
-        return REAL(sym) args;                                                                 \
+        int held = compute_admit();                                                            \
+        CUresult rc = REAL(sym) args;                                                          \
+        compute_submitted(held);                                                               \
+        return rc;                                                                             \
     }
 
 #define KERNEL_PARAMS                                                                          \

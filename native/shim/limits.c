@@ -338,6 +338,7 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
             config_write_atomic(dir, &cfg);
     }
     snprintf(path, sizeof path, "%s/%s", dir, CGPU_LEDGER_NAME);
+    snprintf(g_shim.dir, sizeof g_shim.dir, "%s", dir);
     rc = ledger_open(path, LEDGER_CREATE, &g_shim.ledger);
     if (rc == CGPU_OK && !g_shim.ledger.writable)
         rc = CGPU_ERR_IO;

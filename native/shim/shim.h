@@ -10,6 +10,7 @@
  *        v
  *   charge.c/.h     reserve, track, untrack: the ledger plus this process's pointer table
  *   compute.c/.h    the compute limit: ticket gate, controller thread (NVML-measured)
+ *   token.c/.h      ... or, where the host runs the arbiter, its time-slice tokens
  *        v
  *   limits.c        set-up: the slices (request.c or cgpu.conf), the ledger, NVML's view
  *        v
@@ -46,6 +47,7 @@ struct shim_state {
     struct ledger_handle ledger;
     int (*ctx_get_device)(int *); /* the real cuCtxGetDevice */
     int (*ctx_get_current)(void **); /* the real cuCtxGetCurrent */
+    char dir[4096];          /* the ledger directory (cgpu.conf, cgpu.ledger, compute.sock) */
 };
 
 extern struct shim_state g_shim;

@@ -13,6 +13,7 @@ import ctypes
 import glob
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -74,6 +75,11 @@ class Nvml:
         assert self.lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(h)) == 0
         return h
 
+    def uuid(self, index: int) -> str:
+        buf = ctypes.create_string_buffer(96)
+        assert self.lib.nvmlDeviceGetUUID(self.handle(index), buf, 96) == 0
+        return buf.value.decode()
+
     def share(self, index: int, pids: set[int], since_us: int, until_us: int) -> float:
         """The processes' busy share (percent) of device `index` in [since_us, until_us): the
         simulator's exact kernel time (cgpuSimProcessBusyNs), not NVML's coarse samples."""
@@ -99,7 +105,20 @@ class Container:
     device: int = 0  # the simulated GPU (CUDA_VISIBLE_DEVICES)
     start_after: float = 0.0  # seconds after the others
     pidns: bool = False  # its processes share a pid namespace of their own (unshare)
+    # (percent, policy): the host writes this compute limit into the container's cgpu.conf, as
+    # the device plugin does (the arbiter reads only that); None: the environment's, if any.
+    conf: tuple[int, str] | None = None
+    # (seconds from the start, signal name): sent to every process of the container then
+    signals: list[tuple[float, str]] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
+
+    def write_conf(self, uuid: str) -> None:
+        """The host's cgpu.conf for this container: an 8 GiB slice and its compute limit."""
+        from cgpu.core.config import write_config
+
+        self.ledger.mkdir(parents=True, exist_ok=True)
+        if self.conf:
+            write_config(self.ledger, {uuid: 8 << 30}, {uuid: (self.conf[0], self.conf[1])})
 
     def start(self, load: Path) -> None:
         self.ledger.mkdir(parents=True, exist_ok=True)
@@ -137,11 +156,13 @@ class Container:
         return {pid for pid in descendants(top) if _comm(pid) == "compute_load"}
 
     def wait(self) -> list[str]:
-        """Wait for every process; returns the failures (stderr of a non-zero exit)."""
+        """Wait for every process; returns the failures (stderr of a non-zero exit, other than
+        the SIGKILL it was sent)."""
         bad = []
+        killed = -signal.SIGKILL if any(name == "SIGKILL" for _, name in self.signals) else 0
         for p in self.procs:
             _out, err = p.communicate(timeout=60)
-            if p.returncode != 0:
+            if p.returncode not in (0, killed):
                 bad.append(f"{self.name} pid {p.pid} rc {p.returncode}: {err.strip()[-500:]}")
         return bad
 
@@ -210,10 +231,12 @@ def run(
     for c in containers:
         if not c.start_after:
             c.start(load)
+    signals = [(at, name, i) for i, c in enumerate(containers) for at, name in c.signals]
     events = sorted(
         [(s, 0, i) for i, (s, _) in enumerate(windows)]
         + [(e, 1, i) for i, (_, e) in enumerate(windows)]
         + [(c.start_after, 2, i) for i, c in enumerate(containers) if c.start_after]
+        + [(at, 3, k) for k, (at, _, _) in enumerate(signals)]
     )
     since: dict[int, int] = {}
     shares: list[dict[str, float]] = [{} for _ in windows]
@@ -222,6 +245,11 @@ def run(
             time.sleep(max(0.0, t0 + at - time.monotonic()))
             if is_end == 2:
                 containers[i].start(load)
+                continue
+            if is_end == 3:
+                _, name, j = signals[i]
+                for pid in containers[j].pids():
+                    os.kill(pid, getattr(signal, name))
                 continue
             if not is_end:
                 since[i] = now_us()
@@ -235,11 +263,47 @@ def run(
     return shares
 
 
+class Arbiter:
+    """`cgpu compute-arbiter` for one simulated machine, over the containers' directories."""
+
+    def __init__(self, root: Path, env: dict[str, str], args: list[str]) -> None:
+        self.root = root
+        self.log = root / "arbiter.log"
+        root.mkdir(parents=True, exist_ok=True)
+        host_env = {
+            k: v for k, v in env.items() if k != "LD_PRELOAD" and not k.startswith("CGPU_COMPUTE")
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cgpu.cli", "compute-arbiter", "--containers", str(root), *args],
+            env=host_env,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("w"),
+        )
+
+    def wait_for(self, dirs: list[Path], timeout: float = 15.0) -> None:
+        """Until the arbiter has a socket in every one of `dirs`."""
+        deadline = time.monotonic() + timeout
+        while not all((d / "compute.sock").exists() for d in dirs):
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"no compute.sock after {timeout} s"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def run_isolated(spec: dict) -> list[dict[str, float]]:
     """`run` in a fresh Python (NVML binds to one simulator state file per process).
 
     spec: sim_dir, state, load, env (the base environment), windows, and containers: dicts of
-    Container's fields, with `env` holding the container's own variables."""
+    Container's fields, with `env` holding the container's own variables. With `arbiter` (a
+    list of extra arguments, possibly empty), a `cgpu compute-arbiter` serves the containers that
+    have a `conf`, from the parent directory of their ledgers."""
     proc = subprocess.run(
         [sys.executable, str(Path(__file__)), json.dumps(spec)],
         env={k: v for k, v in spec["env"].items() if k != "LD_PRELOAD"},
@@ -258,7 +322,18 @@ def _main(spec: dict) -> None:
         for c in spec["containers"]
     ]
     windows = [tuple(w) for w in spec["windows"]]
-    print(json.dumps(run(nvml, Path(spec["load"]), containers, windows)))
+    arbiter = None
+    if spec.get("arbiter") is not None:
+        for c in containers:
+            c.write_conf(nvml.uuid(c.device))
+        managed = [c.ledger for c in containers if c.conf]
+        arbiter = Arbiter(managed[0].parent, spec["env"], list(spec["arbiter"]))
+        arbiter.wait_for(managed)
+    try:
+        print(json.dumps(run(nvml, Path(spec["load"]), containers, windows)))
+    finally:
+        if arbiter:
+            arbiter.stop()
 
 
 if __name__ == "__main__":

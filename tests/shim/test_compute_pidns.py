@@ -18,8 +18,8 @@ from compute_kit import build_load, descendants, one_second_windows, pidns_works
 
 MS = 1_000_000
 # The ledger's slot array (native/shim/ledger.h, layout 3): after a 88-byte header and 16
-# devices of 120 bytes; each slot is {u32 in_use, i32 pid, u64 start_time, u64 used[16]}.
-SLOTS_AT, SLOT_SIZE, SLOTS = 88 + 16 * 120, 144, 256
+# devices of 128 bytes; each slot is {u32 in_use, i32 pid, u64 start_time, u64 used[16]}.
+SLOTS_AT, SLOT_SIZE, SLOTS = 88 + 16 * 128, 144, 256
 
 pytestmark = pytest.mark.skipif(not pidns_works(), reason="this machine allows no pid namespace")
 

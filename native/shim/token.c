@@ -1,0 +1,352 @@
+/* The arbiter's client: this process's side of the GPU time-slice tokens (see token.h).
+ *
+ * The compute thread connects to <ledger dir>/compute.sock (SOCK_SEQPACKET, one 64-byte message
+ * per packet; cgpu/compute/protocol.py is the other side), says which GPUs it may launch on, and
+ * then serves the arbiter:
+ *   GRANT   open the gate, wake the launchers waiting for it;
+ *   REVOKE  close the gate, wait until no launch is between the gate and the driver, wait for the
+ *           work this process launched on that GPU (cuCtxSynchronize in each context that
+ *           launched there), answer DONE;
+ *   REFUSE  the host gives this container no compute limit on that GPU: the gate stays open.
+ * It also tells the arbiter when the process stops launching on a GPU it holds (IDLE, after
+ * IDLE_NS without an admitted launch) and when it starts again (BUSY), so an idle holder gives
+ * the GPU up at once.  A launcher that finds the gate closed sends WANT itself (once per grant)
+ * and sleeps on a futex until a GRANT.
+ *
+ * If the arbiter goes away, the gates close and the thread reconnects; after RECONNECT_NS without
+ * one, token_run returns and the NVML controller takes over (compute.c), so no launch waits
+ * forever on a daemon that is not there. */
+#include "token.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TOKEN_SOCKET "compute.sock"
+#define PROTOCOL_VERSION 1
+#define IDLE_NS 1000000LL          /* no launch this long while holding: IDLE */
+#define POLL_MS 1                  /* the thread's tick while it holds a GPU */
+#define RECONNECT_NS 1000000000LL  /* without the arbiter this long: back to the NVML controller */
+#define MAX_CTX 8                  /* contexts remembered per device */
+
+enum {
+    MSG_HELLO = 1,
+    MSG_DEV = 2,
+    MSG_WANT = 3,
+    MSG_DONE = 4,
+    MSG_IDLE = 5,
+    MSG_BUSY = 6,
+    MSG_GRANT = 10,
+    MSG_REVOKE = 11,
+    MSG_REFUSE = 12,
+};
+
+struct token_msg {
+    uint32_t type;
+    uint32_t dev;
+    uint64_t a;
+    uint64_t b;
+    char text[40];
+};
+_Static_assert(sizeof(struct token_msg) == 64, "the arbiter's message is 64 bytes");
+
+struct token_gate g_token;
+
+typedef int (*ctx_fn)(void *);
+typedef int (*ctx_out_fn)(void **);
+typedef int (*sync_fn)(void);
+
+static struct {
+    int fd;                               /* the arbiter connection, -1 when none */
+    pthread_mutex_t send_lock;            /* launchers send WANT beside the thread */
+    pthread_mutex_t ctx_lock;
+    void *ctx[CGPU_MAX_DEVICES][MAX_CTX]; /* contexts that launched, per device */
+    unsigned nctx[CGPU_MAX_DEVICES];
+    int refused[CGPU_MAX_DEVICES];        /* no limit here, says the host */
+    uint64_t seen[CGPU_MAX_DEVICES];      /* launches at the last look */
+    long long last_launch[CGPU_MAX_DEVICES]; /* when they last changed */
+    int idle[CGPU_MAX_DEVICES];           /* IDLE sent since the last GRANT or BUSY */
+    ctx_fn push;
+    ctx_out_fn pop;
+    sync_fn sync;
+} tk = {.fd = -1, .send_lock = PTHREAD_MUTEX_INITIALIZER, .ctx_lock = PTHREAD_MUTEX_INITIALIZER};
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void wake_all(void)
+{
+    __atomic_fetch_add(&g_token.seq, 1, __ATOMIC_RELEASE);
+    syscall(SYS_futex, &g_token.seq, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
+}
+
+static int send_msg(uint32_t type, uint32_t dev, uint64_t a, uint64_t b, const char *text)
+{
+    struct token_msg m = {.type = type, .dev = dev, .a = a, .b = b};
+    if (text)
+        memcpy(m.text, text, strnlen(text, sizeof m.text));
+    pthread_mutex_lock(&tk.send_lock);
+    int fd = tk.fd;
+    ssize_t n = fd >= 0 ? send(fd, &m, sizeof m, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
+    pthread_mutex_unlock(&tk.send_lock);
+    return n == (ssize_t)sizeof m ? 0 : -1;
+}
+
+/* ---- the launch side ---------------------------------------------------------------- */
+
+int token_wait(int dev)
+{
+    for (;;) {
+        if (__atomic_load_n(&g_token.mode, __ATOMIC_ACQUIRE) != TOKEN_ON)
+            return TOKEN_LEFT;
+        uint32_t seq = __atomic_load_n(&g_token.seq, __ATOMIC_ACQUIRE);
+        __atomic_fetch_add(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&g_token.open[dev], __ATOMIC_SEQ_CST)) {
+            __atomic_fetch_add(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
+            token_seen_context(dev);
+            return dev;
+        }
+        __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
+        uint32_t no = 0;
+        if (__atomic_compare_exchange_n(&g_token.want_sent[dev], &no, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            send_msg(MSG_WANT, (uint32_t)dev, 0, 0, NULL);
+        struct timespec t = {0, 10000000}; /* a lost wake-up costs at most 10 ms */
+        syscall(SYS_futex, &g_token.seq, FUTEX_WAIT_PRIVATE, seq, &t, NULL, 0);
+    }
+}
+
+void token_note_context(int dev, void *ctx)
+{
+    pthread_mutex_lock(&tk.ctx_lock);
+    unsigned n = tk.nctx[dev], i = 0;
+    while (i < n && tk.ctx[dev][i] != ctx)
+        i++;
+    if (i == n) {
+        if (n == MAX_CTX) /* forget the oldest: a program that cycles contexts keeps its newest */
+            memmove(&tk.ctx[dev][0], &tk.ctx[dev][1], sizeof(void *) * (MAX_CTX - 1)), n--;
+        tk.ctx[dev][n] = ctx;
+        tk.nctx[dev] = n + 1;
+    }
+    __atomic_store_n(&g_token.last_ctx[dev], ctx, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&tk.ctx_lock);
+}
+
+/* ---- REVOKE: close, let the launches in flight reach the driver, wait for their work ---- */
+
+static void drain(int dev)
+{
+    __atomic_store_n(&g_token.open[dev], 0, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&g_token.inflight[dev], __ATOMIC_SEQ_CST) > 0) {
+        struct timespec t = {0, 20000};
+        nanosleep(&t, NULL);
+    }
+    if (!tk.push || !tk.pop || !tk.sync)
+        return;
+    void *ctxs[MAX_CTX];
+    pthread_mutex_lock(&tk.ctx_lock);
+    unsigned n = tk.nctx[dev];
+    memcpy(ctxs, tk.ctx[dev], sizeof(void *) * n);
+    pthread_mutex_unlock(&tk.ctx_lock);
+    for (unsigned i = 0; i < n; i++) {
+        void *popped;
+        if (tk.push(ctxs[i]) != 0) { /* destroyed since: forget it */
+            pthread_mutex_lock(&tk.ctx_lock);
+            for (unsigned j = 0; j < tk.nctx[dev]; j++)
+                if (tk.ctx[dev][j] == ctxs[i]) {
+                    memmove(&tk.ctx[dev][j], &tk.ctx[dev][j + 1], sizeof(void *) * (tk.nctx[dev] - j - 1));
+                    tk.nctx[dev]--;
+                    break;
+                }
+            if (__atomic_load_n(&g_token.last_ctx[dev], __ATOMIC_RELAXED) == ctxs[i])
+                __atomic_store_n(&g_token.last_ctx[dev], NULL, __ATOMIC_RELAXED);
+            pthread_mutex_unlock(&tk.ctx_lock);
+            continue;
+        }
+        tk.sync(); /* an error (a faulted context) has nothing left running either */
+        tk.pop(&popped);
+    }
+}
+
+/* ---- the connection ------------------------------------------------------------------ */
+
+static int sock_path(char *out, size_t n)
+{
+    return g_shim.dir[0] && snprintf(out, n, "%s/%s", g_shim.dir, TOKEN_SOCKET) < (int)n ? 0 : -1;
+}
+
+int token_socket_present(void)
+{
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    return sock_path(path, sizeof path) == 0 && access(path, F_OK) == 0;
+}
+
+/* Connect and introduce this process: its pid and the GPUs it has a compute limit on. */
+static int connect_arbiter(void)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    if (sock_path(addr.sun_path, sizeof addr.sun_path) != 0 || access(addr.sun_path, F_OK) != 0)
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        close(fd);
+        return -1;
+    }
+    pthread_mutex_lock(&tk.send_lock);
+    tk.fd = fd;
+    pthread_mutex_unlock(&tk.send_lock);
+    int ok = send_msg(MSG_HELLO, 0, PROTOCOL_VERSION, (uint64_t)getpid(), NULL) == 0;
+    for (unsigned d = 0; ok && d < g_shim.ledger.l->ndevices && d < CGPU_MAX_DEVICES; d++)
+        if (g_shim.ledger.compute[d]) {
+            char uuid[CGPU_UUID_LEN + 1];
+            memcpy(uuid, g_shim.ledger.l->devices[d].uuid, CGPU_UUID_LEN);
+            uuid[CGPU_UUID_LEN] = 0;
+            /* A UUID the message cannot carry whole: not this protocol's (NVIDIA's are 40). */
+            ok = strlen(uuid) <= sizeof(((struct token_msg *)0)->text) && send_msg(MSG_DEV, d, 0, 0, uuid) == 0;
+            /* Launchers already waiting: ask again on this connection. */
+            if (ok && __atomic_load_n(&g_token.want_sent[d], __ATOMIC_ACQUIRE))
+                ok = send_msg(MSG_WANT, d, 0, 0, NULL) == 0;
+        }
+    return ok ? 0 : -1;
+}
+
+static void disconnect(void)
+{
+    pthread_mutex_lock(&tk.send_lock);
+    if (tk.fd >= 0)
+        close(tk.fd);
+    tk.fd = -1;
+    pthread_mutex_unlock(&tk.send_lock);
+    for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
+        if (!tk.refused[d])
+            __atomic_store_n(&g_token.open[d], 0, __ATOMIC_SEQ_CST);
+}
+
+static void on_message(const struct token_msg *m)
+{
+    if (m->dev >= CGPU_MAX_DEVICES || !g_shim.ledger.compute[m->dev])
+        return;
+    int d = (int)m->dev;
+    switch (m->type) {
+    case MSG_GRANT:
+        tk.idle[d] = 0;
+        tk.seen[d] = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED);
+        tk.last_launch[d] = now_ns();
+        if (m->b <= 10000) /* the container's share, for readers of the ledger */
+            __atomic_store_n(&g_shim.ledger.l->compute[d].used, (uint32_t)m->b, __ATOMIC_RELAXED);
+        __atomic_store_n(&g_token.want_sent[d], 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&g_token.open[d], 1, __ATOMIC_SEQ_CST);
+        wake_all();
+        break;
+    case MSG_REVOKE:
+        if (!tk.refused[d]) {
+            drain(d);
+            send_msg(MSG_DONE, (uint32_t)d, m->a, 0, NULL);
+        }
+        break;
+    case MSG_REFUSE:
+        tk.refused[d] = 1;
+        __atomic_store_n(&g_token.open[d], 1, __ATOMIC_SEQ_CST);
+        wake_all();
+        break;
+    default:
+        break;
+    }
+}
+
+/* IDLE once a held GPU sees no launch for IDLE_NS; BUSY when launches start again. */
+static void watch_idle(void)
+{
+    long long now = now_ns();
+    for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) {
+        if (!g_shim.ledger.compute[d] || tk.refused[d] || !__atomic_load_n(&g_token.open[d], __ATOMIC_RELAXED))
+            continue;
+        uint64_t n = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED);
+        if (n != tk.seen[d]) {
+            tk.seen[d] = n;
+            tk.last_launch[d] = now;
+            if (tk.idle[d] && send_msg(MSG_BUSY, d, 0, 0, NULL) == 0)
+                tk.idle[d] = 0;
+        } else if (!tk.idle[d] && now - tk.last_launch[d] >= IDLE_NS && send_msg(MSG_IDLE, d, 0, 0, NULL) == 0) {
+            tk.idle[d] = 1;
+        }
+    }
+}
+
+/* Serve one connection until it breaks. */
+static void serve(void)
+{
+    for (;;) {
+        struct pollfd p = {.fd = tk.fd, .events = POLLIN};
+        int r = poll(&p, 1, POLL_MS);
+        if (r < 0 && errno != EINTR)
+            return;
+        if (r > 0) {
+            if (p.revents & (POLLERR | POLLHUP | POLLNVAL))
+                return;
+            struct token_msg m;
+            ssize_t n = recv(tk.fd, &m, sizeof m, MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+                return;
+            if (n == (ssize_t)sizeof m)
+                on_message(&m);
+        }
+        watch_idle();
+    }
+}
+
+int token_run(void)
+{
+    if (connect_arbiter() != 0) {
+        disconnect();
+        return 0;
+    }
+    tk.push = (ctx_fn)shim_driver_sym("cuCtxPushCurrent_v2");
+    tk.pop = (ctx_out_fn)shim_driver_sym("cuCtxPopCurrent_v2");
+    tk.sync = (sync_fn)shim_driver_sym("cuCtxSynchronize");
+    __atomic_store_n(&g_token.mode, TOKEN_ON, __ATOMIC_RELEASE);
+    wake_all();
+    for (;;) {
+        serve();
+        disconnect();
+        /* Gone (restarted, upgraded): the gates stay closed while it comes back. */
+        long long since = now_ns();
+        while (connect_arbiter() != 0) {
+            disconnect();
+            if (now_ns() - since > RECONNECT_NS) {
+                fprintf(stderr, "cgpu: the compute arbiter is gone; the compute limit is kept from NVML's "
+                                "samples\n");
+                return 1;
+            }
+            struct timespec t = {0, 20000000};
+            nanosleep(&t, NULL);
+        }
+    }
+}
+
+void token_forget_process(void)
+{
+    if (tk.fd >= 0)
+        close(tk.fd);
+    memset(&g_token, 0, sizeof g_token);
+    memset(tk.ctx, 0, sizeof tk.ctx);
+    memset(tk.nctx, 0, sizeof tk.nctx);
+    memset(tk.refused, 0, sizeof tk.refused);
+    memset(tk.idle, 0, sizeof tk.idle);
+    tk.fd = -1;
+    pthread_mutex_init(&tk.send_lock, NULL);
+    pthread_mutex_init(&tk.ctx_lock, NULL);
+}
