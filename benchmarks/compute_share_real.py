@@ -1,15 +1,22 @@
-"""Compute limit on a real GPU: each process's share of the GPU's time, under `fixed` and `share`.
+"""Compute share on a real GPU: each process's share of the GPU's time, under `fixed` and `share`,
+with the host's compute arbiter time-slicing the GPU among the limited containers.
 
-    python benchmarks/compute_share_real.py [--seconds 8] [--kernel-ms 1.0]
+    python benchmarks/compute_share_real.py [--seconds 6] [--kernel-ms 1.0] [--work spin|matmul]
+                                            [--no-arbiter] [--only NAME ...]
 
-A worker runs PyTorch's busy-wait kernel (`torch.cuda._sleep`, a fixed number of GPU clock
-cycles) in batches of four, one after another, and counts the kernels finished in each second.
-Its share of the GPU is (kernels in a window x one kernel's time alone) / window, with one
-kernel's time measured first by a bare worker alone on the GPU. A "container" is one ledger
-directory under `LD_PRELOAD=libcgpu.so` with `CGPU_COMPUTE_LIMIT`/`CGPU_COMPUTE_POLICY`, as the
-device plugin would set it. The controller sees only the real NVML's samples. The first second
-(torch's start, the controller's learning) is left out of the figures; the rest are the median,
-lowest and highest per-second shares.
+A worker launches one kind of kernel in batches of four, one batch after another, and counts the
+kernels finished in each second. Its share of the GPU is (kernels in a window x one kernel's time
+alone) / window, with one kernel's time measured first by a bare worker alone on the GPU.
+- `spin`: PyTorch's busy-wait kernel (`torch.cuda._sleep`, a fixed number of GPU clock cycles).
+  While two contexts are time-sliced, the clock runs on for the one switched out, so a spin
+  kernel beside an unlimited neighbour finishes early and over-states its owner's share.
+- `matmul`: a square fp16 matrix product sized to about --kernel-ms alone: a fixed amount of
+  work, so a kernel that shares the GPU takes longer. The measure for the unlimited-neighbour case.
+A "container" is a directory with the host's cgpu.conf (slice and compute limit, as the device
+plugin writes it), the workers run under `LD_PRELOAD=libcgpu.so` with `CGPU_LEDGER_DIR` pointing
+at it, and one `cgpu compute-arbiter` serves them all (`--no-arbiter`: the shim's NVML controller
+alone, as before). The first second is left out; the rest are the median, lowest and highest
+per-second shares.
 """
 
 from __future__ import annotations
@@ -24,20 +31,31 @@ import tempfile
 import time
 from pathlib import Path
 
+from cgpu.core.config import write_config
 from cgpu.core.paths import shim_path
 
 WORKER = r"""
 import json, sys, time, torch
-cycles, seconds, start_at = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+work, size = sys.argv[1], int(sys.argv[2])
+seconds, start_at = float(sys.argv[3]), float(sys.argv[4])
 torch.cuda.init()
-torch.cuda._sleep(1000); torch.cuda.synchronize()
+if work == "spin":
+    def kernel():
+        torch.cuda._sleep(size)
+else:
+    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    c = torch.empty(size, size, device="cuda", dtype=torch.float16)
+    def kernel():
+        torch.mm(a, b, out=c)
+kernel(); torch.cuda.synchronize()
 while time.time() < start_at:
     time.sleep(0.001)
 t0 = time.perf_counter()
 windows = [0] * int(seconds)
 while True:
     for _ in range(4):
-        torch.cuda._sleep(cycles)
+        kernel()
     torch.cuda.synchronize()
     w = int(time.perf_counter() - t0)
     if w >= len(windows):
@@ -46,15 +64,29 @@ while True:
 print(json.dumps(windows), flush=True)
 """
 
+LIMITED = {
+    "fixed 30% alone": [("fixed30", 30, "fixed")],
+    "fixed 30% + fixed 30%": [("fixed30a", 30, "fixed"), ("fixed30b", 30, "fixed")],
+    "share 30% + share 70%": [("share30", 30, "share"), ("share70", 70, "share")],
+    "share 20% + 30% + 50%": [
+        ("share20", 20, "share"),
+        ("share30", 30, "share"),
+        ("share50", 50, "share"),
+    ],
+    "fixed 30% + unlimited": [("fixed30", 30, "fixed"), ("unlimited", 0, "")],
+    "share 30% alone": [("share30", 30, "share")],
+    "bare + bare": [("bare1", 0, ""), ("bare2", 0, "")],
+}
+
 
 def run_group(
-    members: list[tuple[str, dict[str, str]]], cycles: int, seconds: float
+    members: list[tuple[str, dict[str, str]]], work: str, size: int, seconds: float
 ) -> dict[str, list[int]]:
     """Start every member at the same instant; return each one's kernels per second."""
     start_at = time.time() + 6.0  # room for every worker to import torch and make its context
     procs = {
         name: subprocess.Popen(
-            [sys.executable, "-c", WORKER, str(cycles), str(seconds), str(start_at)],
+            [sys.executable, "-c", WORKER, work, str(size), str(seconds), str(start_at)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -71,74 +103,99 @@ def run_group(
     return out
 
 
+def gpu_uuid() -> str:
+    import pynvml
+
+    pynvml.nvmlInit()
+    uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+    return uuid.decode() if isinstance(uuid, bytes) else uuid
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--kernel-ms", type=float, default=1.0)
+    parser.add_argument("--work", choices=("spin", "matmul"), default="spin")
+    parser.add_argument("--no-arbiter", action="store_true")
+    parser.add_argument("--only", nargs="*", help="scenario names to run (default: all)")
     parser.add_argument("--json", type=Path, help="write every window here too")
-    parser.add_argument(
-        "--trace", type=Path, help="a directory: each container's controller trace goes below it"
-    )
+    parser.add_argument("--trace", type=Path, help="the shim controllers' traces (no arbiter)")
     args = parser.parse_args()
 
     import torch
 
-    clock_khz = torch.cuda.get_device_properties(0).clock_rate or 1_755_000
-    cycles = int(args.kernel_ms * clock_khz)
+    if args.work == "spin":
+        clock_khz = torch.cuda.get_device_properties(0).clock_rate or 1_755_000
+        size = int(args.kernel_ms * clock_khz)
+    else:  # fp16 products run at ~500 TFLOP/s on an H100 or H200: n^3 * 2 / 5e14 s
+        size = max(1024, round((args.kernel_ms * 1e-3 * 5e14 / 2) ** (1 / 3) / 256) * 256)
     bare = {k: v for k, v in os.environ.items() if not k.startswith(("CGPU_", "LD_PRELOAD"))}
+    uuid = gpu_uuid()
     with tempfile.TemporaryDirectory() as tmp:
-
-        def container(name: str, percent: int, policy: str) -> dict[str, str]:
-            ledger = Path(tmp, name)
-            ledger.mkdir()
-            env = dict(
-                bare,
-                LD_PRELOAD=str(shim_path()),
-                CGPU_MEM_LIMIT="8GiB",
-                CGPU_LEDGER_DIR=str(ledger),
-                CGPU_COMPUTE_LIMIT=str(percent),
-                CGPU_COMPUTE_POLICY=policy,
+        root = Path(tmp, "containers")
+        root.mkdir()
+        arbiter = None
+        if not args.no_arbiter:
+            arbiter = subprocess.Popen(
+                [sys.executable, "-m", "cgpu.cli", "compute-arbiter", "--containers", str(root),
+                 "--status", str(Path(tmp, "arbiter.json"))],
+                env=bare,
+                stderr=open(Path(tmp, "arbiter.log"), "w"),  # noqa: SIM115
             )
+        made = 0
+
+        def container(percent: int, policy: str) -> dict[str, str]:
+            nonlocal made
+            made += 1
+            ledger = root / f"c{made}"
+            ledger.mkdir()
+            write_config(ledger, {uuid: 8 << 30}, {uuid: (percent, policy)})
+            env = dict(bare, LD_PRELOAD=str(shim_path()), CGPU_LEDGER_DIR=str(ledger))
             if args.trace:
-                where = args.trace / f"{name}-{policy}{percent}"
+                where = args.trace / f"c{made}-{policy}{percent}"
                 where.mkdir(parents=True, exist_ok=True)
                 env["CGPU_COMPUTE_TRACE"] = str(where)
+            if arbiter:
+                deadline = time.monotonic() + 10
+                while not (ledger / "compute.sock").exists():
+                    if time.monotonic() > deadline or arbiter.poll() is not None:
+                        raise SystemExit(Path(tmp, "arbiter.log").read_text()[-3000:])
+                    time.sleep(0.05)
             return env
 
-        alone = run_group([("bare", bare)], cycles, args.seconds)["bare"]
+        alone = run_group([("bare", bare)], args.work, size, args.seconds)["bare"]
         per_kernel_s = 1.0 / statistics.median(alone[1:])
-        scenarios = {
-            "bare alone": [("bare", bare)],
-            "fixed 30% alone": [("fixed30", container("a", 30, "fixed"))],
-            "fixed 30% + fixed 70%": [
-                ("fixed30", container("b", 30, "fixed")),
-                ("fixed70", container("c", 70, "fixed")),
-            ],
-            "share 30% + share 70%": [
-                ("share30", container("d", 30, "share")),
-                ("share70", container("e", 70, "share")),
-            ],
-            "share 30% alone": [("share30", container("f", 30, "share"))],
-            "bare + bare": [("bare1", bare), ("bare2", bare)],
+        report: dict[str, dict[str, list[float]]] = {
+            "bare alone": {"bare": [round(100 * n * per_kernel_s, 1) for n in alone]}
         }
-        report: dict[str, dict[str, list[float]]] = {}
-        for title, members in scenarios.items():
-            got = run_group(members, cycles, args.seconds)
+        for title, spec in LIMITED.items():
+            if args.only and title not in args.only:
+                continue
+            members = [
+                (name, container(pct, policy) if pct else bare) for name, pct, policy in spec
+            ]
+            got = run_group(members, args.work, size, args.seconds)
             report[title] = {
                 name: [round(100 * n * per_kernel_s, 1) for n in windows]
                 for name, windows in got.items()
             }
+        if arbiter:
+            arbiter.terminate()
+            arbiter.wait(timeout=10)
 
     gpu = torch.cuda.get_device_name(0)
-    print(f"# {time.strftime('%Y-%m-%d')} {gpu}, kernel {args.kernel_ms} ms ({cycles} cycles), "
-          f"{per_kernel_s * 1e3:.3f} ms measured alone; share of GPU time per 1 s window from 1 s")
-    print(f"{'scenario':26} {'process':9} {'median':>7} {'min':>6} {'max':>6}")
+    how = "shim's NVML controller" if args.no_arbiter else "compute arbiter"
+    print(f"# {time.strftime('%Y-%m-%d')} {gpu}, {args.work} kernel of {size} "
+          f"({per_kernel_s * 1e3:.3f} ms alone), {how}; share of GPU time per 1 s window from 1 s")
+    print(f"{'scenario':26} {'process':10} {'median':>7} {'min':>6} {'max':>6} {'sum':>6}")
     for title, members in report.items():
+        total = [sum(v) for v in zip(*(s[1:] for s in members.values()), strict=True)]
         for name, shares in members.items():
             s = shares[1:]
-            print(f"{title:26} {name:9} {statistics.median(s):7.1f} {min(s):6.1f} {max(s):6.1f}")
+            print(f"{title:26} {name:10} {statistics.median(s):7.1f} {min(s):6.1f} {max(s):6.1f} "
+                  f"{statistics.median(total):6.1f}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cdi": ("cgpu.hooks.cdi", "write a CDI spec that injects the shim"),
     "exporter": ("cgpu.exporter.cli", "serve Prometheus metrics"),
     "scheduler-extender": ("cgpu.scheduler.cli", "serve the kube-scheduler extender (gpushare)"),
+    "compute-arbiter": ("cgpu.compute.cli", "time-slice GPUs among containers with compute limits"),
 }
 
 

@@ -9,7 +9,7 @@
 # On a machine set up by scripts/setup.sh, run it with PY=.venv/bin/python.
 set -u
 PY=${PY:-python3}
-STEPS=${STEPS:-smoke smi pytest compute_share shim_overhead torch_throughput}
+STEPS=${STEPS:-smoke compute_share compute_matmul smi pytest compute_nvml shim_overhead torch_throughput}
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -58,12 +58,19 @@ case " $STEPS " in *" smoke "*)
     cat /tmp/cgpu-smoke/containers/*/cgpu.conf /tmp/cgpu-smoke/context-cost.json 2>&1
     echo ;;
 esac
+# The compute share under the host's arbiter: every case of issue 23 with spin kernels, then the
+# pair and the unlimited neighbour with matrix products (work, not clock cycles; see the script).
+step compute_share 150 "$PY" benchmarks/compute_share_real.py --seconds 5 \
+    --json "$OUT/compute_share.json"
+step compute_matmul 90 "$PY" benchmarks/compute_share_real.py --seconds 5 --work matmul \
+    --only "share 30% + share 70%" "fixed 30% + unlimited" "bare + bare" \
+    --json "$OUT/compute_matmul.json"
+# The shim's NVML controller alone (no arbiter), for comparison, if time allows.
+step compute_nvml 60 "$PY" benchmarks/compute_share_real.py --seconds 5 --no-arbiter \
+    --only "share 30% + share 70%" --json "$OUT/compute_nvml.json"
 step smi 30 "$CGPU" run --gpu-mem 4GiB --gpu 0 --state-dir /tmp/cgpu-smi -- nvidia-smi
-step pytest 200 "$PY" -P -m pytest -v -p no:cacheprovider --timeout 150 tests/gpu
-step compute_share 120 "$PY" benchmarks/compute_share_real.py --seconds 6 \
-    --json "$OUT/compute_share.json" --trace /tmp/cgpu-compute-trace
-[ -d /tmp/cgpu-compute-trace ] && tar -czf "$OUT/compute_traces.tgz" -C /tmp cgpu-compute-trace
-step shim_overhead 150 "$PY" benchmarks/shim_overhead.py --real --rounds 5 --n 5000 \
+step pytest 120 "$PY" -P -m pytest -v -p no:cacheprovider --timeout 100 tests/gpu
+step shim_overhead 60 "$PY" benchmarks/shim_overhead.py --real --rounds 5 --n 5000 \
     --processes 32 --storms 2
-step torch_throughput 150 "$PY" benchmarks/torch_throughput.py --rounds 6
+step torch_throughput 60 "$PY" benchmarks/torch_throughput.py --rounds 3
 date -u

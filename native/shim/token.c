@@ -267,7 +267,8 @@ static void on_message(const struct token_msg *m)
     }
 }
 
-/* IDLE once a held GPU sees no launch for IDLE_NS; BUSY when launches start again. */
+/* IDLE once a held GPU sees no launch for IDLE_NS (a launch waiting in the driver, whose queue
+ * is full, is not idle); BUSY when launches start again. */
 static void watch_idle(void)
 {
     long long now = now_ns();
@@ -275,7 +276,7 @@ static void watch_idle(void)
         if (!g_shim.ledger.compute[d] || tk.refused[d] || !__atomic_load_n(&g_token.open[d], __ATOMIC_RELAXED))
             continue;
         uint64_t n = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED);
-        if (n != tk.seen[d]) {
+        if (n != tk.seen[d] || __atomic_load_n(&g_token.inflight[d], __ATOMIC_RELAXED) > 0) {
             tk.seen[d] = n;
             tk.last_launch[d] = now;
             if (tk.idle[d] && send_msg(MSG_BUSY, d, 0, 0, NULL) == 0)

@@ -1,0 +1,50 @@
+"""The process at the other end of a connection (SO_PEERCRED), and whether it can still run."""
+
+from __future__ import annotations
+
+import socket
+import struct
+from dataclasses import dataclass
+
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_HALTED = frozenset(b"TtZX")  # stopped, traced-stopped, zombie, dead
+
+
+@dataclass(frozen=True)
+class Peer:
+    """A peer process as the arbiter's pid namespace sees it."""
+
+    pid: int
+    start_time: int | None  # /proc start time when it connected, to tell a reused pid
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(state byte, start time) from /proc/<pid>/stat, or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()  # the command name may hold spaces
+        return fields[0][0], int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def peer_of(sock: socket.socket) -> Peer | None:
+    """The connected process, or None when the kernel cannot name it."""
+    try:
+        pid, _, _ = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    except (OSError, struct.error):
+        return None
+    if pid <= 0:
+        return None
+    stat = _stat(pid)
+    return Peer(pid, stat[1] if stat else None)
+
+
+def halted(peer: Peer) -> bool:
+    """Whether the process is stopped, dead or gone (its pid now someone else's counts)."""
+    stat = _stat(peer.pid)
+    if stat is None:
+        return True
+    state, start_time = stat
+    return state in _HALTED or (peer.start_time is not None and start_time != peer.start_time)

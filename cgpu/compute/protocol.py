@@ -1,0 +1,90 @@
+"""The arbiter's wire format: one 64-byte little-endian message per SOCK_SEQPACKET packet.
+
+`struct { uint32 type; uint32 dev; uint64 a; uint64 b; char text[40]; }`. The client (one
+connection per process of a container) speaks first; see the constants for what a and b mean.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from cgpu.core.layout import UUID_RE
+
+FORMAT = struct.Struct("<IIQQ40s")
+SIZE = FORMAT.size  # 64
+VERSION = 1
+MAX_DEVICES = 16  # ledger device indices 0-15
+TEXT_SIZE = 40
+
+# Client -> arbiter.
+HELLO = 1  # a = protocol version, b = the client's own pid (informational)
+DEV = 2  # dev = ledger index, text = GPU UUID
+WANT = 3  # a thread waits to launch on dev
+DONE = 4  # a = epoch: gate closed and work drained after REVOKE
+IDLE = 5  # granted, but no launch for a while
+BUSY = 6  # launching again after IDLE
+# Arbiter -> client.
+GRANT = 10  # a = epoch, b = the container's share over the last ~1 s in 1/100 percent
+REVOKE = 11  # a = epoch
+REFUSE = 12  # text = reason
+
+CLIENT_TYPES = frozenset({HELLO, DEV, WANT, DONE, IDLE, BUSY})
+
+
+class ProtocolError(ValueError):
+    """A malformed packet: the arbiter closes the connection that sent it."""
+
+
+class Message(NamedTuple):
+    """One decoded packet."""
+
+    type: int
+    dev: int = 0
+    a: int = 0
+    b: int = 0
+    text: bytes = b""
+
+
+def pack(message: Message) -> bytes:
+    """The 64 bytes of `message` (text NUL padded, cut at 40 bytes)."""
+    return FORMAT.pack(message.type, message.dev, message.a, message.b, message.text[:TEXT_SIZE])
+
+
+def unpack_client(packet: bytes) -> Message:
+    """Decode a client's packet; ProtocolError for a wrong size, type or device index."""
+    if len(packet) != SIZE:
+        raise ProtocolError(f"packet of {len(packet)} bytes, expected {SIZE}")
+    message = Message(*FORMAT.unpack(packet))
+    if message.type not in CLIENT_TYPES:
+        raise ProtocolError(f"unknown message type {message.type}")
+    if message.dev >= MAX_DEVICES:
+        raise ProtocolError(f"device index {message.dev} out of range")
+    return message
+
+
+def text_uuid(text: bytes) -> str:
+    """The UUID in a DEV message's text (up to the first NUL); ProtocolError if malformed."""
+    raw = text.split(b"\0", 1)[0]
+    try:
+        uuid = raw.decode("ascii")
+    except UnicodeDecodeError:
+        raise ProtocolError("DEV text is not ASCII") from None
+    if not UUID_RE.match(uuid):
+        raise ProtocolError(f"DEV text {uuid!r} is not a GPU UUID")
+    return uuid
+
+
+def grant(dev: int, epoch: int, share: int) -> bytes:
+    """GRANT for `dev` in `epoch`; share in 1/100 percent."""
+    return pack(Message(GRANT, dev, epoch, share))
+
+
+def revoke(dev: int, epoch: int) -> bytes:
+    """REVOKE of the grant of `epoch` on `dev`."""
+    return pack(Message(REVOKE, dev, epoch))
+
+
+def refuse(dev: int, reason: str) -> bytes:
+    """REFUSE for `dev` with a short reason."""
+    return pack(Message(REFUSE, dev, text=reason.encode("ascii", "replace")))

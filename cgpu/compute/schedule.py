@@ -1,0 +1,467 @@
+"""One GPU's token, time-sliced among the containers that have a compute limit on it.
+
+Pure: no sockets and no clock. Every time is a `now` argument, in ns of one monotonic clock.
+Events (`connect`, `want`, `idle`, `busy`, `done`, `stopped`, `gone`) change the state; `step`
+applies the rules at `now` and returns the messages to send, as (connection, Order) pairs.
+
+One container at a time holds the token. `share` containers are served by least virtual time
+(charged ns / percent), so saturating ones split the GPU by their percents; `fixed` ones also
+need credit, which they earn at their percent of wall time, so they get their percent and no
+more. A holder is charged its hold times f, the fraction of the GPU it really had (below 1 when
+processes outside the managed containers run on the GPU too).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+Conn = TypeVar("Conn", bound=Hashable)
+
+FIXED, SHARE = "fixed", "share"
+POLICIES = (FIXED, SHARE)
+DEBT_FLOOR_NS = -2_000_000_000  # a fixed container's credit never goes below -2 s
+CREDIT_CAP_NS = 1_000_000_000  # nor above 1 s (a quantum while it wants nothing)
+SHARE_WINDOW_NS = 1_000_000_000  # shares are over the last ~1 s
+HOLD_HISTORY_NS = 5_000_000_000  # how far back the hold log goes
+MIN_FRACTION = 0.2  # f is clamped to [0.2, 1]
+FULL = 10_000  # a share of 100 %, in 1/100 percent
+
+
+@dataclass(frozen=True)
+class Order:
+    """A message for one connection: GRANT (with the container's share) or REVOKE of `epoch`."""
+
+    kind: Literal["grant", "revoke"]
+    epoch: int
+    share: int = 0  # grants: the container's share over the last ~1 s, in 1/100 percent
+
+
+@dataclass(frozen=True)
+class Usage:
+    """A container's figures on this GPU, for the status file."""
+
+    percent: int
+    policy: str
+    share: int  # over the last ~1 s, in 1/100 percent
+    charged_ns: int
+    forced_revokes: int
+
+
+class Phase(enum.Enum):
+    """What the holder is doing: running, or draining after a REVOKE."""
+
+    GRANTED = "granted"
+    REVOKING = "revoking"
+
+
+@dataclass
+class _Link:
+    """One connection's state on this GPU."""
+
+    container: str
+    wanting: bool = False
+    want_since: int = 0
+    granted: bool = False  # its gate is open (GRANT sent, no DONE for the revoke yet)
+    idle: bool = False
+    idle_since: int = 0
+    active: bool = False  # not IDLE at some time since the holder was last charged
+    owes_done: bool = False  # REVOKE sent, DONE not received
+
+
+@dataclass
+class _Tenant(Generic[Conn]):
+    """One container's state on this GPU."""
+
+    percent: int
+    policy: str
+    credit_ns: float  # fixed only: earned at percent of wall time, spent by holding
+    vtime: float = 0.0  # charged ns / percent
+    refilling: bool = False  # fixed: spent its budget; eligible again at full credit
+    active: bool = False  # eligible or holding at the last step
+    next_limit: tuple[int, str] | None = None  # a change that waits for the hold's end
+    charged_ns: float = 0.0
+    forced_revokes: int = 0
+    recent: deque[tuple[int, int, float]] = field(default_factory=deque)  # (from, to, charged)
+    conns: dict[Conn, None] = field(default_factory=dict)  # in connection order
+
+
+@dataclass
+class _Token:
+    """The token while a container holds it."""
+
+    holder: str
+    epoch: int
+    t_grant: int
+    t_mark: int  # the grant, or the last time the holder was charged
+    phase: Phase = Phase.GRANTED
+    t_revoke: int = 0
+    drained_at: int = 0  # when the last connection that owed DONE stopped owing it
+    spent: bool = False  # revoked because a fixed holder's budget was spent
+
+
+def _after(segment: tuple[int, int, float], start: int) -> float:
+    """The part of a charge for [begin, end] that falls after `start` (pro rata)."""
+    begin, end, charged = segment
+    return charged if begin >= start else charged * max(0, end - start) / (end - begin)
+
+
+def check_limit(percent: int, policy: str) -> None:
+    """ValueError unless `percent` is 1-100 and `policy` is fixed or share."""
+    if isinstance(percent, bool) or not 1 <= percent <= 100:
+        raise ValueError(f"compute percent {percent!r}: 1 to 100")
+    if policy not in POLICIES:
+        raise ValueError(f"compute policy {policy!r}: fixed or share")
+
+
+class GpuSchedule(Generic[Conn]):
+    """The token of one GPU. Times are ns; `now` never goes backwards."""
+
+    def __init__(self, quantum_ns: int, drain_cap_ns: int, idle_release_ns: int, now: int) -> None:
+        self.quantum_ns = quantum_ns
+        self.drain_cap_ns = drain_cap_ns
+        self.idle_release_ns = idle_release_ns
+        self._last_step = now
+        self._tenants: dict[str, _Tenant[Conn]] = {}
+        self._links: dict[Conn, _Link] = {}
+        self._token: _Token | None = None
+        self._epoch = 0
+        self._load = 0.0  # unmanaged demand: u * k
+        self._holds: deque[tuple[int, int]] = deque()
+        self._outbox: list[tuple[Conn, Order]] = []
+
+    # --- containers ----------------------------------------------------------------------
+
+    def set_limit(self, container: str, percent: int, policy: str) -> None:
+        """Add a container, or change its limit (a holder's change applies from its next
+        charge: the hold's end or the next quantum boundary)."""
+        check_limit(percent, policy)
+        tenant = self._tenants.get(container)
+        if tenant is None:
+            self._tenants[container] = _Tenant(percent, policy, credit_ns=self.quantum_ns)
+        elif self.holder == container:
+            tenant.next_limit = (percent, policy)
+        else:
+            tenant.percent, tenant.policy = percent, policy
+
+    def remove(self, container: str, now: int) -> None:
+        """Forget a container and its connections; a hold of its ends at `now`."""
+        tenant = self._tenants.get(container)
+        if tenant is None:
+            return
+        for conn in list(tenant.conns):
+            self.gone(conn, now)
+        if self.holder == container:
+            self._end_hold(now, forced=False)
+        del self._tenants[container]
+
+    @property
+    def containers(self) -> list[str]:
+        """The containers with a limit on this GPU."""
+        return list(self._tenants)
+
+    # --- connection events -----------------------------------------------------------------
+
+    def connect(self, conn: Conn, container: str, now: int) -> None:
+        """A process of `container` uses this GPU; it gets a GRANT at once if its container
+        holds the token."""
+        if conn in self._links:
+            raise ValueError(f"connection {conn!r} is already on this GPU")
+        tenant = self._tenants[container]
+        link = _Link(container)
+        self._links[conn] = link
+        tenant.conns[conn] = None
+        token = self._token
+        if token and token.holder == container and token.phase is Phase.GRANTED:
+            link.granted = link.active = True
+            self._outbox.append((conn, Order("grant", token.epoch, self._share(tenant, now))))
+
+    def want(self, conn: Conn, now: int) -> None:
+        """A thread of `conn` waits to launch (from a granted connection: it is busy)."""
+        link = self._links.get(conn)
+        if link is None:
+            return
+        if link.granted and self._phase_of(link) is Phase.GRANTED:
+            link.idle, link.active = False, True
+        elif not link.wanting:
+            link.wanting, link.want_since = True, now
+
+    def idle(self, conn: Conn, now: int) -> None:
+        """`conn` is granted but has not launched for a while."""
+        link = self._links.get(conn)
+        if link and link.granted and not link.idle and self._phase_of(link) is Phase.GRANTED:
+            link.idle, link.idle_since = True, now
+
+    def busy(self, conn: Conn) -> None:
+        """`conn` launches again after IDLE."""
+        link = self._links.get(conn)
+        if link and link.granted and self._phase_of(link) is Phase.GRANTED:
+            link.idle, link.active = False, True
+
+    def done(self, conn: Conn, epoch: int, now: int) -> None:
+        """`conn` closed its gate and drained after REVOKE(epoch); other epochs are ignored."""
+        token = self._token
+        if token and epoch == token.epoch:
+            self._drained(conn, now)
+
+    def stopped(self, conn: Conn, now: int) -> None:
+        """`conn`'s process is stopped or dead: it will launch nothing, count it drained."""
+        self._drained(conn, now)
+
+    def gone(self, conn: Conn, now: int) -> None:
+        """`conn` disconnected."""
+        self._drained(conn, now)
+        link = self._links.pop(conn, None)
+        if link is not None:
+            self._tenants[link.container].conns.pop(conn, None)
+
+    def set_unmanaged(self, load: float) -> None:
+        """The unmanaged processes' demand on this GPU, u * k (0: none)."""
+        self._load = load if math.isfinite(load) and load > 0 else 0.0
+
+    # --- the rules ---------------------------------------------------------------------------
+
+    def step(self, now: int) -> list[tuple[Conn, Order]]:
+        """Apply the rules at `now`; returns the messages to send, in order."""
+        now = max(now, self._last_step)
+        self._accrue(now)
+        self._track_eligibility()
+        token = self._token
+        if token and token.phase is Phase.GRANTED:
+            self._run_hold(token, now)
+        if token and token.phase is Phase.REVOKING:
+            self._finish_revoke(token, now)
+        if self._token is None:
+            self._grant_next(now)
+        out, self._outbox = self._outbox, []
+        return out
+
+    def _accrue(self, now: int) -> None:
+        """Fixed containers earn credit at their percent of wall time: up to a quantum while
+        idle (idle time is not banked), up to CREDIT_CAP_NS while they want or hold the token
+        (waiting for it is not idleness)."""
+        elapsed = now - self._last_step
+        self._last_step = now
+        for name, tenant in self._tenants.items():
+            if tenant.policy != FIXED:
+                continue
+            idle = name != self.holder and not self._wants(tenant)
+            cap = self.quantum_ns if idle else max(self.quantum_ns, CREDIT_CAP_NS)
+            tenant.credit_ns = min(tenant.credit_ns + tenant.percent / 100 * elapsed, cap)
+            if tenant.credit_ns >= self.quantum_ns:
+                tenant.refilling = False
+
+    def _wants(self, tenant: _Tenant[Conn]) -> bool:
+        """Some connection of the container waits to launch."""
+        return any(self._links[c].wanting for c in tenant.conns)
+
+    def _eligible(self, tenant: _Tenant[Conn]) -> bool:
+        """Some connection wants, and (fixed) the container has credit to spend."""
+        if not self._wants(tenant):
+            return False
+        return tenant.policy == SHARE or (tenant.credit_ns > 0 and not tenant.refilling)
+
+    def _track_eligibility(self) -> None:
+        """A container that becomes eligible again starts no lower than the least virtual time
+        of those already competing (or, when none is, level with the other newcomers), so idle
+        time is never banked."""
+        holder = self.holder
+        active = {n for n, t in self._tenants.items() if n == holder or self._eligible(t)}
+        newcomers = [n for n in active if not self._tenants[n].active]
+        if newcomers:
+            settled = [self._tenants[n].vtime for n in active if self._tenants[n].active]
+            floor = min(settled) if settled else max(self._tenants[n].vtime for n in newcomers)
+            for name in newcomers:
+                self._tenants[name].vtime = max(self._tenants[name].vtime, floor)
+        for name, tenant in self._tenants.items():
+            tenant.active = name in active
+
+    def _run_hold(self, token: _Token, now: int) -> None:
+        """Revoke the holder if a rule says so; else charge it at each quantum boundary."""
+        reason = self._revoke_reason(token, now)
+        if reason:
+            self._revoke(token, now, spent=reason == "budget")
+        elif now - token.t_mark >= self.quantum_ns:
+            self._charge(token, now)
+
+    def _revoke_reason(self, token: _Token, now: int) -> str | None:
+        """Why the holder must give the token back now, or None."""
+        tenant = self._tenants[token.holder]
+        links = [self._links[c] for c in tenant.conns]
+        if not links:
+            return "gone"
+        if tenant.policy == FIXED and tenant.credit_ns <= self._pending_charge(token, now):
+            return "budget"
+        waiters = [t for n, t in self._tenants.items() if n != token.holder and self._eligible(t)]
+        waiting = bool(waiters)
+        if waiting and now - token.t_grant >= self.quantum_ns and self._behind(waiters, token, now):
+            return "quantum"
+        if not all(link.idle for link in links):
+            return None
+        if waiting:
+            return "idle"
+        if now - max(link.idle_since for link in links) >= self.idle_release_ns:
+            return "release"
+        return None
+
+    def _behind(self, waiters: list[_Tenant[Conn]], token: _Token, now: int) -> bool:
+        """Whether some waiter's virtual time is not above the holder's, counting what the
+        holder has used since its last charge (else the holder would be granted again)."""
+        holder = self._tenants[token.holder]
+        holder_vtime = holder.vtime + self._pending_charge(token, now) / holder.percent
+        return min(t.vtime for t in waiters) <= holder_vtime
+
+    def _revoke(self, token: _Token, now: int, spent: bool) -> None:
+        """Send REVOKE to every granted connection of the holder."""
+        token.phase = Phase.REVOKING
+        token.t_revoke = token.drained_at = now
+        token.spent = spent
+        for conn in self._tenants[token.holder].conns:
+            link = self._links[conn]
+            if link.granted:
+                link.owes_done = True
+                self._outbox.append((conn, Order("revoke", token.epoch)))
+
+    def _finish_revoke(self, token: _Token, now: int) -> None:
+        """End the hold once every connection has drained, or force it after the drain cap."""
+        if not self.draining():
+            self._end_hold(token.drained_at, forced=False)
+        elif now - token.t_revoke >= self.drain_cap_ns:
+            self._end_hold(now, forced=True)
+
+    def _end_hold(self, end: int, forced: bool) -> None:
+        """Charge the holder up to `end`, log the hold and free the token."""
+        token = self._token
+        assert token is not None
+        tenant = self._tenants[token.holder]
+        self._charge(token, max(end, token.t_mark))
+        self._holds.append((token.t_grant, end))
+        for conn in tenant.conns:
+            link = self._links[conn]
+            link.granted = link.owes_done = link.idle = False
+        tenant.forced_revokes += forced
+        tenant.refilling = tenant.refilling or (token.spent and tenant.policy == FIXED)
+        self._token = None
+
+    def _grant_next(self, now: int) -> None:
+        """Give the free token to the eligible container with the least virtual time (ties:
+        the one waiting longest), and GRANT all of its connections."""
+        candidates = [
+            (tenant.vtime, self._waiting_since(tenant), name)
+            for name, tenant in self._tenants.items()
+            if self._eligible(tenant)
+        ]
+        if not candidates:
+            return
+        name = min(candidates)[2]
+        tenant = self._tenants[name]
+        self._epoch += 1
+        self._token = _Token(name, self._epoch, t_grant=now, t_mark=now)
+        share = self._share(tenant, now)
+        for conn in tenant.conns:
+            link = self._links[conn]
+            link.granted = link.active = True
+            link.wanting = link.idle = False
+            self._outbox.append((conn, Order("grant", self._epoch, share)))
+
+    # --- charging ----------------------------------------------------------------------------
+
+    def _fraction(self, token: _Token) -> float:
+        """f = n / (n + u*k): the holder's n busy connections against the unmanaged load."""
+        links = [self._links[c] for c in self._tenants[token.holder].conns]
+        busy = max(1, sum(link.active for link in links))
+        return min(1.0, max(MIN_FRACTION, busy / (busy + self._load)))
+
+    def _pending_charge(self, token: _Token, now: int) -> float:
+        """What the holder would be charged for its hold since the last charge."""
+        return (now - token.t_mark) * self._fraction(token)
+
+    def _charge(self, token: _Token, now: int) -> None:
+        """Charge the holder for [t_mark, now]: virtual time, credit, totals."""
+        tenant = self._tenants[token.holder]
+        charged = self._pending_charge(token, now)
+        tenant.vtime += charged / tenant.percent
+        if tenant.policy == FIXED:
+            tenant.credit_ns = max(tenant.credit_ns - charged, DEBT_FLOOR_NS)
+        tenant.charged_ns += charged
+        tenant.recent.append((token.t_mark, now, charged))
+        token.t_mark = now
+        if tenant.next_limit:  # a change made during the hold applies from here on
+            (tenant.percent, tenant.policy), tenant.next_limit = tenant.next_limit, None
+        for conn in tenant.conns:
+            link = self._links[conn]
+            link.active = not link.idle
+
+    # --- queries -----------------------------------------------------------------------------
+
+    @property
+    def holder(self) -> str | None:
+        """The container that holds the token, or None."""
+        return self._token.holder if self._token else None
+
+    @property
+    def phase(self) -> Phase | None:
+        """The holder's phase, or None when the token is free."""
+        return self._token.phase if self._token else None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch of the latest grant (0 before the first)."""
+        return self._epoch
+
+    def draining(self) -> list[Conn]:
+        """The connections that owe a DONE for the current REVOKE."""
+        return [conn for conn, link in self._links.items() if link.owes_done]
+
+    def quiet(self) -> bool:
+        """Nothing can happen without an event: the token is free and nobody wants it."""
+        return self._token is None and not any(link.wanting for link in self._links.values())
+
+    def usage(self, now: int) -> dict[str, Usage]:
+        """Each container's limit, share over the last ~1 s, total charge and forced revokes."""
+        return {
+            name: Usage(
+                t.percent, t.policy, self._share(t, now), int(t.charged_ns), t.forced_revokes
+            )
+            for name, t in self._tenants.items()
+        }
+
+    def held_ns(self, start: int, end: int, now: int) -> int:
+        """How long some container held the token within [start, end]."""
+        while self._holds and self._holds[0][1] < now - HOLD_HISTORY_NS:
+            self._holds.popleft()
+        spans = list(self._holds)
+        if self._token:
+            spans.append((self._token.t_grant, now))
+        return sum(max(0, min(end, b) - max(start, a)) for a, b in spans)
+
+    def _share(self, tenant: _Tenant[Conn], now: int) -> int:
+        """The container's charged time over the last ~1 s, in 1/100 percent."""
+        start = now - SHARE_WINDOW_NS
+        while tenant.recent and tenant.recent[0][1] <= start:
+            tenant.recent.popleft()
+        charged = sum(_after(segment, start) for segment in tenant.recent)
+        token = self._token
+        if token and tenant is self._tenants.get(token.holder):
+            charged += self._pending_charge(token, now)
+        return min(FULL, round(charged * FULL / SHARE_WINDOW_NS))
+
+    def _waiting_since(self, tenant: _Tenant[Conn]) -> int:
+        """When the container's longest-waiting connection started to want."""
+        return min(self._links[c].want_since for c in tenant.conns if self._links[c].wanting)
+
+    def _phase_of(self, link: _Link) -> Phase | None:
+        """The token's phase if the link's container holds it, else None."""
+        token = self._token
+        return token.phase if token and token.holder == link.container else None
+
+    def _drained(self, conn: Conn, now: int) -> None:
+        """`conn` no longer owes a DONE."""
+        link = self._links.get(conn)
+        if link and link.owes_done and self._token:
+            link.owes_done = link.granted = False
+            self._token.drained_at = max(self._token.drained_at, now)

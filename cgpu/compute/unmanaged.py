@@ -1,0 +1,156 @@
+"""How much of a GPU processes outside the managed containers take: the load behind f.
+
+Per GPU, every ~100 ms: k = the compute processes NVML lists on it that are no managed
+connection's peer; u = their demand in [0, 1], from the device's busy samples. A sample covers a
+period P (the spacing of the samples) and says how busy the GPU was in it; h is how long a
+managed container held the token in that period. The busy time no hold explains, over the time
+not held, is u_p = max(0, busy*P - h) / max(P - h, 0.1*P), clamped to [0, 1]; u smooths u_p over
+~1 s. The scheduler gets u * k (0 when k is 0). A neighbour that appears (k was 0) is taken to
+saturate the GPU (u = 1) until its samples say otherwise: a limited container beside it is never
+under-served while u is learnt, only over-served for about a second when the neighbour idles.
+Without NVML, or when it fails, the load is 0 (f = 1), logged once.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterable
+from types import ModuleType
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+SMOOTHING_NS = 1_000_000_000
+MIN_FREE_SHARE = 0.1  # the denominator is at least 10% of the period
+NVML_ERROR_NOT_FOUND = 6  # nvmlDeviceGetSamples: no sample newer than asked
+NVML_GPU_UTILIZATION_SAMPLES = 1
+
+HeldNs = Callable[[int, int], int]  # (start, end) in the hold log's clock -> ns held in it
+
+
+class BusySource(Protocol):
+    """What the estimator reads about one GPU."""
+
+    def running_pids(self, uuid: str) -> set[int]:
+        """The pids of the compute processes running on the GPU."""
+        ...
+
+    def busy_samples(self, uuid: str, after_us: int) -> list[tuple[int, int]]:
+        """(end of a sample period in µs of CLOCK_REALTIME, busy percent), for periods that
+        ended after `after_us`, oldest first."""
+        ...
+
+
+class DemandEstimate:
+    """The unmanaged demand u of one GPU, fed with its busy samples as they come."""
+
+    def __init__(self, smoothing_ns: int = SMOOTHING_NS) -> None:
+        self.smoothing_ns = smoothing_ns
+        self.u = 0.0
+        self.last_end: int | None = None  # end of the newest period seen
+
+    def add(self, samples: Iterable[tuple[int, float]], held: HeldNs) -> None:
+        """Fold in (period end ns, busy fraction) samples, oldest first; each period starts
+        where the previous sample ended. Samples not newer than the last one are skipped."""
+        for end, busy in samples:
+            start, self.last_end = self.last_end, max(end, self.last_end or end)
+            if start is None or end <= start:
+                continue
+            period = end - start
+            hold = min(max(held(start, end), 0), period)
+            busy_ns = min(max(busy, 0.0), 1.0) * period
+            demand = max(0.0, busy_ns - hold) / max(period - hold, MIN_FREE_SHARE * period)
+            weight = min(1.0, period / self.smoothing_ns)
+            self.u += weight * (min(demand, 1.0) - self.u)
+
+
+class UnmanagedLoad:
+    """Every GPU's unmanaged load u * k; never raises."""
+
+    def __init__(self, source: BusySource | None) -> None:
+        self.source = source
+        self._estimates: dict[str, DemandEstimate] = {}
+        self._last_us: dict[str, int] = {}  # the newest sample's end, per GPU
+        self._had: dict[str, int] = {}  # k at the last poll, per GPU
+        self._failed: set[str] = set()
+
+    def poll(self, uuid: str, managed: set[int], held: HeldNs, offset_ns: int) -> float:
+        """Read the GPU now. `offset_ns` turns CLOCK_REALTIME ns into the hold log's clock."""
+        if self.source is None:
+            return 0.0
+        try:
+            unmanaged = self.source.running_pids(uuid) - managed
+            samples = self.source.busy_samples(uuid, self._last_us.get(uuid, 0))
+        except Exception as err:  # NVMLError and its kin: a GPU lost, a call not supported
+            if uuid not in self._failed:
+                self._failed.add(uuid)
+                log.warning("NVML failed for %s, unmanaged load taken as none: %s", uuid, err)
+            return 0.0
+        if samples:
+            self._last_us[uuid] = samples[-1][0]
+        first = uuid not in self._estimates
+        estimate = self._estimates.setdefault(uuid, DemandEstimate())
+        if first:  # the history before this arbiter: only where it ends
+            samples = samples[-1:]
+        if unmanaged and not self._had.get(uuid):
+            estimate.u = 1.0  # a new neighbour: assume it saturates until measured
+        self._had[uuid] = len(unmanaged)
+        estimate.add([(end * 1000 + offset_ns, busy / 100) for end, busy in samples], held)
+        return estimate.u * len(unmanaged)
+
+    def forget(self, uuid: str) -> None:
+        """Drop a GPU that no container limits any more."""
+        self._estimates.pop(uuid, None)
+        self._last_us.pop(uuid, None)
+        self._had.pop(uuid, None)
+        self._failed.discard(uuid)
+
+
+class NvmlSource:
+    """BusySource through nvidia-ml-py."""
+
+    def __init__(self, nvml: ModuleType) -> None:
+        self._nvml = nvml
+        self._handles: dict[str, Any] = {}
+
+    @classmethod
+    def open(cls) -> NvmlSource | None:
+        """Initialise NVML; None (logged) when it is missing or fails."""
+        try:
+            nvml = importlib.import_module("pynvml")
+            nvml.nvmlInit()
+        except Exception as err:  # ImportError, NVMLError_LibraryNotFound, driver errors
+            log.warning("NVML unavailable, unmanaged load taken as none (f = 1): %s", err)
+            return None
+        return cls(nvml)
+
+    def close(self) -> None:
+        """Shut NVML down."""
+        try:
+            self._nvml.nvmlShutdown()
+        except Exception as err:  # already shut down, driver gone
+            log.debug("nvmlShutdown: %s", err)
+
+    def _handle(self, uuid: str) -> Any:
+        if uuid not in self._handles:
+            self._handles[uuid] = self._nvml.nvmlDeviceGetHandleByUUID(uuid)
+        return self._handles[uuid]
+
+    def running_pids(self, uuid: str) -> set[int]:
+        """NVML's compute processes on the GPU."""
+        listed = self._nvml.nvmlDeviceGetComputeRunningProcesses(self._handle(uuid))
+        return {int(info.pid) for info in listed}
+
+    def busy_samples(self, uuid: str, after_us: int) -> list[tuple[int, int]]:
+        """NVML_GPU_UTILIZATION_SAMPLES newer than `after_us`."""
+        try:
+            _, samples = self._nvml.nvmlDeviceGetSamples(
+                self._handle(uuid), NVML_GPU_UTILIZATION_SAMPLES, after_us
+            )
+        except self._nvml.NVMLError as err:
+            if getattr(err, "value", None) == NVML_ERROR_NOT_FOUND:
+                return []
+            raise
+        found = [(int(s.timeStamp), int(s.sampleValue.uiVal)) for s in samples]
+        return sorted(found)

@@ -1,0 +1,349 @@
+"""The per-GPU scheduler, driven in simulated time (no sockets, no clock).
+
+Fake processes stand for a container's connections: a saturating one wants the GPU whenever it
+does not hold it and answers a REVOKE with DONE at once. Shares are judged by the time each
+container was charged, and by which container held the token at each simulated millisecond.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from cgpu.compute.schedule import GpuSchedule, Order, Phase
+
+MS = 1_000_000
+SECOND = 1000 * MS
+
+
+class Sim:
+    """One GPU's schedule stepped every simulated millisecond, as the arbiter's loop does."""
+
+    def __init__(
+        self,
+        quantum_ms: int = 20,
+        idle_release_ms: int = 2,
+        drain_cap_ms: int = 1000,
+        late_want: bool = False,
+    ) -> None:
+        self.gpu: GpuSchedule[str] = GpuSchedule(
+            quantum_ms * MS, drain_cap_ms * MS, idle_release_ms * MS, now=0
+        )
+        self.now = 0
+        self.held: Counter[str | None] = Counter()  # ms each container held the token
+        self.sent: list[tuple[int, str, Order]] = []
+        self.saturating: set[str] = set()  # connections that answer REVOKE and want again
+        # late_want: a revoked connection's WANT arrives only after the arbiter has stepped on
+        # its DONE (so the token has gone elsewhere), as over a socket
+        self.late_want = late_want
+
+    def add(self, name: str, percent: int, policy: str, conns: int = 1) -> list[str]:
+        """A container with `conns` saturating connections."""
+        self.gpu.set_limit(name, percent, policy)
+        made = [f"{name}/{i}" for i in range(conns)]
+        for conn in made:
+            self.gpu.connect(conn, name, self.now)
+            self.gpu.want(conn, self.now)
+            self.saturating.add(conn)
+        return made
+
+    def settle(self) -> list[tuple[str, Order]]:
+        """Step at `now` until nothing more is sent; saturating connections answer at once."""
+        out = []
+        late: list[str] = []
+        for _ in range(50):
+            orders = self.gpu.step(self.now)
+            for conn in late:
+                self.gpu.want(conn, self.now)
+            if not orders and not late:
+                return out
+            late = []
+            out += orders
+            self.sent += [(self.now, conn, order) for conn, order in orders]
+            for conn, order in orders:
+                if order.kind == "revoke" and conn in self.saturating:
+                    self.gpu.done(conn, order.epoch, self.now)
+                    if self.late_want:
+                        late.append(conn)
+                    else:
+                        self.gpu.want(conn, self.now)
+        raise AssertionError("the schedule never settles")
+
+    def run(self, seconds: float) -> None:
+        for _ in range(round(seconds * 1000)):
+            self.settle()
+            self.held[self.gpu.holder] += 1
+            self.now += MS
+        self.settle()
+
+    def charged_s(self, name: str) -> float:
+        return self.gpu.usage(self.now)[name].charged_ns / SECOND
+
+    def orders_to(self, conn: str, kind: str) -> list[Order]:
+        return [order for _, c, order in self.sent if c == conn and order.kind == kind]
+
+
+@pytest.mark.parametrize("late_want", [False, True], ids=["want-with-done", "want-after-done"])
+@pytest.mark.parametrize("percents", [(30, 70), (20, 30, 50)])
+def test_saturating_share_containers_split_the_gpu_by_their_percents(percents, late_want) -> None:
+    sim = Sim(late_want=late_want)
+    for i, percent in enumerate(percents):
+        sim.add(f"c{i}", percent, "share")
+    sim.run(10)
+    for i, percent in enumerate(percents):
+        assert sim.charged_s(f"c{i}") == pytest.approx(percent / 10, abs=0.1)
+    assert sim.held[None] <= 1  # the GPU is never left free
+
+
+@pytest.mark.parametrize("late_want", [False, True], ids=["want-with-done", "want-after-done"])
+def test_two_fixed_30_get_30_each_and_leave_the_rest_free(late_want: bool) -> None:
+    sim = Sim(late_want=late_want)
+    sim.add("a", 30, "fixed")
+    sim.add("b", 30, "fixed")
+    sim.run(10)
+    assert sim.charged_s("a") == pytest.approx(3.0, abs=0.05)
+    assert sim.charged_s("b") == pytest.approx(3.0, abs=0.05)  # waiting is not idleness
+    assert sim.held[None] == pytest.approx(4000, abs=50)
+
+
+def test_fixed_30_alone_gets_30_in_holds_of_about_a_quantum() -> None:
+    sim = Sim()
+    (conn,) = sim.add("a", 30, "fixed")
+    sim.run(10)
+    assert sim.charged_s("a") == pytest.approx(3.0, abs=0.1)
+    assert sim.held["a"] == pytest.approx(3000, abs=100)
+    # each drain costs the GPU's pipeline: holds are not cut into milliseconds
+    assert len(sim.orders_to(conn, "grant")) < 200
+
+
+def test_unmanaged_load_makes_a_fixed_30_hold_60_percent() -> None:
+    sim = Sim()
+    sim.add("a", 30, "fixed")
+    sim.gpu.set_unmanaged(1.0)  # one busy process beside the holder's one: f = 0.5
+    sim.run(10)
+    assert sim.held["a"] == pytest.approx(6000, abs=100)
+    assert sim.charged_s("a") == pytest.approx(3.0, abs=0.1)
+
+
+def test_f_is_never_below_a_fifth() -> None:
+    sim = Sim()
+    sim.add("a", 10, "fixed")
+    sim.gpu.set_unmanaged(100.0)
+    sim.run(10)
+    assert sim.held["a"] == pytest.approx(5000, abs=100)  # 10% charged at f = 0.2
+
+
+@pytest.mark.parametrize("late_want", [False, True], ids=["want-with-done", "want-after-done"])
+def test_a_fixed_container_beside_a_share_one_gets_its_percent_and_no_more(late_want: bool) -> None:
+    sim = Sim(late_want=late_want)
+    sim.add("fixed", 30, "fixed")
+    sim.add("share", 20, "share")
+    sim.run(10)
+    assert sim.charged_s("fixed") == pytest.approx(3.0, abs=0.1)
+    assert sim.charged_s("share") == pytest.approx(7.0, abs=0.1)
+
+
+def test_a_busy_share_container_alone_is_never_revoked_but_is_charged() -> None:
+    sim = Sim()
+    (conn,) = sim.add("a", 50, "share")
+    sim.run(10)
+    assert sim.orders_to(conn, "revoke") == []
+    assert len(sim.orders_to(conn, "grant")) == 1
+    assert sim.charged_s("a") == pytest.approx(10.0, abs=0.03)  # charged every quantum
+    assert sim.gpu.usage(sim.now)["a"].share == pytest.approx(10_000, abs=10)
+
+
+def test_a_newcomer_gets_no_advantage_from_the_time_before_it_came() -> None:
+    sim = Sim()
+    sim.add("old", 50, "share")
+    sim.run(5)
+    sim.add("new", 50, "share")
+    sim.run(5)
+    assert sim.charged_s("new") == pytest.approx(2.5, abs=0.1)
+    assert sim.charged_s("old") == pytest.approx(7.5, abs=0.1)
+
+
+def test_a_container_back_from_idle_gets_no_advantage_either() -> None:
+    sim = Sim()
+    sim.add("steady", 50, "share")
+    (conn,) = sim.add("bursty", 50, "share")
+    sim.run(1)
+    sim.saturating.discard(conn)  # answers its next REVOKE, then wants nothing for 3 s
+    sim.run(0.1)
+    sim.gpu.done(conn, sim.orders_to(conn, "revoke")[-1].epoch, sim.now)
+    sim.run(3)
+    before = sim.charged_s("bursty")
+    sim.saturating.add(conn)
+    sim.gpu.want(conn, sim.now)
+    sim.run(2)
+    assert sim.charged_s("bursty") - before == pytest.approx(1.0, abs=0.1)
+
+
+def test_an_idle_holder_gives_the_token_at_once_to_a_waiter() -> None:
+    sim = Sim()
+    (a,) = sim.add("a", 50, "share")
+    sim.saturating.discard(a)
+    sim.run(0.001)
+    sim.gpu.idle(a, sim.now)
+    sim.run(0.001)
+    (b,) = sim.add("b", 50, "share")
+    (revoke,) = [o for c, o in sim.settle() if c == a and o.kind == "revoke"]
+    sim.gpu.done(a, revoke.epoch, sim.now)
+    assert [(c, o.kind) for c, o in sim.settle()] == [(b, "grant")]  # at the same instant
+
+
+def test_an_idle_holder_alone_keeps_the_token_for_idle_release() -> None:
+    sim = Sim(idle_release_ms=5)
+    (a,) = sim.add("a", 50, "share")
+    sim.settle()
+    sim.gpu.idle(a, sim.now)
+    sim.run(0.004)
+    assert sim.orders_to(a, "revoke") == []
+    sim.run(0.002)
+    assert len(sim.orders_to(a, "revoke")) == 1
+
+
+def test_busy_after_idle_keeps_the_token() -> None:
+    sim = Sim(idle_release_ms=5)
+    (a,) = sim.add("a", 50, "share")
+    sim.settle()
+    sim.gpu.idle(a, sim.now)
+    sim.run(0.003)
+    sim.gpu.busy(a)
+    sim.run(1)
+    assert sim.orders_to(a, "revoke") == []
+
+
+def _holder_revoked(sim: Sim) -> tuple[str, str, Order]:
+    """a holds with one quiet connection, b waits; returns (a's conn, b's conn, the REVOKE)."""
+    (a,) = sim.add("a", 50, "share")
+    sim.saturating.discard(a)
+    sim.settle()
+    (b,) = sim.add("b", 50, "share")
+    sim.run(0.020)  # a quantum: a is revoked
+    (revoke,) = sim.orders_to(a, "revoke")
+    assert sim.gpu.phase is Phase.REVOKING and sim.gpu.draining() == [a]
+    return a, b, revoke
+
+
+@pytest.mark.parametrize("how", ["done", "stopped", "gone"])
+def test_a_revoke_ends_as_soon_as_the_holder_is_drained(how: str) -> None:
+    sim = Sim()
+    a, b, revoke = _holder_revoked(sim)
+    sim.run(0.005)
+    assert sim.gpu.holder == "a" and sim.orders_to(b, "grant") == []
+    if how == "done":
+        sim.gpu.done(a, revoke.epoch, sim.now)
+    elif how == "stopped":
+        sim.gpu.stopped(a, sim.now)
+    else:
+        sim.gpu.gone(a, sim.now)
+    sim.settle()
+    assert sim.gpu.holder == "b"
+    assert sim.orders_to(b, "grant")[0].epoch == revoke.epoch + 1
+    assert sim.gpu.usage(sim.now)["a"].forced_revokes == 0
+
+
+def test_done_for_another_epoch_is_ignored() -> None:
+    sim = Sim()
+    a, _, revoke = _holder_revoked(sim)
+    sim.gpu.done(a, revoke.epoch + 1, sim.now)
+    sim.gpu.done(a, revoke.epoch - 1, sim.now)
+    sim.settle()
+    assert sim.gpu.holder == "a" and sim.gpu.draining() == [a]
+
+
+def test_a_holder_that_never_drains_is_passed_over_at_the_drain_cap() -> None:
+    sim = Sim(drain_cap_ms=100)
+    _holder_revoked(sim)
+    sim.run(0.099)
+    assert sim.gpu.holder == "a"
+    sim.run(0.002)
+    assert sim.gpu.holder == "b"
+    assert sim.gpu.usage(sim.now)["a"].forced_revokes == 1
+    # the undrained time was charged: a had 20 ms granted plus 100 ms of drain
+    assert sim.gpu.usage(sim.now)["a"].charged_ns == pytest.approx(120 * MS, abs=2 * MS)
+
+
+def test_a_holder_whose_connections_all_close_frees_the_token_at_once() -> None:
+    sim = Sim()
+    (a,) = sim.add("a", 50, "share")
+    sim.settle()
+    (b,) = sim.add("b", 50, "share")
+    sim.gpu.gone(a, sim.now)
+    assert [(c, o.kind) for c, o in sim.settle()] == [(b, "grant")]
+
+
+def test_a_connection_that_joins_a_holder_is_granted_at_once() -> None:
+    sim = Sim()
+    (a,) = sim.add("a", 50, "share")
+    sim.settle()
+    sim.gpu.connect("a/late", "a", sim.now)
+    (grant,) = [o for c, o in sim.settle() if c == "a/late"]
+    assert grant == Order("grant", sim.orders_to(a, "grant")[0].epoch, grant.share)
+
+
+def test_a_grant_goes_to_every_connection_and_a_revoke_to_every_granted_one() -> None:
+    sim = Sim()
+    a_conns = sim.add("a", 50, "share", conns=3)
+    sim.saturating.difference_update(a_conns[1:])  # two of them never asked
+    sim.settle()
+    sim.add("b", 50, "share")
+    sim.run(0.020)
+    for conn in a_conns:
+        assert [o.kind for o in sim.orders_to(conn, "grant") + sim.orders_to(conn, "revoke")] == [
+            "grant",
+            "revoke",
+        ]
+    assert sorted(sim.gpu.draining()) == a_conns[1:]
+
+
+def test_a_grant_reports_the_share_of_the_last_second() -> None:
+    sim = Sim()
+    (a,) = sim.add("a", 30, "share")
+    (b,) = sim.add("b", 70, "share")
+    sim.run(5)
+    assert sim.orders_to(a, "grant")[-1].share == pytest.approx(3000, abs=200)
+    assert sim.orders_to(b, "grant")[-1].share == pytest.approx(7000, abs=200)
+
+
+def test_a_limit_change_applies_from_the_next_grant() -> None:
+    sim = Sim()
+    sim.add("a", 50, "share")
+    sim.add("b", 50, "share")
+    sim.settle()
+    holder = sim.gpu.holder
+    assert holder is not None
+    sim.gpu.set_limit(holder, 20, "fixed")
+    assert sim.gpu.usage(sim.now)[holder].percent == 50
+    sim.run(0.021)
+    assert sim.gpu.holder != holder
+    assert (sim.gpu.usage(sim.now)[holder].percent, sim.gpu.usage(sim.now)[holder].policy) == (
+        20,
+        "fixed",
+    )
+
+
+def test_a_removed_container_frees_the_token() -> None:
+    sim = Sim()
+    sim.add("a", 50, "share")
+    sim.add("b", 50, "share")
+    sim.settle()
+    sim.gpu.remove(sim.gpu.holder or "", sim.now)
+    sim.settle()
+    assert sim.gpu.holder == "b" and sim.gpu.containers == ["b"]
+
+
+def test_held_time_is_logged_for_the_estimator() -> None:
+    sim = Sim()
+    sim.add("a", 30, "fixed")
+    sim.run(2)
+    held = sim.gpu.held_ns(1 * SECOND, 2 * SECOND, sim.now)
+    assert held == pytest.approx(0.3 * SECOND, abs=25 * MS)
+
+
+@pytest.mark.parametrize("percent, policy", [(0, "share"), (101, "fixed"), (50, "both")])
+def test_limits_out_of_range_are_refused(percent: int, policy: str) -> None:
+    with pytest.raises(ValueError):
+        Sim().gpu.set_limit("a", percent, policy)

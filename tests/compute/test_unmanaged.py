@@ -1,0 +1,135 @@
+"""The unmanaged-load estimator: demand from busy samples less the holds, and NVML's side."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+
+from cgpu.compute.unmanaged import DemandEstimate, UnmanagedLoad
+
+MS = 1_000_000
+PERIOD = 100 * MS
+
+
+def _feed(estimate: DemandEstimate, seconds: float, busy: float, held_share: float) -> None:
+    """Periods of 100 ms in which the GPU was `busy` and a container held it `held_share`."""
+    ends = [i * PERIOD for i in range(1, round(seconds * 10) + 1)]
+
+    def held(start: int, end: int) -> int:
+        return round((end - start) * held_share)
+
+    estimate.add([(end, busy) for end in ends], held)
+
+
+@pytest.mark.parametrize(
+    "busy, held_share, demand",
+    [
+        (1.0, 0.0, 1.0),  # busy and never held: all of it is someone else's
+        (0.0, 0.0, 0.0),
+        (0.5, 0.5, 0.0),  # all the busy time is the holder's
+        (0.75, 0.5, 0.5),  # a quarter of the period beside a half that was free
+        (1.0, 0.95, 0.5),  # the free time counts as at least 10% of the period
+        (1.0, 1.0, 0.0),
+    ],
+)
+def test_demand_is_the_busy_time_no_hold_explains(busy, held_share, demand) -> None:
+    estimate = DemandEstimate()
+    _feed(estimate, 5, busy, held_share)
+    assert estimate.u == pytest.approx(demand, abs=0.01)
+
+
+def test_demand_is_smoothed_over_about_a_second() -> None:
+    estimate = DemandEstimate()
+    _feed(estimate, 0.5, 1.0, 0.0)
+    assert 0.2 < estimate.u < 0.6
+    before = estimate.u
+    _feed(estimate, 0.5, 1.0, 0.0)  # the same periods again are old news
+    assert estimate.u == before
+    _feed(estimate, 3, 1.0, 0.0)
+    assert estimate.u > 0.9
+
+
+class FakeSource:
+    """Pids on the GPU and one busy sample per poll; `fail` makes every call raise."""
+
+    def __init__(self, pids: set[int]) -> None:
+        self.pids = pids
+        self.now_us = 1_000_000_000
+        self.fail = False
+        self.busy = 100
+
+    def running_pids(self, uuid: str) -> set[int]:
+        if self.fail:
+            raise RuntimeError("GPU is lost")
+        return self.pids
+
+    def busy_samples(self, uuid: str, after_us: int) -> list[tuple[int, int]]:
+        self.now_us += 100_000
+        ends = range(self.now_us - 1_000_000, self.now_us + 1, 100_000)
+        return [(end, self.busy) for end in ends if end > after_us]
+
+
+def _never_held(start: int, end: int) -> int:
+    return 0
+
+
+def _poll(load: UnmanagedLoad, managed: set[int], times: int, held: Callable = _never_held):
+    return [load.poll("GPU-a", managed, held, offset_ns=0) for _ in range(times)][-1]
+
+
+def test_the_load_is_demand_times_the_processes_outside_the_containers() -> None:
+    load = UnmanagedLoad(FakeSource({10, 11, 12}))
+    # Neighbours that appear are taken to saturate the GPU until their samples say otherwise.
+    assert _poll(load, {10}, 1) == 2.0
+    assert _poll(load, {10}, 40) == pytest.approx(2.0, abs=0.05)
+    assert _poll(load, {10, 11, 12}, 1) == 0.0
+
+
+def test_a_new_neighbour_that_idles_stops_counting_within_a_second_or_so() -> None:
+    source = FakeSource({10, 11})
+    source.busy = 0
+    load = UnmanagedLoad(source)
+    assert _poll(load, {10}, 1) == 1.0  # assumed busy at first
+    assert _poll(load, {10}, 15) < 0.25  # 1.5 s of idle samples
+
+
+def test_nvml_failures_give_no_load_and_one_log_line(caplog) -> None:
+    source = FakeSource({11})
+    load = UnmanagedLoad(source)
+    _poll(load, set(), 20)
+    source.fail = True
+    with caplog.at_level(logging.WARNING):
+        assert _poll(load, set(), 3) == 0.0
+    assert len(caplog.records) == 1 and "GPU is lost" in caplog.text
+    assert UnmanagedLoad(None).poll("GPU-a", set(), _never_held, 0) == 0.0
+
+
+NVML_PROBE = """
+import json, pynvml
+from cgpu.compute.unmanaged import NvmlSource
+source = NvmlSource.open()
+uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+samples = source.busy_samples(uuid, 0)
+newer = source.busy_samples(uuid, samples[-1][0])
+print(json.dumps([samples, newer, sorted(source.running_pids(uuid))]))
+source.close()
+"""
+
+
+def test_nvml_source_reads_the_simulators_samples(sim_env) -> None:
+    env = sim_env(devices=1)
+    done = subprocess.run(
+        [sys.executable, "-c", NVML_PROBE], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 0, done.stderr
+    samples, newer, pids = json.loads(done.stdout)
+    assert len(samples) > 1 and all(busy == 0 for _, busy in samples)  # an idle GPU
+    ends = [end for end, _ in samples]
+    assert ends == sorted(ends) and len(set(ends)) == len(ends)
+    assert all(end > samples[-1][0] for end, _ in newer)
+    assert pids == []

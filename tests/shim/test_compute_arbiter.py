@@ -1,0 +1,236 @@
+"""The compute share beside neighbours, under the host's arbiter (`cgpu compute-arbiter`).
+
+Containers are ledger directories with the host's cgpu.conf (their compute limit), and one
+arbiter per simulated machine time-slices each GPU among them. NVML names one process per sample
+period when several ran, as a real H100 does (the simulator's default, `sampled`): the arbiter
+does not rest on those figures. Shares are the simulator's exact kernel time per process, in 1 s
+windows from the second one (5 s windows for kernels longer than a quantum).
+
+The goals are +- 5 points (benchmarks/compute_share.py measures them); the bounds here keep one
+point of margin for a loaded 2-core CI machine.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from compute_kit import build_load, one_second_windows, pidns_works, run_isolated
+
+MS = 1_000_000
+SECONDS = 11.0
+SANITIZED = bool(os.environ.get("CGPU_TEST_SANITIZER"))
+TOL = 6
+
+
+@pytest.fixture(scope="module")
+def load(tmp_path_factory: pytest.TempPathFactory, cc: str, sim_dir: Path) -> Path:
+    return build_load(cc, sim_dir, tmp_path_factory.mktemp("compute_load"))
+
+
+def _container(
+    name: str, device: int, conf: tuple[int, str] | None, kernel_ns: int, **extra: object
+) -> dict:
+    return {
+        "name": name,
+        "env": {},
+        "conf": list(conf) if conf else None,
+        "processes": 1,
+        "kernel_ns": kernel_ns,
+        "seconds": SECONDS + 0.5,
+        "device": device,
+        **extra,
+    }
+
+
+def _spec(shim_env, sim_dir: Path, load: Path, root: Path, devices: int, containers, windows):
+    root.mkdir(parents=True, exist_ok=True)
+    env = shim_env(devices=devices)
+    env.pop("CGPU_LEDGER_DIR")
+    env["CGPU_SIM_STATE"] = str(root / "sim.state")
+    assert "CGPU_SIM_UTIL_ATTRIBUTION" not in env  # the default: NVML as coarse as an H100's
+    for c in containers:
+        c["ledger"] = str(root / "containers" / c["name"])
+    return {
+        "sim_dir": str(sim_dir),
+        "state": env["CGPU_SIM_STATE"],
+        "load": str(load),
+        "env": env,
+        "containers": containers,
+        "windows": windows,
+        "arbiter": [],
+    }
+
+
+def _shares(per_window: list[dict[str, float]], name: str) -> list[float]:
+    return [round(w[name], 1) for w in per_window]
+
+
+def test_shares_hold_beside_neighbours(shim_env, sim_dir, load, tmp_path):
+    # Two machines run at once, one case per GPU:
+    # machine 0: share 30 + share 70 (1 ms kernels); share 20 + 30 + 50 (10 us kernels, two
+    #   processes each); fixed 30 + fixed 30 (50 ms kernels); fixed 30 (16 processes of 10 us)
+    #   beside share 70 (one process, four threads on their own streams);
+    # machine 1: fixed 30 beside an unlimited, saturating container (two processes each, 1 ms,
+    #   both in pid namespaces of their own where the machine allows); share 30 + share 70 of
+    #   200 ms kernels, longer than a quantum (5 s windows).
+    pidns = pidns_works()
+    many = 4 if SANITIZED else 16
+    m0 = [
+        _container("s30", 0, (30, "share"), MS),
+        _container("s70", 0, (70, "share"), MS),
+        _container("t20", 1, (20, "share"), 10_000, processes=2),
+        _container("t30", 1, (30, "share"), 10_000, processes=2),
+        _container("t50", 1, (50, "share"), 10_000, processes=2),
+        _container("f30a", 2, (30, "fixed"), 50 * MS),
+        _container("f30b", 2, (30, "fixed"), 50 * MS),
+        _container("f30many", 3, (30, "fixed"), 10_000, processes=many),
+        _container("s70threads", 3, (70, "share"), 200_000, threads=4, path="kernel_ptsz"),
+    ]
+    m1 = [
+        _container("f30", 0, (30, "fixed"), MS, processes=2, pidns=pidns),
+        _container("free", 0, None, MS, processes=2, pidns=pidns),
+        _container("long30", 1, (30, "share"), 200 * MS),
+        _container("long70", 1, (70, "share"), 200 * MS),
+    ]
+    windows = one_second_windows(0.0, SECONDS)
+    specs = [
+        _spec(shim_env, sim_dir, load, tmp_path / "m0", 4, m0, windows),
+        _spec(shim_env, sim_dir, load, tmp_path / "m1", 2, m1, [*windows, (1.0, 6.0), (6.0, 11.0)]),
+    ]
+    with ThreadPoolExecutor(2) as pool:
+        r0, r1 = pool.map(run_isolated, specs)
+    r0, r1 = r0[1:], r1[1 : len(windows)] + r1[len(windows) :]
+
+    def holds(result, name: str, target: float, windows=slice(None)) -> None:
+        got = _shares(result, name)[windows]
+        assert all(abs(v - target) <= TOL for v in got), (name, target, got)
+
+    for name, target in (("s30", 30), ("s70", 70), ("t20", 20), ("t30", 30), ("t50", 50)):
+        holds(r0, name, target)
+    for name in ("f30a", "f30b", "f30many"):
+        holds(r0, name, 30)
+    holds(r0, "s70threads", 70)
+    holds(r1, "f30", 30, slice(0, len(windows) - 1))
+    assert all(v >= 60 - 1 for v in _shares(r1, "free")[: len(windows) - 1]), _shares(r1, "free")
+    holds(r1, "long30", 30, slice(-2, None))
+    holds(r1, "long70", 70, slice(-2, None))
+    # The mechanism leaves no hole: two saturating `share` containers keep the GPU busy.
+    busy = [w["s30"] + w["s70"] for w in r0]
+    assert min(busy) >= 90 - 1, busy
+
+
+def test_share_takes_the_idle_gpu_and_gives_it_back(shim_env, sim_dir, load, tmp_path):
+    # share 30 runs throughout; a share 70 runs until 4 s, exits (possibly holding the GPU), and
+    # a new one arrives at 7 s. Within 2 s of each change the 30% one is at >= 90, then back
+    # at 30 +- 5.
+    stop, back = 4.0, 7.0
+    containers = [
+        _container("s30", 0, (30, "share"), MS, processes=2),
+        _container("s70", 0, (70, "share"), MS, seconds=stop),
+        _container("s70back", 0, (70, "share"), MS, seconds=SECONDS - back + 0.5, start_after=back),
+    ]
+    spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers, one_second_windows(0.0, SECONDS))
+    per_second = run_isolated(spec)
+    s30 = _shares(per_second, "s30")
+    assert all(abs(v - 30) <= TOL for v in s30[1:4]), s30
+    assert all(v >= 90 - 1 for v in s30[int(stop) + 1 : int(back)]), s30
+    assert all(abs(v - 30) <= TOL for v in s30[int(back) + 1 :]), s30
+
+
+def test_a_stopped_or_killed_holder_never_holds_the_gpu(shim_env, sim_dir, load, tmp_path):
+    # Two `share` 50% containers saturate one GPU with 1 ms kernels. One is SIGSTOPped at 3 s
+    # (whether or not it holds the GPU then) and continued at 5 s; then SIGKILLed at 7 s. While
+    # it is stopped or dead, the other has the GPU: >= 90% of every window that starts 100 ms
+    # after the signal (a quantum is 20 ms; what the stopped one had queued still runs).
+    containers = [
+        _container(
+            "victim", 0, (50, "share"), MS,
+            signals=[(3.0, "SIGSTOP"), (5.0, "SIGCONT"), (7.0, "SIGKILL")],
+        ),
+        _container("other", 0, (50, "share"), MS),
+    ]
+    windows = [(1.0, 3.0), (3.1, 5.0), (5.5, 7.0), (7.1, 8.0), (8.0, 10.0)]
+    spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers, windows)
+    before, stopped, resumed, killed, after = run_isolated(spec)
+    assert abs(before["other"] - 50) <= TOL, before
+    assert stopped["other"] >= 90, stopped
+    assert abs(resumed["other"] - 50) <= TOL + 2, resumed
+    assert killed["other"] >= 90 and after["other"] >= 90, (killed, after)
+
+
+# The ledger's compute blocks (native/shim/ledger.h, layout 3): after the header, 16 devices and
+# 256 slots, aligned to 64 bytes; 64 bytes each.
+COMPUTE_AT = (88 + 16 * 128 + 256 * 144 + 63) // 64 * 64
+# The arbiter's wire format (cgpu/compute/protocol.py): one 64-byte message per packet.
+MSG = struct.Struct("<IIQQ40s")
+WANT, DONE, BUSY = 3, 4, 6
+
+
+def test_a_container_that_forges_what_it_can_write_gains_nothing(shim_env, sim_dir, load, tmp_path):
+    # share 30 + share 70, 1 ms kernels. From 1 s the 30% container forges everything it can
+    # reach: garbage over the compute blocks of its ledger, and extra connections to its own arbiter
+    # socket that ask for the GPU, claim to be busy, answer DONE at random and send garbage.
+    # (Garbage over the rest of the ledger is test_hostile.py's.) It stays at 30 +- 5 and its
+    # neighbour at 70 +- 5.
+    containers = [
+        _container("s30", 0, (30, "share"), MS),
+        _container("s70", 0, (70, "share"), MS),
+    ]
+    spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers, one_second_windows(2.0, 10.0))
+    ledger = Path(containers[0]["ledger"])
+    stop = threading.Event()
+    forged = {"writes": 0, "sends": 0}
+
+    def forge() -> None:
+        deadline = time.monotonic() + 15
+        while not (ledger / "compute.sock").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        socks = []
+        while not stop.is_set():
+            path = ledger / "cgpu.ledger"
+            if path.exists() and path.stat().st_size >= COMPUTE_AT + 16 * 64:
+                with path.open("r+b") as f:
+                    f.seek(COMPUTE_AT)
+                    f.write(os.urandom(16 * 64))
+                forged["writes"] += 1
+            if len(socks) < 8:
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                try:
+                    s.connect(str(ledger / "compute.sock"))
+                    socks.append(s)
+                except OSError:
+                    s.close()
+            for s in socks:
+                for msg in (
+                    MSG.pack(WANT, 0, 0, 0, b""),
+                    MSG.pack(BUSY, 0, 0, 0, b""),
+                    MSG.pack(DONE, 0, int.from_bytes(os.urandom(2), "little"), 0, b""),
+                    os.urandom(64),
+                ):
+                    try:
+                        s.send(msg)
+                        forged["sends"] += 1
+                    except OSError:
+                        pass
+            time.sleep(0.02)
+        for s in socks:
+            s.close()
+
+    forger = threading.Thread(target=forge)
+    forger.start()
+    try:
+        per_second = run_isolated(spec)
+    finally:
+        stop.set()
+        forger.join()
+    assert forged["writes"] > 10 and forged["sends"] > 10, forged
+    assert all(abs(w["s30"] - 30) <= TOL for w in per_second), per_second
+    assert all(abs(w["s70"] - 70) <= TOL for w in per_second), per_second
