@@ -184,6 +184,11 @@ def main() -> None:
         if arbiter:
             arbiter.terminate()
             arbiter.wait(timeout=10)
+            log = Path(tmp, "arbiter.log").read_text().splitlines()
+            print("\n".join(["# the arbiter's log, last lines:", *log[-15:]]), file=sys.stderr)
+            status = Path(tmp, "arbiter.json")
+            if status.exists():
+                print(f"# its last status: {status.read_text()}", file=sys.stderr)
 
     gpu = torch.cuda.get_device_name(0)
     how = "shim's NVML controller" if args.no_arbiter else "compute arbiter"

@@ -8,10 +8,11 @@
  *           work this process launched on that GPU (cuCtxSynchronize in each context that
  *           launched there), answer DONE;
  *   REFUSE  the host gives this container no compute limit on that GPU: the gate stays open.
- * It also tells the arbiter when the process stops launching on a GPU it holds (IDLE, after
- * IDLE_NS without an admitted launch) and when it starts again (BUSY), so an idle holder gives
- * the GPU up at once.  A launcher that finds the gate closed sends WANT itself (once per grant)
- * and sleeps on a futex until a GRANT.
+ * It also tells the arbiter when the process stops using a GPU it holds (IDLE: no launch for
+ * IDLE_NS, and then the work it launched has finished) and when it starts again (BUSY), so an
+ * idle holder gives the GPU up at once, and a process that waits for its own results does not.
+ * A launcher that finds the gate closed sends WANT itself (once per grant) and sleeps on a futex
+ * until a GRANT.
  *
  * If the arbiter goes away, the gates close and the thread reconnects; after RECONNECT_NS without
  * one, token_run returns and the NVML controller takes over (compute.c), so no launch waits
@@ -145,13 +146,9 @@ void token_note_context(int dev, void *ctx)
 
 /* ---- REVOKE: close, let the launches in flight reach the driver, wait for their work ---- */
 
-static void drain(int dev)
+/* Wait for the work this process has launched on `dev` (every context that launched there). */
+static void sync_device(int dev)
 {
-    __atomic_store_n(&g_token.open[dev], 0, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&g_token.inflight[dev], __ATOMIC_SEQ_CST) > 0) {
-        struct timespec t = {0, 20000};
-        nanosleep(&t, NULL);
-    }
     if (!tk.push || !tk.pop || !tk.sync)
         return;
     void *ctxs[MAX_CTX];
@@ -177,6 +174,16 @@ static void drain(int dev)
         tk.sync(); /* an error (a faulted context) has nothing left running either */
         tk.pop(&popped);
     }
+}
+
+static void drain(int dev)
+{
+    __atomic_store_n(&g_token.open[dev], 0, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&g_token.inflight[dev], __ATOMIC_SEQ_CST) > 0) {
+        struct timespec t = {0, 20000};
+        nanosleep(&t, NULL);
+    }
+    sync_device(dev);
 }
 
 /* ---- the connection ------------------------------------------------------------------ */
@@ -268,7 +275,7 @@ static void on_message(const struct token_msg *m)
 }
 
 /* IDLE once a held GPU sees no launch for IDLE_NS (a launch waiting in the driver, whose queue
- * is full, is not idle); BUSY when launches start again. */
+ * is full, is not idle) and the work launched has finished; BUSY when launches start again. */
 static void watch_idle(void)
 {
     long long now = now_ns();
@@ -281,8 +288,15 @@ static void watch_idle(void)
             tk.last_launch[d] = now;
             if (tk.idle[d] && send_msg(MSG_BUSY, d, 0, 0, NULL) == 0)
                 tk.idle[d] = 0;
-        } else if (!tk.idle[d] && now - tk.last_launch[d] >= IDLE_NS && send_msg(MSG_IDLE, d, 0, 0, NULL) == 0) {
-            tk.idle[d] = 1;
+        } else if (!tk.idle[d] && now - tk.last_launch[d] >= IDLE_NS) {
+            sync_device((int)d); /* a process waiting for its own results is not idle */
+            uint64_t after = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED);
+            if (after != n || __atomic_load_n(&g_token.inflight[d], __ATOMIC_RELAXED) > 0) {
+                tk.seen[d] = after;
+                tk.last_launch[d] = now_ns();
+            } else if (send_msg(MSG_IDLE, d, 0, 0, NULL) == 0) {
+                tk.idle[d] = 1;
+            }
         }
     }
 }
