@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -154,14 +155,14 @@ def flags(cont: Obj) -> dict[str, str]:
     return out
 
 
-def parse_cgpu(args: list[str]) -> None:
-    """Parse `cgpu ARGS` with the installed cgpu's real parser; fails the test on an error."""
+def parse_cgpu(args: list[str]) -> argparse.Namespace:
+    """`cgpu ARGS` parsed by the installed cgpu's real parser; fails the test on an error."""
     from cgpu.cli import build_parser
 
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
-            build_parser(args).parse_args(args)
+            return build_parser(args).parse_args(args)
     except SystemExit:
         raise AssertionError(f"cgpu rejects {args}: {err.getvalue().strip()}") from None
 

@@ -118,6 +118,7 @@ def test_default_install_has_every_default_part() -> None:
     kinds = {(o["kind"], o["metadata"]["name"]) for o in objs}
     assert {
         ("DaemonSet", "cgpu-device-plugin"),
+        ("DaemonSet", "cgpu-compute-arbiter"),
         ("DaemonSet", "cgpu-exporter"),
         ("Service", "cgpu-exporter"),
         ("Deployment", "cgpu-scheduler"),
@@ -301,7 +302,7 @@ def test_every_cgpu_command_line_is_accepted_by_cgpu() -> None:
             if cmd[1] == "scheduler-extender" and not cgpu_has("scheduler-extender"):
                 continue  # checked by the test below once the subcommand exists
             parse_cgpu(cmd[1:])
-    assert seen == {"device-plugin", "exporter", "hook", "scheduler-extender"}
+    assert seen == {"device-plugin", "compute-arbiter", "exporter", "hook", "scheduler-extender"}
 
 
 def test_scheduler_extender_command_line_is_accepted_by_cgpu() -> None:

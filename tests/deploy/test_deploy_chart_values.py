@@ -104,7 +104,12 @@ def test_image_node_selector_and_tolerations_reach_the_node_parts() -> None:
         "runtimeClassName=nvidia",
         "hooks.enabled=true",
     )
-    for name in ("cgpu-device-plugin", "cgpu-exporter", "cgpu-hook-installer"):
+    for name in (
+        "cgpu-device-plugin",
+        "cgpu-compute-arbiter",
+        "cgpu-exporter",
+        "cgpu-hook-installer",
+    ):
         ds = one(objs, "DaemonSet", name)
         spec = pod_spec(ds)
         assert spec["nodeSelector"] == {"gpushare": "true", "pool": "gpu"}, name
@@ -139,11 +144,22 @@ def test_state_dir_is_the_same_path_inside_and_on_the_host() -> None:
             assert volumes[mount["name"]] == mount["mountPath"], (name, mount["name"])
     dp = flags(container(one(objs, "DaemonSet", "cgpu-device-plugin"), "device-plugin"))
     assert dp["kubelet-dir"] == "/data/kubelet/device-plugins"
+    arbiter = one(objs, "DaemonSet", "cgpu-compute-arbiter")
+    cont = container(arbiter, "compute-arbiter")
+    assert flags(cont)["containers"] == "/data/cgpu/containers"
+    assert flags(cont)["status"] == "/data/cgpu/compute-arbiter.json"
+    volumes = {v["name"]: v["hostPath"]["path"] for v in pod_spec(arbiter)["volumes"]}
+    assert [(volumes[m["name"]], m["mountPath"]) for m in cont["volumeMounts"]] == [
+        ("/data/cgpu", "/data/cgpu")
+    ]
 
 
 def test_parts_can_be_turned_off() -> None:
     objs = helm_template(
-        "devicePlugin.enabled=false", "exporter.enabled=false", "scheduler.enabled=false"
+        "devicePlugin.enabled=false",
+        "computeArbiter.enabled=false",
+        "exporter.enabled=false",
+        "scheduler.enabled=false",
     )
     assert objs == []
 
@@ -159,6 +175,8 @@ def test_parts_can_be_turned_off() -> None:
         (("scheduler.httpTimeout=ten",), "httpTimeout"),
         (("stateDir=relative/dir",), "stateDir"),
         (("scheduler.weight=0",), "weight"),
+        (("computeArbiter.quantumMs=0",), "quantumMs"),
+        (("computeArbiter.extraArgs=--no-nvml",), "extraArgs"),
         (("schedulr.enabled=false",), "schedulr"),
         (("resourceName=volcano.sh/gpu-memory",), "set memoryUnit=MiB"),
         (
@@ -185,7 +203,7 @@ def test_two_scheduler_replicas_in_profile_mode_use_leader_election() -> None:
 def test_priority_classes_default_to_system_and_can_be_replaced() -> None:
     """system-* classes are admitted only in kube-system: other namespaces need their own."""
     objs = helm_template()
-    for name in ("cgpu-device-plugin", "cgpu-exporter"):
+    for name in ("cgpu-device-plugin", "cgpu-compute-arbiter", "cgpu-exporter"):
         assert pod_spec(one(objs, "DaemonSet", name))["priorityClassName"] == "system-node-critical"
     sched = pod_spec(one(objs, "Deployment", "cgpu-scheduler"))
     assert sched["priorityClassName"] == "system-cluster-critical"
