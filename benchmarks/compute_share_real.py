@@ -139,7 +139,8 @@ def main() -> None:
         arbiter = None
         if not args.no_arbiter:
             arbiter = subprocess.Popen(
-                [sys.executable, "-m", "cgpu.cli", "compute-arbiter", "--containers", str(root),
+                [sys.executable, "-P", "-m", "cgpu.cli", "compute-arbiter",
+                 "--containers", str(root),
                  "--status", str(Path(tmp, "arbiter.json"))],
                 env=bare,
                 stderr=open(Path(tmp, "arbiter.log"), "w"),  # noqa: SIM115

@@ -37,6 +37,7 @@
 #define POLL_MS 1                  /* the thread's tick while it holds a GPU */
 #define RECONNECT_NS 1000000000LL  /* without the arbiter this long: back to the NVML controller */
 #define MAX_CTX 8                  /* contexts remembered per device */
+#define WANT_AGAIN_MS 50u          /* a WANT unanswered this long is sent again */
 
 enum {
     MSG_HELLO = 1,
@@ -120,8 +121,12 @@ int token_wait(int dev)
             return dev;
         }
         __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
-        uint32_t no = 0;
-        if (__atomic_compare_exchange_n(&g_token.want_sent[dev], &no, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        /* Ask once per turn, and again every WANT_AGAIN_MS while nothing comes: a WANT that
+         * crossed a reconnection or the end of a turn is never the last word. */
+        uint32_t last = __atomic_load_n(&g_token.want_sent[dev], __ATOMIC_ACQUIRE);
+        uint32_t now = (uint32_t)(now_ns() / 1000000) | 1u; /* ms, never 0 */
+        if ((!last || now - last >= WANT_AGAIN_MS) &&
+            __atomic_compare_exchange_n(&g_token.want_sent[dev], &last, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
             send_msg(MSG_WANT, (uint32_t)dev, 0, 0, NULL);
         struct timespec t = {0, 10000000}; /* a lost wake-up costs at most 10 ms */
         syscall(SYS_futex, &g_token.seq, FUTEX_WAIT_PRIVATE, seq, &t, NULL, 0);

@@ -25,7 +25,7 @@ struct token_gate {
     int mode;                            /* TOKEN_*, set by the compute thread */
     uint32_t seq;                        /* futex word: bumped when a gate opens or the mode changes */
     uint32_t open[CGPU_MAX_DEVICES];     /* 1 while the container holds that GPU */
-    uint32_t want_sent[CGPU_MAX_DEVICES]; /* a WANT is out since the last GRANT */
+    uint32_t want_sent[CGPU_MAX_DEVICES]; /* when a WANT went out since the last GRANT (ms), or 0 */
     long inflight[CGPU_MAX_DEVICES];     /* launches past the gate, not yet returned by the driver */
     uint64_t launches[CGPU_MAX_DEVICES]; /* launches admitted, ever */
     void *last_ctx[CGPU_MAX_DEVICES];    /* the context of the last launch admitted */

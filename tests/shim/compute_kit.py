@@ -273,8 +273,9 @@ class Arbiter:
         host_env = {
             k: v for k, v in env.items() if k != "LD_PRELOAD" and not k.startswith("CGPU_COMPUTE")
         }
+        command = [sys.executable, "-P", "-m", "cgpu.cli", "compute-arbiter"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cgpu.cli", "compute-arbiter", "--containers", str(root), *args],
+            [*command, "--containers", str(root), *args],
             env=host_env,
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("w"),

