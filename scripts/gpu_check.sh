@@ -7,6 +7,11 @@
 #   STEPS="smoke pytest" bash scripts/gpu_check.sh   # some steps only
 #
 # On a machine set up by scripts/setup.sh, run it with PY=.venv/bin/python.
+# The lent H100/H200 machines have PyTorch and NVML's bindings but not cffi: build the wheel here
+# (`pip wheel --no-deps -w .whl .`) and put cffi and pycparser wheels for Python 3.12 beside it
+# (`pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
+# manylinux2014_x86_64 -d .whl cffi pycparser`); every wheel in .whl/ is installed.
+# With the compute steps first, the default steps took about 4 minutes on an H200 (2026-11-26).
 set -u
 PY=${PY:-python3}
 STEPS=${STEPS:-smoke compute_share compute_matmul smi pytest compute_nvml shim_overhead torch_throughput}
