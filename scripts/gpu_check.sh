@@ -7,7 +7,8 @@
 #   STEPS="smoke pytest" bash scripts/gpu_check.sh   # some steps only
 #
 # On a machine set up by scripts/setup.sh, run it with PY=.venv/bin/python.
-# The lent H100/H200 machines have PyTorch and NVML's bindings but not cffi: build the wheel here
+# The lent H100/H200 machines have PyTorch but not cffi (carry nvidia-ml-py too if pynvml is
+# missing there; 2026-11-26 carried 12.575.51): build the wheel here
 # (`pip wheel --no-deps -w .whl .`) and put cffi and pycparser wheels for Python 3.12 beside it
 # (`pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 # manylinux2014_x86_64 -d .whl cffi pycparser`); every wheel in .whl/ is installed.
