@@ -90,8 +90,8 @@ def test_fixed_and_share_hold_their_targets_each_second(shim_env, sim_dir, load,
     # margin here is for a loaded 2-core CI machine.)
     # NVML here gives each process its own busy % per period (CGPU_SIM_UTIL_ATTRIBUTION=exact).
     # A real H100 names one process per period when several ran (the simulator's default):
-    # there the containers alone hold these targets, and a pair does not yet (performance.md,
-    # "Compute share", on a real GPU and on the simulator's sampled attribution).
+    # there this controller (no arbiter) holds the targets for containers alone, not for a pair;
+    # the arbiter does (test_compute_arbiter.py).
     counts = (1, 4) if SANITIZED else (1, 4, 16)
     share = {"env": _limit(30, "share"), "processes": 2, "kernel_ns": 200_000, "device": 3}
     machines = [

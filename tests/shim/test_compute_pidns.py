@@ -74,10 +74,11 @@ def test_a_container_with_its_own_pid_namespace_holds_its_limit(shim_env, sim_di
     # it escapes its limit), and must not count the neighbour's (or it starves). After 1.5 s the
     # limited container's ledger is made to claim the neighbour's processes by their namespace
     # pids and start times: that must change nothing.
-    # NVML gives each process its own figure here (exact attribution): this test is about where
-    # processes are placed. Where NVML names one process per period, as a real H100 does, a
-    # limited container beside a saturating neighbour swings between about 20 and 40% of its 30
-    # per second (performance.md, "Compute share"): open.
+    # This is the shim's NVML controller (no arbiter runs). NVML gives each process its own
+    # figure here (exact attribution): this test is about where processes are placed. Where NVML
+    # names one process per period, as a real H100 does, this controller lets a limited container
+    # beside a saturating neighbour swing between about 20 and 40% of its 30 per second; the
+    # arbiter is what holds it there (test_compute_arbiter.py, in pid namespaces too).
     env = shim_env(devices=1, util_attribution="exact")
     env.pop("CGPU_LEDGER_DIR")
     env["CGPU_SIM_STATE"] = str(tmp_path / "sim.state")
