@@ -76,6 +76,7 @@ static struct {
     uint64_t seen[CGPU_MAX_DEVICES];      /* launches at the last look */
     long long last_launch[CGPU_MAX_DEVICES]; /* when they last changed */
     int idle[CGPU_MAX_DEVICES];           /* IDLE sent since the last GRANT or BUSY */
+    int synced[CGPU_MAX_DEVICES];         /* its work had finished, and no launch since */
     ctx_fn push;
     ctx_out_fn pop;
     sync_fn sync;
@@ -254,7 +255,7 @@ static void on_message(const struct token_msg *m)
     int d = (int)m->dev;
     switch (m->type) {
     case MSG_GRANT:
-        tk.idle[d] = 0;
+        tk.idle[d] = tk.synced[d] = 0;
         tk.seen[d] = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED);
         tk.last_launch[d] = now_ns();
         if (m->b <= 10000) /* the container's share, for readers of the ledger */
@@ -280,7 +281,8 @@ static void on_message(const struct token_msg *m)
 }
 
 /* IDLE once a held GPU sees no launch for IDLE_NS (a launch waiting in the driver, whose queue
- * is full, is not idle) and the work launched has finished; BUSY when launches start again. */
+ * is full, is not idle), then its work has finished, then still no launch for IDLE_NS; BUSY when
+ * launches start again. */
 static void watch_idle(void)
 {
     long long now = now_ns();
@@ -291,13 +293,15 @@ static void watch_idle(void)
         if (n != tk.seen[d] || __atomic_load_n(&g_token.inflight[d], __ATOMIC_RELAXED) > 0) {
             tk.seen[d] = n;
             tk.last_launch[d] = now;
+            tk.synced[d] = 0;
             if (tk.idle[d] && send_msg(MSG_BUSY, d, 0, 0, NULL) == 0)
                 tk.idle[d] = 0;
         } else if (!tk.idle[d] && now - tk.last_launch[d] >= IDLE_NS) {
-            sync_device((int)d); /* a process waiting for its own results is not idle */
-            uint64_t after = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED);
-            if (after != n || __atomic_load_n(&g_token.inflight[d], __ATOMIC_RELAXED) > 0) {
-                tk.seen[d] = after;
+            if (!tk.synced[d]) {
+                /* A process waiting for its own results is not idle: wait for them first, then
+                 * give it IDLE_NS to launch again (its own wait ends at the same moment). */
+                sync_device((int)d);
+                tk.synced[d] = 1;
                 tk.last_launch[d] = now_ns();
             } else if (send_msg(MSG_IDLE, d, 0, 0, NULL) == 0) {
                 tk.idle[d] = 1;
@@ -366,6 +370,7 @@ void token_forget_process(void)
     memset(tk.nctx, 0, sizeof tk.nctx);
     memset(tk.refused, 0, sizeof tk.refused);
     memset(tk.idle, 0, sizeof tk.idle);
+    memset(tk.synced, 0, sizeof tk.synced);
     tk.fd = -1;
     pthread_mutex_init(&tk.send_lock, NULL);
     pthread_mutex_init(&tk.ctx_lock, NULL);
