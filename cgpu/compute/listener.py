@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-SOCKET_NAME = "compute.sock"
+from cgpu.core.layout import COMPUTE_SOCKET_NAME as SOCKET_NAME
+
 BACKLOG = 64
 _SOCKET_UMASK = 0o111  # a socket made under it is 0666
 

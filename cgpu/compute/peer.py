@@ -6,6 +6,8 @@ import socket
 import struct
 from dataclasses import dataclass
 
+from cgpu.core.procfs import state_and_start_time
+
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _HALTED = frozenset(b"TtZX")  # stopped, traced-stopped, zombie, dead
 
@@ -18,17 +20,6 @@ class Peer:
     start_time: int | None  # /proc start time when it connected, to tell a reused pid
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(state byte, start time) from /proc/<pid>/stat, or None when there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            stat = handle.read()
-        fields = stat[stat.rindex(b")") + 2 :].split()  # the command name may hold spaces
-        return fields[0][0], int(fields[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def peer_of(sock: socket.socket) -> Peer | None:
     """The connected process, or None when the kernel cannot name it."""
     try:
@@ -37,13 +28,13 @@ def peer_of(sock: socket.socket) -> Peer | None:
         return None
     if pid <= 0:
         return None
-    stat = _stat(pid)
+    stat = state_and_start_time(pid)
     return Peer(pid, stat[1] if stat else None)
 
 
 def halted(peer: Peer) -> bool:
     """Whether the process is stopped, dead or gone (its pid now someone else's counts)."""
-    stat = _stat(peer.pid)
+    stat = state_and_start_time(peer.pid)
     if stat is None:
         return True
     state, start_time = stat

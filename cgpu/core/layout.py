@@ -13,6 +13,7 @@ CONTAINER_LEDGER_DIR = "/var/run/cgpu"
 CONFIG_NAME = "cgpu.conf"
 LEDGER_NAME = "cgpu.ledger"
 META_NAME = "meta.json"
+COMPUTE_SOCKET_NAME = "compute.sock"  # the compute arbiter's, for the container's processes
 PRELOAD_NAME = "ld.so.preload"  # the hook's merged copy of the image's file
 
 # Who made a container directory: meta.json's "source".

@@ -10,12 +10,19 @@ def start_time(pid: int) -> int | None:
     the kernel does not sum the whole thread group's accounting for it (which stalls while
     many processes start at once).
     """
+    found = state_and_start_time(pid)
+    return found[1] if found else None
+
+
+def state_and_start_time(pid: int) -> tuple[int, int] | None:
+    """(state letter as a byte value, start time) of the process's main thread, from the same
+    file as `start_time`; None when there is no such pid."""
     if pid <= 0:
         return None
     try:
         with open(f"/proc/{pid}/task/{pid}/stat", "rb") as handle:
             stat = handle.read()
         fields = stat[stat.rindex(b")") + 2 :].split()  # the command name may hold spaces
-        return int(fields[19])
+        return fields[0][0], int(fields[19])
     except (OSError, ValueError, IndexError):  # no such pid (any more), or a pid out of range
         return None

@@ -676,7 +676,7 @@ static void *controller(void *arg)
             open_trace();
         }
         int leading = 0;
-        for (unsigned n = 0; n < 100 || !token_socket_present(); n = n < 100 ? n + 1 : 0) {
+        for (unsigned n = 1; n % 100 || !token_socket_present(); n++) { /* ticks; a look a second */
             uint64_t start = mono_ns();
             if (!leading && measurable && lead()) {
                 leading = 1;

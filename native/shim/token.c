@@ -115,13 +115,8 @@ int token_wait(int dev)
         if (__atomic_load_n(&g_token.mode, __ATOMIC_ACQUIRE) != TOKEN_ON)
             return TOKEN_LEFT;
         uint32_t seq = __atomic_load_n(&g_token.seq, __ATOMIC_ACQUIRE);
-        __atomic_fetch_add(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&g_token.open[dev], __ATOMIC_SEQ_CST)) {
-            __atomic_fetch_add(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
-            token_seen_context(dev);
+        if (token_try(dev))
             return dev;
-        }
-        __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
         /* Ask once per turn, and again every WANT_AGAIN_MS while nothing comes: a WANT that
          * crossed a reconnection or the end of a turn is never the last word. */
         uint32_t last = __atomic_load_n(&g_token.want_sent[dev], __ATOMIC_ACQUIRE);
@@ -366,11 +361,7 @@ void token_forget_process(void)
     if (tk.fd >= 0)
         close(tk.fd);
     memset(&g_token, 0, sizeof g_token);
-    memset(tk.ctx, 0, sizeof tk.ctx);
-    memset(tk.nctx, 0, sizeof tk.nctx);
-    memset(tk.refused, 0, sizeof tk.refused);
-    memset(tk.idle, 0, sizeof tk.idle);
-    memset(tk.synced, 0, sizeof tk.synced);
+    memset(&tk, 0, sizeof tk); /* the driver's functions are looked up again by token_run */
     tk.fd = -1;
     pthread_mutex_init(&tk.send_lock, NULL);
     pthread_mutex_init(&tk.ctx_lock, NULL);

@@ -54,18 +54,25 @@ static inline void token_seen_context(int dev)
         token_note_context(dev, c);
 }
 
-/* Admit one launch on ledger device `dev` in token mode: `dev`, counted in flight, or
- * TOKEN_LEFT. */
-static inline int token_admit(int dev)
+/* Pass the gate of ledger device `dev` if it is open: 1 with the launch counted in flight, or 0
+ * (nothing counted). */
+static inline int token_try(int dev)
 {
     __atomic_fetch_add(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
     if (likely(__atomic_load_n(&g_token.open[dev], __ATOMIC_SEQ_CST))) {
         __atomic_fetch_add(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
         token_seen_context(dev);
-        return dev;
+        return 1;
     }
     __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
-    return token_wait(dev);
+    return 0;
+}
+
+/* Admit one launch on ledger device `dev` in token mode: `dev`, counted in flight, or
+ * TOKEN_LEFT. */
+static inline int token_admit(int dev)
+{
+    return likely(token_try(dev)) ? dev : token_wait(dev);
 }
 
 #endif
