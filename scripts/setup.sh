@@ -24,7 +24,9 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q ".[test]"
+# The dependencies, then cgpu itself as an editable install (scripts/dev-install.sh): the
+# checkout's Python files are what runs; rerun dev-install.sh after a C edit.
+bash scripts/dev-install.sh
 
 # tests/deploy: kubernetes-validate (offline schemas; 1.37 has resource.k8s.io/v1 with consumable
 # capacity, which tests/dra validates against), and helm + kubectl, which have no Debian

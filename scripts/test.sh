@@ -11,8 +11,8 @@ echo "== ruff"
 $PY -m ruff check cgpu deviceplugin hooks tests benchmarks examples
 
 echo "== pytest"
-# -P: the tests import the installed cgpu, not this checkout (where cgpu.deviceplugin does not
-# exist: the repository keeps it in deviceplugin/).
+# The tests import cgpu through the editable install (scripts/dev-install.sh), which maps the
+# checkout's deviceplugin/ and hooks/ into it; -P keeps the bare checkout off sys.path.
 $PY -P -m pytest -q -p no:cacheprovider tests
 
 for san in address thread; do

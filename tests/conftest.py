@@ -17,20 +17,24 @@ NATIVE_SRC = REPO / "tests" / "native"
 
 
 def _use_installed_cgpu() -> None:
-    """Import the installed cgpu, never this checkout's folders.
+    """Import cgpu as installed (editable or not), never as this checkout's bare folders.
 
-    The checkout keeps cgpu.deviceplugin and cgpu.hooks in deviceplugin/ and hooks/, so its
-    cgpu/ is not importable as is. `python -m pytest` puts the checkout first on sys.path;
-    take it off, for this process and (PYTHONSAFEPATH) for the Pythons the tests start.
+    The checkout keeps cgpu.deviceplugin and cgpu.hooks in deviceplugin/ and hooks/, which only
+    an install (scripts/setup.sh: `pip install -e .`) maps into `cgpu`; the native libraries exist
+    only in the install. `python -m pytest` puts the checkout first on sys.path; take it off, for
+    this process and (PYTHONSAFEPATH) for the Pythons the tests start.
     """
     os.environ["PYTHONSAFEPATH"] = "1"
     sys.path[:] = [p for p in sys.path if Path(p or os.getcwd()).resolve() != REPO]
-    import cgpu
+    import importlib.util
 
-    if Path(cgpu.__file__).resolve().parent == REPO / "cgpu":
+    from cgpu.core import paths as native_paths
+
+    mapped = importlib.util.find_spec("cgpu.deviceplugin") is not None
+    if not mapped or not native_paths.shim_path().is_file():
         pytest.exit(
-            f"cgpu was imported from the checkout ({cgpu.__file__}), not installed: run "
-            "`pip install .` and `python -P -m pytest` (scripts/test.sh does both)",
+            "cgpu is not installed: run `bash scripts/setup.sh` (an editable install into .venv), "
+            "then `.venv/bin/python -m pytest`",
             returncode=4,
         )
 

@@ -1,23 +1,42 @@
-"""`pip install .` puts one import package, `cgpu`, into site-packages."""
+"""`pip install .` puts one import package, `cgpu`, into site-packages; `pip install -e .` runs
+the checkout's own files."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from importlib import metadata
+import zipfile
 from pathlib import Path
 
+import pytest
 
-def test_the_distribution_installs_one_top_level_package() -> None:
-    files = metadata.distribution("cgpu").files or []
-    installed = [f for f in files if not f.parts[0].startswith("..")]  # scripts live in bin/
-    top = {f.parts[0] for f in installed if not f.parts[0].endswith(".dist-info")}
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_one_top_level_package(tmp_path: Path) -> None:
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(REPO)],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("cgpu-*.whl")
+    names = [n for n in zipfile.ZipFile(wheel).namelist() if ".data/scripts/" not in n]
+    top = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
     assert top == {"cgpu"}
-    names = {"/".join(f.parts) for f in installed}
     assert "cgpu/deviceplugin/__init__.py" in names
     assert "cgpu/hooks/inject.py" in names
     assert "cgpu/exporter/cli.py" in names
-    assert any(n.startswith("cgpu/_native/") for n in names)
+    assert "cgpu/_native/libcgpu.so" in names
+
+
+def test_the_development_install_runs_the_checkout() -> None:
+    """scripts/setup.sh installs editable: an edit to a checkout file takes effect at once."""
+    probe = "import cgpu.deviceplugin, cgpu.exporter; print(cgpu.deviceplugin.__file__)"
+    out = subprocess.run([sys.executable, "-P", "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert Path(out.stdout.strip()).resolve() == REPO / "deviceplugin" / "__init__.py"
 
 
 def test_no_generic_top_level_names_are_importable(tmp_path: Path) -> None:

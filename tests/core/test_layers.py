@@ -5,8 +5,8 @@
   imports only `cgpu.core` and itself, never a sibling;
 - the CLI (`cgpu.cli`, `cgpu.commands`) may import anything below it.
 
-The installed package is checked, with every import statement counted, including lazy
-ones inside functions.
+The package as installed is checked (an editable install maps the checkout's deviceplugin/
+and hooks/ into it), with every import statement counted, including lazy ones inside functions.
 """
 
 from __future__ import annotations
@@ -21,6 +21,11 @@ import cgpu
 from cgpu import cli
 
 PACKAGE_DIR = Path(cgpu.__file__).resolve().parent
+# Where each mapped part lives: inside the package (a wheel), or a checkout folder (editable).
+ROOTS = {
+    name: Path(importlib.import_module(name).__file__).resolve().parent
+    for name in ("cgpu", "cgpu.deviceplugin", "cgpu.hooks")
+}
 TOP = {"cli", "commands", "__main__"}
 
 
@@ -74,12 +79,13 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
 
 
 def _modules() -> list[tuple[str, Path]]:
-    out = []
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
-        rel = path.relative_to(PACKAGE_DIR.parent).with_suffix("")
-        name = ".".join(rel.parts)
-        out.append((name.removesuffix(".__init__"), path))
-    return out
+    out = {}
+    for root_name, root in ROOTS.items():
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(root).with_suffix("")
+            name = ".".join((root_name, *rel.parts))
+            out.setdefault(name.removesuffix(".__init__"), path)
+    return sorted(out.items())
 
 
 def test_the_checker_catches_upward_and_sideways_imports() -> None:
