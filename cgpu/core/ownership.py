@@ -204,8 +204,8 @@ class Ownership:
             os.close(fd)  # the lock goes with it
             shown = ", ".join(busy[:5]) + (f" and {len(busy) - 5} more" if len(busy) > 5 else "")
             return (
-                f"still has containers of the {COMPONENTS[other]} "
-                f"(directories {shown} under {self.state_dir / 'containers'})"
+                f"still has containers of the {COMPONENTS[other]}: "
+                f"directories {shown} under {self.state_dir / 'containers'}"
             )
         mine = {"component": self.component, "pid": os.getpid(), "node": self.node}
         try:
