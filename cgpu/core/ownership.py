@@ -45,6 +45,7 @@ COMPONENTS = {
 OTHER = {SOURCE_DEVICE_PLUGIN: SOURCE_DRA, SOURCE_DRA: SOURCE_DEVICE_PLUGIN}
 GPUS_FLAG = "--gpus"
 _RECORD_LIMIT = 4096
+_LATEST = 1e11  # a record's "since" is a time before this (year 5138); NaN is not
 
 
 class OwnershipError(Exception):
@@ -116,7 +117,9 @@ def read_owner(state_dir: str | os.PathLike[str], uuid: str) -> Owner | None:
         owner = Owner(
             str(data["component"]), int(data["pid"]), str(data["node"]), float(data["since"])
         )
-    except (OSError, ValueError, TypeError, KeyError):
+    except (OSError, ValueError, TypeError, KeyError, OverflowError):
+        return None
+    if not 0 <= owner.since < _LATEST or len(owner.node) > 253:
         return None
     return owner
 

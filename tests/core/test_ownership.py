@@ -114,9 +114,19 @@ def test_a_gpu_with_the_others_containers_is_not_taken(tmp_path: Path) -> None:
     dra.release()
 
 
-def test_a_record_it_cannot_read_still_refuses(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "record",
+    [
+        b"\x00" * 10000,
+        b"[1]",
+        b'{"component": "dra", "pid": 7, "node": "n1", "since": NaN}',
+        b'{"component": "dra", "pid": 7, "node": "n1", "since": 1e400}',
+        b'{"component": "dra", "pid": "x", "node": "n1", "since": 1}',
+    ],
+)
+def test_a_record_it_cannot_read_still_refuses(tmp_path: Path, record: bytes) -> None:
     first, _, _ = ownership.claim(tmp_path, SOURCE_DRA, "n1", GPUS[:1])
-    (tmp_path / "owners" / f"{UUIDS[0]}.json").write_bytes(b"\x00" * 10000)
+    (tmp_path / "owners" / f"{UUIDS[0]}.json").write_bytes(record)
     with pytest.raises(ownership.OwnershipError, match="is owned by another process"):
         ownership.claim(tmp_path, SOURCE_DEVICE_PLUGIN, "n1", GPUS[:1])
     first.release()
