@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from cgpu.core import paths
+from cgpu.core import ownership, paths
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.deviceplugin.config import (
     DEFAULT_COMPUTE_RESOURCE,
@@ -127,6 +127,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="the host directory of cgpu mps-daemon's pipe, log and shm directories "
         "(default: %(default)s)",
     )
+    add("--gpus", type=ownership.gpus_argument, default=None, help=ownership.GPUS_HELP)
     add("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 

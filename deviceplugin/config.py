@@ -36,6 +36,7 @@ class Config:
     compute_resource: str = DEFAULT_COMPUTE_RESOURCE  # "" serves no compute resource
     isolation: str = "shim"
     mps_root: Path = Path(DEFAULT_MPS_ROOT)
+    gpus: frozenset[str] | None = None  # --gpus: the GPUs it may own (None: all)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
@@ -57,4 +58,5 @@ class Config:
             compute_resource=args.compute_resource,
             isolation=args.isolation,
             mps_root=args.mps_root,
+            gpus=args.gpus,
         )

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pynvml
 
-from cgpu.core import context_cost, paths
+from cgpu.core import context_cost, ownership, paths
 from cgpu.core.gpus import GPU, GPUError
+from cgpu.core.layout import SOURCE_DEVICE_PLUGIN
 from cgpu.core.podresources import PodResources
 from cgpu.deviceplugin import gpus, hostfiles, kube, volcano
 from cgpu.deviceplugin.allocator import Allocator, Settings
@@ -36,6 +37,12 @@ def build(config: Config, socket_name: str) -> Plugin:
         found = gpus.discover()
     except (pynvml.NVMLError, GPUError) as err:
         raise SetupError(f"NVML failed: {err} (is the NVIDIA driver installed?)") from err
+    try:  # only GPUs the DRA driver does not own (held until the process ends)
+        node = kube.node_name(config.node_name)
+        state = config.state_dir.resolve()
+        _, found, _ = ownership.claim(state, SOURCE_DEVICE_PLUGIN, node, found, config.gpus)
+    except (ownership.OwnershipError, OSError) as err:
+        raise SetupError(str(err)) from err
     if not found:
         log.warning("NVML reports no GPUs: advertising no devices")
     volcano_mode = volcano.is_volcano(config.resource_name)
@@ -78,7 +85,6 @@ def build(config: Config, socket_name: str) -> Plugin:
     except OSError as err:
         raise SetupError(str(err)) from err
 
-    node = kube.node_name(config.node_name)
     client = kube.connect(config.kubeconfig, node)
     log.info("API server: %s", f"node {node}" if client else "none, running standalone")
     if volcano_mode and client is None:

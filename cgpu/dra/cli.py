@@ -6,11 +6,14 @@ import argparse
 import logging
 import signal
 import threading
+import time
+from collections.abc import Callable
 
-from cgpu.core import context_cost, paths
+from cgpu.core import context_cost, ownership, paths
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.core.gpus import GPUError
 from cgpu.core.hostfiles import install_shim, write_preload
+from cgpu.core.layout import SOURCE_DRA
 from cgpu.dra import inventory as inv
 from cgpu.dra.checkpoint import Checkpoint
 from cgpu.dra.config import DEFAULT_CDI_DIR, DEFAULT_KUBELET_DIR, Config
@@ -24,6 +27,7 @@ from cgpu.dra.slices import Publisher
 log = logging.getLogger("cgpu.dra")
 
 RESYNC_S = 60.0  # republish this often, repairing a slice someone else changed or deleted
+RETAKE_S = 5.0  # try this often to own the GPUs the device plugin held at start-up
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +49,9 @@ def register(parser: argparse.ArgumentParser) -> None:
         "(default %(default)s)",
     )
     parser.add_argument(
+        "--gpus", type=ownership.gpus_argument, default=None, help=ownership.GPUS_HELP
+    )
+    parser.add_argument(
         "--log-level",
         default="INFO",
         type=str.upper,
@@ -64,6 +71,18 @@ def _seconds(text: str) -> float:
     return value
 
 
+def _idle(wake: threading.Event, timeout: float, retake: Callable[[], None]) -> None:
+    """Wait up to `timeout` for `wake`, calling `retake` every RETAKE_S meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not wake.wait(max(0.0, min(RETAKE_S, deadline - time.monotonic()))):
+        if time.monotonic() >= deadline:
+            return
+        try:
+            retake()
+        except OSError as err:
+            log.warning("cannot take GPUs that came free: %s", err)
+
+
 def run(args: argparse.Namespace) -> int:
     """Start the driver and serve until SIGTERM or SIGINT."""
     config = Config.from_args(args)
@@ -71,12 +90,15 @@ def run(args: argparse.Namespace) -> int:
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     try:
-        found = inv.discover()
-        api = connect(config.kubeconfig, config.node_name)
         state_dir = config.state_dir
+        every = inv.discover()  # offered: only GPUs the device plugin does not own
+        owner, found, _ = ownership.claim(
+            state_dir, SOURCE_DRA, config.node_name, every, config.gpus
+        )
+        api = connect(config.kubeconfig, config.node_name)
         shim = install_shim(paths.shim_path(), state_dir)
         preload = write_preload(state_dir)
-    except (GPUError, KubeError, OSError) as err:
+    except (GPUError, KubeError, OSError, ownership.OwnershipError) as err:
         log.error("cannot start: %s", err)
         return 1
     inventory = inv.Inventory(found)
@@ -112,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
                 wake.wait(5.0)
                 wake.clear()
                 continue
-            wake.wait(RESYNC_S)
+            _idle(wake, RESYNC_S, lambda: inventory.add(owner.take_free(every, config.gpus)))
             wake.clear()
     finally:
         health.stop()

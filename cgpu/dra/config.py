@@ -25,6 +25,7 @@ class Config:
     kubeconfig: str | None = None
     health_recovery: float = 300.0
     log_level: str = "INFO"
+    gpus: frozenset[str] | None = None  # --gpus: the GPUs it may own (None: all)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
@@ -37,6 +38,7 @@ class Config:
             kubeconfig=args.kubeconfig,
             health_recovery=args.health_recovery,
             log_level=args.log_level,
+            gpus=args.gpus,
         )
 
     @property

@@ -98,6 +98,20 @@ class Inventory:
         self._updated = time.time()
         self.on_change: Callable[[], None] = lambda: None
 
+    def add(self, gpus: list[GpuInfo]) -> None:
+        """Offer more GPUs (ones the driver came to own, `cgpu.core.ownership`)."""
+        with self._cond:
+            known = {g.uuid for g in self.gpus}
+            new = [g for g in gpus if g.uuid not in known]
+            if not new:
+                return
+            # a new list: readers keep the one they hold
+            self.gpus = sorted([*self.gpus, *new], key=lambda g: g.index)
+            self._version += 1
+            self._updated = time.time()
+            self._cond.notify_all()
+        self.on_change()
+
     def by_name(self, device: str) -> GpuInfo | None:
         """The GPU published as `device` ("gpu-0"), or None."""
         return next((g for g in self.gpus if g.device_name == device), None)

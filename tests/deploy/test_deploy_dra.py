@@ -109,3 +109,31 @@ def test_operations_guide_manifests_are_valid() -> None:
     objs = [o for block in blocks for o in yaml.safe_load_all(block) if o]
     assert {o["kind"] for o in objs} >= {"ResourceClaimTemplate", "ResourceClaim", "Pod"}
     validate_dra(objs)
+
+
+def test_migrating_runs_the_driver_beside_the_plugin_on_one_state_directory() -> None:
+    sets = ("dra.enabled=true", "dra.migrating=true", "dra.gpus=1", "devicePlugin.gpus=0")
+    objs = helm_template(*sets)
+    plugin = container(one(objs, "DaemonSet", "cgpu-device-plugin"), "device-plugin")
+    driver = container(one(objs, "DaemonSet", "cgpu-dra-driver"), "dra-driver")
+    assert "--gpus=0" in argv(plugin) and "--gpus=1" in argv(driver)
+    assert parse_cgpu(argv(plugin)[1:]).gpus == frozenset({"0"})
+    assert parse_cgpu(argv(driver)[1:]).gpus == frozenset({"1"})
+    state = {
+        a.split("=", 1)[1] for a in argv(plugin) + argv(driver) if a.startswith("--state-dir=")
+    }
+    assert len(state) == 1  # one state directory: one owner record per GPU
+    assert state <= {m["mountPath"] for m in plugin["volumeMounts"]}
+    assert state <= {m["mountPath"] for m in driver["volumeMounts"]}
+
+
+def test_by_default_each_daemon_may_offer_every_gpu() -> None:
+    objs = helm_template("dra.enabled=true", "dra.migrating=true")
+    for name, cont in (("cgpu-device-plugin", "device-plugin"), ("cgpu-dra-driver", "dra-driver")):
+        args = argv(container(one(objs, "DaemonSet", name), cont))
+        assert not [a for a in args if a.startswith("--gpus")]
+        assert parse_cgpu(args[1:]).gpus is None
+
+
+def test_a_malformed_gpu_selection_is_refused() -> None:
+    assert "gpus" in helm_template_error("devicePlugin.gpus=../0")

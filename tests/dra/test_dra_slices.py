@@ -106,9 +106,10 @@ def test_restart_keeps_an_unchanged_pool_and_republishes_a_changed_one(
     first = start_driver(devices=2)
     generation = own_slices(kube_api)[0]["spec"]["pool"]["generation"]
     first.stop()
-    start_driver(devices=2)
+    second = start_driver(devices=2)
     (same,) = own_slices(kube_api)
     assert same["spec"]["pool"]["generation"] == generation
+    second.stop()  # one driver at a time owns the node's GPUs
     start_driver(devices=1).proc  # noqa: B018 - a third run with one GPU fewer
     changed = wait_for(
         lambda: [s for s in own_slices(kube_api) if len(s["spec"]["devices"]) == 1],

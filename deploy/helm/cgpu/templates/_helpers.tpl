@@ -177,8 +177,8 @@ extenders:
 {{- fail "isolation=mps is not available with resourceName volcano.sh/gpu-memory" -}}
 {{- end -}}
 {{- end -}}
-{{- if and .Values.dra.enabled (or .Values.devicePlugin.enabled .Values.scheduler.enabled) -}}
-{{- fail "dra.enabled replaces the device plugin and the scheduler extender: set devicePlugin.enabled=false and scheduler.enabled=false" -}}
+{{- if and .Values.dra.enabled (not .Values.dra.migrating) (or .Values.devicePlugin.enabled .Values.scheduler.enabled) -}}
+{{- fail "dra.enabled replaces the device plugin and the scheduler extender: set devicePlugin.enabled=false and scheduler.enabled=false (or dra.migrating=true while nodes move to DRA)" -}}
 {{- end -}}
 {{- if and .Values.scheduler.enabled (eq .Values.scheduler.mode "extender") (gt (int .Values.scheduler.replicas) 1) -}}
 {{- fail "scheduler.mode=extender runs one extender (scheduler.replicas=1): kube-scheduler calls one Service, and one extender must decide every bind" -}}
