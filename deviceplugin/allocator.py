@@ -14,7 +14,15 @@ import grpc
 
 from cgpu.core import injection
 from cgpu.core.containers import create_container_dir, list_container_dirs, read_meta
-from cgpu.core.layout import KEY_ANNOTATION, SOURCE_DEVICE_PLUGIN
+from cgpu.core.layout import (
+    ENV_COMPUTE_LIMIT,
+    ENV_GPU_MEM_IDX,
+    ENV_GPU_MEM_POD,
+    ENV_VISIBLE_DEVICES,
+    GPU_COUNT,
+    KEY_ANNOTATION,
+    SOURCE_DEVICE_PLUGIN,
+)
 from cgpu.deviceplugin import placement
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.inventory import Inventory
@@ -51,7 +59,6 @@ class Settings:
 
 
 Match = tuple[PodInfo, ContainerRequest]
-COMPUTE_LIMIT_ENV = "CGPU_COMPUTE_LIMIT"
 
 
 class Allocator:
@@ -198,7 +205,7 @@ class Allocator:
             raise AllocationError(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"the container asks for {self.settings.compute_resource} and spreads over "
-                f"{len(placed.gpus)} GPUs (aliyun.com/gpu-count): a compute share applies to "
+                f"{len(placed.gpus)} GPUs ({GPU_COUNT}): a compute share applies to "
                 "a one-GPU container",
             )
 
@@ -296,13 +303,13 @@ class Allocator:
         slot: Slot | None = None,
     ) -> api.ContainerAllocateResponse:
         envs = {
-            "NVIDIA_VISIBLE_DEVICES": ",".join(g.gpu.uuid for g in placed.gpus),
-            "ALIYUN_COM_GPU_MEM_IDX": ",".join(str(g.gpu.index) for g in placed.gpus),
+            ENV_VISIBLE_DEVICES: ",".join(g.gpu.uuid for g in placed.gpus),
+            ENV_GPU_MEM_IDX: ",".join(str(g.gpu.index) for g in placed.gpus),
             **share_env(placed.units_per_gpu, placed.gpus[0].units),
             **injection.environment(),
         }
         if pod is not None:
-            envs["ALIYUN_COM_GPU_MEM_POD"] = str(pod.total_units)
+            envs[ENV_GPU_MEM_POD] = str(pod.total_units)
         mounts = self._mounts(directory)
         if slot is not None:
             envs.update(self.slot_environment(slot))
@@ -320,7 +327,7 @@ class Allocator:
             memory = slot.limits.get(uuid) if slot.limits else None
             envs.update(mps.environment(uuid, memory, slot.compute))
         elif slot.compute is not None:
-            envs[COMPUTE_LIMIT_ENV] = str(slot.compute)
+            envs[ENV_COMPUTE_LIMIT] = str(slot.compute)
         return envs
 
     def slot_mounts(self, slot: Slot) -> list[api.Mount]:

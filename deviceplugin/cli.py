@@ -10,7 +10,7 @@ from pathlib import Path
 from types import FrameType
 
 from cgpu.core import paths
-from cgpu.core.containers import DEFAULT_STATE_DIR
+from cgpu.core.layout import DEFAULT_STATE_DIR, VOLCANO_GPU_MEMORY
 from cgpu.deviceplugin.config import (
     DEFAULT_COMPUTE_RESOURCE,
     DEFAULT_KUBELET_DIR,
@@ -38,7 +38,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         choices=("GiB", "MiB"),
         default=None,
         help="memory per advertised device (default: GiB; always MiB with --resource-name "
-        "volcano.sh/gpu-memory); made coarser, with a log line, when the device list would "
+        f"{VOLCANO_GPU_MEMORY}); made coarser, with a log line, when the device list would "
         "exceed the kubelet's 4 MiB message limit",
     )
     add(

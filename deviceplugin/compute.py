@@ -16,7 +16,8 @@ import grpc
 
 from cgpu.core import injection
 from cgpu.core.gpus import GPU
-from cgpu.core.layout import KEY_ANNOTATION, SOURCE_DEVICE_PLUGIN
+from cgpu.core.layout import ENV_VISIBLE_DEVICES, KEY_ANNOTATION, SOURCE_DEVICE_PLUGIN
+from cgpu.core.layout import GPU_CORE as RESOURCE
 from cgpu.deviceplugin import placement
 from cgpu.deviceplugin.allocator import Allocator, Match
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
@@ -29,7 +30,6 @@ from cgpu.deviceplugin.units import Unit
 
 log = logging.getLogger(__name__)
 
-RESOURCE = "aliyun.com/gpu-core.percentage"
 UNITS_PER_GPU = 100
 ID_TAG = "core"
 
@@ -192,7 +192,7 @@ class ComputeAllocator:
                 directory,
             )
             envs = {
-                "NVIDIA_VISIBLE_DEVICES": gpu.uuid,
+                ENV_VISIBLE_DEVICES: gpu.uuid,
                 **self.memory.slot_environment(slot),
                 **injection.environment(),
             }

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import grpc
 
+from cgpu.core.layout import KUBELET_SOCKET
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
 
 API_VERSION = "v1beta1"
-KUBELET_SOCKET = "kubelet.sock"
+
+__all__ = ["API_VERSION", "KUBELET_SOCKET", "FileIdentity", "identity", "register"]
 
 
 def register(kubelet_socket: Path, endpoint: str, resource: str, timeout: float = 5.0) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import grpc
 
 from cgpu.core import mpslayout
+from cgpu.core.layout import GPU_COUNT
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.inventory import Inventory
 from cgpu.deviceplugin.placement import AllocationError
@@ -67,7 +68,7 @@ class MpsInjection:
             raise AllocationError(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"--isolation mps gives each container one GPU's MPS daemon, but this "
-                f"container spreads over {count} GPUs (aliyun.com/gpu-count); remove the "
+                f"container spreads over {count} GPUs ({GPU_COUNT}); remove the "
                 "label or run the plugin without MPS",
             )
 

@@ -48,11 +48,12 @@ def build(config: Config, socket_name: str) -> Plugin:
     if volcano_mode and choice.coarsened:
         log.warning(
             "Volcano mode: each %s now counts %d MiB (as Volcano's --gpu-memory-factor=%d): "
-            "a pod's %s limit is read in these units and VOLCANO_GPU_ALLOCATED reports MiB",
+            "a pod's %s limit is read in these units and %s reports MiB",
             volcano.RESOURCE,
             choice.unit.mib,
             choice.unit.mib,
             volcano.RESOURCE,
+            volcano.ENV_ALLOCATED,
         )
     inventory = Inventory(found, choice.unit, index_ids=volcano_mode)
     for g in inventory.gpus:
@@ -90,7 +91,7 @@ def build(config: Config, socket_name: str) -> Plugin:
     mps = MpsInjection(config.mps_root.resolve()) if config.isolation == "mps" else None
     if volcano_mode and mps is not None:
         raise SetupError(
-            "--isolation mps is not available with --resource-name volcano.sh/gpu-memory"
+            f"--isolation mps is not available with --resource-name {volcano.RESOURCE}"
         )
     compute = config.compute_resource if not volcano_mode else ""
     if compute and compute == config.resource_name:
