@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cgpu.commands.run", "run a command under a GPU memory slice"),
     "ledger": ("cgpu.commands.ledger", "show a container ledger: slices, use, processes"),
     "smi": ("cgpu.commands.smi", "show GPU memory as NVML reports it in this process"),
-    "device-plugin": ("cgpu.deviceplugin.cli", "serve the kubelet device-plugin API"),
+    "device-plugin": ("cgpu.deviceplugin.cmd.cli", "serve the kubelet device-plugin API"),
     "dra-driver": ("cgpu.dra.cli", f"serve the kubelet DRA API ({DRA_DRIVER})"),
     "mps-daemon": ("cgpu.mps.cli", "run and supervise one MPS control daemon per GPU"),
     "hook": ("cgpu.hooks.cli", "OCI runtime hook that injects the shim"),

@@ -85,19 +85,19 @@ def _modules() -> list[tuple[str, Path]]:
 def test_the_checker_catches_upward_and_sideways_imports() -> None:
     assert violations("from cgpu.deviceplugin import units", "cgpu.core.config")
     assert violations("import cgpu.cli", "cgpu.exporter.scan")
-    assert violations("from cgpu.hooks.oci import State", "cgpu.deviceplugin.allocator")
+    assert violations("from cgpu.hooks.oci import State", "cgpu.deviceplugin.rm.memory")
     assert violations("def f():\n    from cgpu.exporter import x\n", "cgpu.hooks.cdi")
-    assert violations("from ..hooks import oci", "cgpu.deviceplugin.allocator")
+    assert violations("from ..hooks import oci", "cgpu.deviceplugin.errors")
     assert violations("from cgpu import commands", "cgpu.core.paths")
     assert not violations("from cgpu.core.layout import X", "cgpu.hooks.cdi")
-    assert not violations("from . import inventory", "cgpu.deviceplugin.allocator")
+    assert not violations("from . import inventory", "cgpu.deviceplugin.errors")
     assert not violations("from cgpu.deviceplugin import cli", "cgpu.cli")
     assert not violations("from cgpu import __version__", "cgpu.exporter.cli")
 
 
 def test_installed_package_respects_the_layers() -> None:
     modules = _modules()
-    assert {"cgpu.core.config", "cgpu.deviceplugin.allocator", "cgpu.hooks.hook"} <= {
+    assert {"cgpu.core.config", "cgpu.deviceplugin.rm.memory", "cgpu.hooks.hook"} <= {
         name for name, _ in modules
     }
     problems = []

@@ -9,16 +9,8 @@ from dataclasses import dataclass
 import grpc
 
 from cgpu.core.layout import GPU_COUNT, GPU_MEM_IDX
-from cgpu.deviceplugin.inventory import GpuUnits, Inventory, UnknownDevices
-
-
-class AllocationError(Exception):
-    """A request the plugin cannot honour; becomes a gRPC error with this code and message."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.rm.inventory import GpuUnits, Inventory, UnknownDevices
 
 
 @dataclass(frozen=True)
@@ -187,8 +179,7 @@ def check(
         if any(share > g.units for g in gpus):
             raise AllocationError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{share} units do not fit on GPU(s) {list(pinned)} named by "
-                f"{GPU_MEM_IDX}",
+                f"{share} units do not fit on GPU(s) {list(pinned)} named by {GPU_MEM_IDX}",
             )
         return Placement(gpus, share)
     if len(groups) != gpu_count or any(len(v) != share for v in groups.values()):

@@ -14,9 +14,9 @@ import threading
 from typing import Any
 
 from cgpu.core.layout import GPU_COUNT
-from cgpu.deviceplugin import volcano
-from cgpu.deviceplugin.inventory import Inventory
-from cgpu.deviceplugin.kube import KubeClient, KubeError
+from cgpu.deviceplugin.kube.client import KubeClient, KubeError
+from cgpu.deviceplugin.rm import volcano
+from cgpu.deviceplugin.rm.inventory import Inventory
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ from cgpu.core.layout import VOLCANO_GPU_MEMORY as RESOURCE
 from cgpu.core.layout import VOLCANO_GPU_NUMBER
 from cgpu.core.layout import VOLCANO_PREDICATE_TIME as PREDICATE_TIME
 from cgpu.core.layout import VOLCANO_UNHEALTHY_IDS as UNHEALTHY_IDS
-from cgpu.deviceplugin.inventory import GpuUnits, Inventory
-from cgpu.deviceplugin.limits import slices
-from cgpu.deviceplugin.placement import AllocationError
-from cgpu.deviceplugin.pods import ContainerRequest, PodInfo
-from cgpu.deviceplugin.units import MIB, Unit
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.kube.pods import ContainerRequest, PodInfo
+from cgpu.deviceplugin.rm.inventory import GpuUnits, Inventory
+from cgpu.deviceplugin.rm.limits import slices
+from cgpu.deviceplugin.rm.units import MIB, Unit
 
 GPU_NUMBER = VOLCANO_GPU_NUMBER  # the node capacity this plugin publishes
 
