@@ -14,8 +14,6 @@ from cgpu.core.files import atomic_write
 from cgpu.core.injection import write_preload as _write_preload
 from cgpu.core.layout import LIB_SUBDIR, PRELOAD_NAME, SHIM_NAME
 
-__all__ = ["LIB_SUBDIR", "install_shim", "write_preload"]
-
 
 def install_shim(source: Path, state_dir: Path) -> Path:
     """Copy the shim to `<state>/lib/libcgpu.so` (atomically, only when it changed).
