@@ -33,7 +33,7 @@ import grpc
 from cgpu.core import paths
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
-from cgpu.deviceplugin.units import GIB, Unit, list_size
+from cgpu.deviceplugin.rm.units import GIB, Unit, list_size
 
 
 class Kubelet(api_grpc.RegistrationServicer):

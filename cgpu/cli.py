@@ -7,6 +7,8 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from cgpu.core.layout import DRA_DRIVER
+
 # subcommand -> (module, help): one line per subcommand. Each module defines register(parser) and
 # run(args) -> int, which turns the parsed options into the command's frozen Config once. The
 # modules are imported only when their subcommand runs (`cgpu hook` runs for every container),
@@ -16,8 +18,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("cgpu.commands.run", "run a command under a GPU memory slice"),
     "ledger": ("cgpu.commands.ledger", "show a container ledger: slices, use, processes"),
     "smi": ("cgpu.commands.smi", "show GPU memory as NVML reports it in this process"),
-    "device-plugin": ("cgpu.deviceplugin.cli", "serve the kubelet device-plugin API"),
-    "dra-driver": ("cgpu.dra.cli", "serve the kubelet DRA API (gpu.cgpu.io)"),
+    "device-plugin": ("cgpu.deviceplugin.cmd.cli", "serve the kubelet device-plugin API"),
+    "dra-driver": ("cgpu.dra.cli", f"serve the kubelet DRA API ({DRA_DRIVER})"),
     "mps-daemon": ("cgpu.mps.cli", "run and supervise one MPS control daemon per GPU"),
     "hook": ("cgpu.hooks.cli", "OCI runtime hook that injects the shim"),
     "cdi": ("cgpu.hooks.cdi", "write a CDI spec that injects the shim"),

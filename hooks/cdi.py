@@ -22,19 +22,20 @@ from cgpu.core import gpus
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.core.gpus import GPU, list_gpus
 from cgpu.core.injection import shim_mounts, write_preload
+from cgpu.core.layout import CDI_KIND as KIND
+from cgpu.core.layout import CDI_SPEC_FILE as DEFAULT_OUTPUT
+from cgpu.core.layout import ENV_CDI_DEVICE_PREFIX, PRELOAD_NAME
 from cgpu.core.paths import shim_path
 from cgpu.hooks.cdi_version import VERSIONS, VersionError, choose_version
 from cgpu.hooks.emit import cgpu_argv, oci_hook, write_json
 from cgpu.hooks.errors import one_line
 from cgpu.hooks.install import HOOK_TIMEOUT_S, hook_args
 
-KIND = "cgpu.io/gpu-mem"
-DEFAULT_OUTPUT = "/etc/cdi/cgpu.json"
-PRELOAD_FILE = "cdi/ld.so.preload"  # under the state dir
+PRELOAD_FILE = f"cdi/{PRELOAD_NAME}"  # under the state dir
 
 
 def _device(name: str, gpus: list[GPU]) -> dict[str, Any]:
-    env = [f"CGPU_CDI_DEVICE_{g.index}={g.uuid}" for g in gpus]
+    env = [f"{ENV_CDI_DEVICE_PREFIX}{g.index}={g.uuid}" for g in gpus]
     return {"name": name, "containerEdits": {"env": env}}
 
 

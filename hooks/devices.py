@@ -5,12 +5,13 @@ from __future__ import annotations
 import re
 
 from cgpu.core.gpus import GPU
+from cgpu.core.layout import ENV_CDI_DEVICE_PREFIX, ENV_VISIBLE_DEVICES
 from cgpu.core.layout import UUID_RE as _UUID_RE
 from cgpu.core.limits import MAX_ORDINALS, Fixed, Share, slice_for
 from cgpu.hooks.errors import RequestError
 
 _INDEX_RE = re.compile(r"^[0-9]{1,4}$")
-CDI_DEVICE_RE = re.compile(r"^CGPU_CDI_DEVICE_[0-9]{1,4}$")
+CDI_DEVICE_RE = re.compile(rf"^{re.escape(ENV_CDI_DEVICE_PREFIX)}[0-9]{{1,4}}$")
 # NVIDIA_VISIBLE_DEVICES values that name no GPU in particular. "void" is what NVIDIA's CDI spec
 # sets while it injects GPUs itself, so the container may see any of them: slice them all.
 _UNNAMED = ("", "all", "void")
@@ -39,12 +40,12 @@ def container_gpus(env: dict[str, str], gpus: list[GPU]) -> list[GPU]:
     if cdi:
         chosen = {_find(gpus, value, name) for name, value in cdi}
     else:
-        value = env.get("NVIDIA_VISIBLE_DEVICES", "").strip()
+        value = env.get(ENV_VISIBLE_DEVICES, "").strip()
         if value == "none":
             return []
         if value in _UNNAMED:
             return list(gpus)
-        chosen = {_find(gpus, item, "NVIDIA_VISIBLE_DEVICES") for item in value.split(",")}
+        chosen = {_find(gpus, item, ENV_VISIBLE_DEVICES) for item in value.split(",")}
     return sorted(chosen, key=lambda g: g.index)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from cgpu.core import context_cost, gpus
 from cgpu.core.config import ConfigError, parse_size
 from cgpu.core.containers import create_container_dir, default_state_dir
-from cgpu.core.layout import SOURCE_RUN
+from cgpu.core.layout import ENV_LEDGER_DIR, ENV_VISIBLE_DEVICES, SOURCE_RUN
 from cgpu.core.paths import shim_path, with_simulator
 
 
@@ -87,12 +87,12 @@ def _child_env(
     run_dir: Path, simulate: bool, chosen: list[gpus.GPU], all_count: int
 ) -> dict[str, str]:
     env = with_simulator() if simulate else dict(os.environ)
-    env["CGPU_LEDGER_DIR"] = str(run_dir)
+    env[ENV_LEDGER_DIR] = str(run_dir)
     preload = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{shim_path()}:{preload}" if preload else str(shim_path())
     if len(chosen) != all_count:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in chosen)
-        env["NVIDIA_VISIBLE_DEVICES"] = env["CUDA_VISIBLE_DEVICES"]
+        env[ENV_VISIBLE_DEVICES] = env["CUDA_VISIBLE_DEVICES"]
     return env
 
 

@@ -16,11 +16,8 @@ from typing import Any
 
 from cgpu.core.config import write_config
 from cgpu.core.files import atomic_write
-from cgpu.core.layout import LEDGER_NAME, META_NAME
+from cgpu.core.layout import CONTAINERS_SUBDIR, DEFAULT_STATE_DIR, LEDGER_NAME, META_NAME
 from cgpu.core.ledger import init_ledger
-
-CONTAINERS_SUBDIR = "containers"
-DEFAULT_STATE_DIR = "/var/lib/cgpu"
 
 _KEY_RE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 

@@ -21,6 +21,7 @@ import pynvml
 from cgpu.core.config import MAX_CONTEXT_BYTES
 from cgpu.core.files import atomic_write
 from cgpu.core.gpus import nvml_text
+from cgpu.core.layout import ENV_PREFIX, ENV_SIM_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def child_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
         k: v
         for k, v in source.items()
         if k not in ("LD_PRELOAD", "CUDA_VISIBLE_DEVICES")
-        and (not k.startswith("CGPU_") or k.startswith("CGPU_SIM_"))
+        and (not k.startswith(ENV_PREFIX) or k.startswith(ENV_SIM_PREFIX))
     }
 
 

@@ -12,8 +12,7 @@ from pathlib import Path
 
 from cgpu.core.files import atomic_write
 from cgpu.core.injection import write_preload as _write_preload
-
-LIB_SUBDIR = "lib"
+from cgpu.core.layout import LIB_SUBDIR, PRELOAD_NAME, SHIM_NAME
 
 
 def install_shim(source: Path, state_dir: Path) -> Path:
@@ -25,7 +24,7 @@ def install_shim(source: Path, state_dir: Path) -> Path:
     """
     if not source.is_file():
         raise FileNotFoundError(f"shim not found: {source} (build cgpu or pass --host-shim-path)")
-    target = state_dir / LIB_SUBDIR / "libcgpu.so"
+    target = state_dir / LIB_SUBDIR / SHIM_NAME
     if target.is_file() and filecmp.cmp(source, target, shallow=False):
         return target
     atomic_write(target, source.read_bytes(), 0o755)
@@ -35,4 +34,4 @@ def install_shim(source: Path, state_dir: Path) -> Path:
 
 def write_preload(state_dir: Path) -> Path:
     """Write `<state>/lib/ld.so.preload`, naming the shim at its path inside the container."""
-    return _write_preload(state_dir / LIB_SUBDIR / "ld.so.preload")
+    return _write_preload(state_dir / LIB_SUBDIR / PRELOAD_NAME)

@@ -23,7 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cgpu.core.files import atomic_write
-from cgpu.core.layout import CONTAINER_LEDGER_DIR, CONTAINER_PRELOAD, CONTAINER_SHIM, LEDGER_NAME
+from cgpu.core.layout import (
+    CONTAINER_LEDGER_DIR,
+    CONTAINER_PRELOAD,
+    CONTAINER_SHIM,
+    ENV_LEDGER_DIR,
+    LEDGER_NAME,
+)
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ def container_mounts(
 
 def environment() -> dict[str, str]:
     """The variables a container with a slice gets."""
-    return {"CGPU_LEDGER_DIR": CONTAINER_LEDGER_DIR}
+    return {ENV_LEDGER_DIR: CONTAINER_LEDGER_DIR}
 
 
 def preload_text(existing: bytes | None = None) -> bytes:

@@ -1,15 +1,83 @@
-"""Names shared by every part that injects cgpu into a container or reads what it injected."""
+"""The one home of cgpu's contract names: resources, annotations, variables, paths, drivers.
+
+Every name another program (the kubelet, a scheduler, the shim, an operator's manifests) knows
+cgpu by is defined here and imported everywhere else; `tests/core/test_contract_names.py`
+fails when one of these values appears as a literal in any other module.
+"""
 
 from __future__ import annotations
 
 import re
 
-# Where the injected pieces appear inside a container (device plugin, hook and CDI alike).
+# --- Kubernetes resources ------------------------------------------------------------------
+GPU_MEM = "aliyun.com/gpu-mem"  # gpushare's memory resource (node capacity, pod request)
+GPU_COUNT = "aliyun.com/gpu-count"  # a node capacity (its GPUs), and a pod label (M GPUs)
+GPU_CORE = "aliyun.com/gpu-core.percentage"  # the compute share: percent of one GPU
+VOLCANO_GPU_MEMORY = "volcano.sh/gpu-memory"  # Volcano's memory resource (MiB)
+VOLCANO_GPU_NUMBER = "volcano.sh/gpu-number"  # Volcano's node capacity: the node's GPUs
+
+# --- Pod and node annotations --------------------------------------------------------------
+# gpushare's, written by the scheduler extender and honoured by the device plugin.
+GPU_MEM_IDX = "ALIYUN_COM_GPU_MEM_IDX"  # GPU index, or a comma list of them
+GPU_MEM_POD = "ALIYUN_COM_GPU_MEM_POD"  # the pod's total units (also a container variable)
+GPU_MEM_DEV = "ALIYUN_COM_GPU_MEM_DEV"  # one GPU's units (also a container variable)
+GPU_MEM_ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"  # "true" once the device plugin served it
+GPU_MEM_ASSUME_TIME = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"  # Unix time in nanoseconds
+# Volcano's, written by its scheduler (and by the device plugin on its node).
+VOLCANO_GPU_INDEX = "volcano.sh/gpu-index"
+VOLCANO_PREDICATE_TIME = "volcano.sh/predicate-time"
+VOLCANO_GPU_ASSIGNED = "volcano.sh/gpu-assigned"
+VOLCANO_UNHEALTHY_IDS = "volcano.sh/gpu-unhealthy-ids"  # a node annotation
+# cgpu's own.
+KEY_ANNOTATION = "cgpu.io/container-key"  # on a container the device plugin gave a slice
+NODE_POLICY_ANNOTATION = "cgpu.io/node-policy"  # a pod's binpack|spread over nodes
+GPU_POLICY_ANNOTATION = "cgpu.io/gpu-policy"  # a pod's binpack|spread over GPUs
+
+# The CRI annotations that name a container, per label: CRI-O's (and the kubelet's) first,
+# then containerd's.
+CRI_LABEL_ANNOTATIONS: dict[str, tuple[str, str]] = {
+    "namespace": ("io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"),
+    "pod": ("io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"),
+    "container": ("io.kubernetes.container.name", "io.kubernetes.cri.container-name"),
+}
+
+# --- Container environment variables -------------------------------------------------------
+ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+ENV_GPU_MEM_CONTAINER = "ALIYUN_COM_GPU_MEM_CONTAINER"  # this container's units per GPU
+ENV_GPU_MEM_DEV = GPU_MEM_DEV
+ENV_GPU_MEM_IDX = GPU_MEM_IDX
+ENV_GPU_MEM_POD = GPU_MEM_POD
+ENV_VOLCANO_ALLOCATED = "VOLCANO_GPU_ALLOCATED"  # this container's MiB
+ENV_VOLCANO_TOTAL = "VOLCANO_GPU_MEMORY_TOTAL"  # the card's MiB
+ENV_LEDGER_DIR = "CGPU_LEDGER_DIR"
+ENV_COMPUTE_LIMIT = "CGPU_COMPUTE_LIMIT"
+ENV_NATIVE_DIR = "CGPU_NATIVE_DIR"  # development builds: where the built libraries are
+ENV_CDI_DEVICE_PREFIX = "CGPU_CDI_DEVICE_"  # CGPU_CDI_DEVICE_<index>=<uuid>, from `cgpu cdi`
+# Prefixes of the variable families the limit parser and the context measurement look at.
+ENV_PREFIX = "CGPU_"
+ENV_SIM_PREFIX = "CGPU_SIM_"  # the simulator's own
+ENV_GPU_MEM_PREFIX = "ALIYUN_COM_GPU_MEM_"
+ENV_VOLCANO_PREFIX = "VOLCANO_GPU_"
+
+# --- Paths on the host -----------------------------------------------------------------------
+DEFAULT_STATE_DIR = "/var/lib/cgpu"
+CONTAINERS_SUBDIR = "containers"  # <state>/containers/<key>/: one directory per container
+LIB_SUBDIR = "lib"  # <state>/lib/: the host's copy of the shim and its ld.so.preload
+SHIM_NAME = "libcgpu.so"
+KUBELET_DIR = "/var/lib/kubelet"
+DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+KUBELET_SOCKET = "kubelet.sock"  # the kubelet's registration socket in DEVICE_PLUGIN_DIR
+POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+CDI_DIR = "/var/run/cdi"  # the DRA driver's CDI specs
+CDI_SPEC_FILE = "/etc/cdi/cgpu.json"  # `cgpu cdi`'s spec
+MPS_ROOT = "/run/cgpu/mps"  # cgpu mps-daemon's pipe, log and shm directories
+
+# --- Where the injected pieces appear inside a container (device plugin, hook, CDI) -------
 CONTAINER_SHIM = "/usr/local/cgpu/libcgpu.so"
 CONTAINER_PRELOAD = "/etc/ld.so.preload"
 CONTAINER_LEDGER_DIR = "/var/run/cgpu"
 
-# The files of a container directory (`<state>/containers/<key>/`).
+# --- The files of a container directory (`<state>/containers/<key>/`) --------------------
 CONFIG_NAME = "cgpu.conf"
 LEDGER_NAME = "cgpu.ledger"
 META_NAME = "meta.json"
@@ -22,19 +90,9 @@ SOURCE_HOOK = "hook"
 SOURCE_RUN = "run"
 SOURCE_DRA = "dra"  # a DRA claim's directory (cgpu dra-driver), one per prepared claim
 
-# The DRA driver's name (and its DeviceClass's), as the driver, the exporter and inspect know it.
-DRA_DRIVER = "gpu.cgpu.io"
+# --- Drivers and CDI kinds -----------------------------------------------------------------
+DRA_DRIVER = "gpu.cgpu.io"  # the DRA driver's name, and its DeviceClass's
+CDI_KIND = "cgpu.io/gpu-mem"  # `cgpu cdi`'s devices (GPUs by index, UUID or `all`)
 
 # A GPU UUID as config files, the shim and the hook accept it.
 UUID_RE = re.compile(r"^[A-Za-z0-9-]{1,95}$")
-
-# The annotation the device plugin puts on a container it has already given a slice.
-KEY_ANNOTATION = "cgpu.io/container-key"
-
-# The CRI annotations that name a container, per label: CRI-O's (and the kubelet's) first,
-# then containerd's.
-CRI_LABEL_ANNOTATIONS: dict[str, tuple[str, str]] = {
-    "namespace": ("io.kubernetes.pod.namespace", "io.kubernetes.cri.sandbox-namespace"),
-    "pod": ("io.kubernetes.pod.name", "io.kubernetes.cri.sandbox-name"),
-    "container": ("io.kubernetes.container.name", "io.kubernetes.cri.container-name"),
-}

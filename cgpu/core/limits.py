@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cgpu.core.layout import ENV_GPU_MEM_PREFIX, ENV_PREFIX, ENV_VOLCANO_PREFIX
 from cgpu.core.native import load
 
 MAX_ORDINALS = 16
@@ -84,7 +85,7 @@ def _environment(ffi: Any, env: Mapping[str, str]) -> tuple[Any, list[Any]]:
     buffers = []
     for name, value in env.items():
         if "\0" in name or "\0" in value or "=" in name:
-            if name.startswith(("CGPU_", "ALIYUN_COM_GPU_MEM_", "VOLCANO_GPU_")):
+            if name.startswith((ENV_PREFIX, ENV_GPU_MEM_PREFIX, ENV_VOLCANO_PREFIX)):
                 raise LimitError(name, f"{name[:60]!r} holds a NUL or '=' character")
             continue
         buffers.append(ffi.new("char[]", f"{name}={value}".encode("utf-8", "surrogateescape")))

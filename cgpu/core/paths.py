@@ -7,6 +7,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from cgpu.core.layout import ENV_NATIVE_DIR, SHIM_NAME
+
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent  # the `cgpu` package
 NATIVE_DIR = _PACKAGE_DIR / "_native"
 
@@ -17,7 +19,7 @@ def _native_base() -> Path:
     CGPU_NATIVE_DIR wins (development builds). A source checkout has no built files, so
     when this package is imported from one, the installed copy on sys.path is used.
     """
-    override = os.environ.get("CGPU_NATIVE_DIR")
+    override = os.environ.get(ENV_NATIVE_DIR)
     if override:
         return Path(override)
     if NATIVE_DIR.is_dir():
@@ -36,7 +38,7 @@ def _native(name: str) -> Path:
 
 def shim_path() -> Path:
     """Absolute path of the installed shim, libcgpu.so."""
-    return _native("libcgpu.so")
+    return _native(SHIM_NAME)
 
 
 def ledger_lib_path() -> Path:

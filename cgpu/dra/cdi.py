@@ -17,6 +17,7 @@ from typing import Any
 
 from cgpu.core import injection
 from cgpu.core.files import atomic_write
+from cgpu.core.layout import ENV_VISIBLE_DEVICES
 from cgpu.dra.inventory import GpuInfo
 from cgpu.dra.names import CDI_KIND, CDI_SPEC_PREFIX
 
@@ -55,7 +56,7 @@ def build_spec(
     """The spec for one claim."""
     env = {
         **injection.environment(),
-        "NVIDIA_VISIBLE_DEVICES": ",".join(g.uuid for g in gpus),
+        ENV_VISIBLE_DEVICES: ",".join(g.uuid for g in gpus),
     }
     mounts = [
         {"hostPath": m.host_path, "containerPath": m.container_path, "options": m.options()}

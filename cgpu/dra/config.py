@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cgpu.core.containers import DEFAULT_STATE_DIR
+from cgpu.core.layout import CDI_DIR as DEFAULT_CDI_DIR
+from cgpu.core.layout import KUBELET_DIR as DEFAULT_KUBELET_DIR
 from cgpu.dra.names import DRA_SOCKET, DRIVER, REGISTRATION_SOCKET
-
-DEFAULT_KUBELET_DIR = "/var/lib/kubelet"
-DEFAULT_CDI_DIR = "/var/run/cdi"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from cgpu.core.containers import create_container_dir, remove_container_dir
+from cgpu.core.containers import containers_root, create_container_dir, remove_container_dir
 from cgpu.core.layout import SOURCE_DRA
 from cgpu.dra import cdi
 from cgpu.dra.checkpoint import Checkpoint, Prepared, PreparedDevice
@@ -88,7 +88,7 @@ class Preparer:
             done = self.checkpoint.get(ref.uid)
             key = container_key(ref.uid)
             spec = cdi.spec_path(self.settings.cdi_dir, ref.uid)
-            made = (self.settings.state_dir / "containers" / key).is_dir()
+            made = (containers_root(self.settings.state_dir) / key).is_dir()
             if done is not None and made and spec.is_file():
                 return done
             claim = self.claims.get_claim(ref.namespace, ref.name)

@@ -17,12 +17,11 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 
 from cgpu.core.layout import DRA_DRIVER
+from cgpu.core.layout import GPU_MEM as DEFAULT_RESOURCE
+from cgpu.core.layout import POD_RESOURCES_SOCKET as DEFAULT_SOCKET
 from cgpu.exporter.labels import Identity
 
 log = logging.getLogger(__name__)
-
-DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_RESOURCE = "aliyun.com/gpu-mem"
 
 Lister = Callable[[], Mapping[str, Identity]]  # {device_id: Identity}; raises when unreachable
 

@@ -20,12 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cgpu.core.layout import GPU_CORE as CORE
+from cgpu.core.layout import GPU_COUNT as COUNT
+from cgpu.core.layout import GPU_MEM as MEM
+from cgpu.core.layout import GPU_MEM_IDX as IDX
+
 from .dra import DraGpu
 
-MEM = "aliyun.com/gpu-mem"
-COUNT = "aliyun.com/gpu-count"
-CORE = "aliyun.com/gpu-core.percentage"
-IDX = "ALIYUN_COM_GPU_MEM_IDX"
 PENDING = -1
 MIB_THRESHOLD = 512  # a GPU of more units than this advertises MiB; fewer, GiB
 

@@ -13,10 +13,10 @@ from typing import Any
 from .binder import Binder, BindError
 from .fit import check, score
 from .metrics import Metrics
-from .podspec import SpecError, gpu_request
+from .podspec import MEM_RESOURCE, SpecError, gpu_request
 from .state import ClusterState
 
-UNKNOWN_NODE = "node is unknown to the cgpu extender (no aliyun.com/gpu-mem node seen)"
+UNKNOWN_NODE = f"node is unknown to the cgpu extender (no {MEM_RESOURCE} node seen)"
 
 
 class BadRequest(ValueError):

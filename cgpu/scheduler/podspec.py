@@ -6,18 +6,19 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-MEM_RESOURCE = "aliyun.com/gpu-mem"
-COUNT_RESOURCE = "aliyun.com/gpu-count"  # a node capacity, and a pod label
-COMPUTE_RESOURCE = "aliyun.com/gpu-core.percentage"  # percent of one GPU's compute
+from cgpu.core.layout import GPU_CORE as COMPUTE_RESOURCE
+from cgpu.core.layout import GPU_COUNT as COUNT_RESOURCE
+from cgpu.core.layout import GPU_MEM as MEM_RESOURCE
+from cgpu.core.layout import GPU_MEM_ASSIGNED as ASSIGNED
+from cgpu.core.layout import GPU_MEM_ASSUME_TIME as ASSUME_TIME
+from cgpu.core.layout import GPU_MEM_DEV as DEV
+from cgpu.core.layout import GPU_MEM_IDX as IDX
+from cgpu.core.layout import GPU_MEM_POD as POD_TOTAL
+from cgpu.core.layout import GPU_POLICY_ANNOTATION as GPU_POLICY
+from cgpu.core.layout import NODE_POLICY_ANNOTATION as NODE_POLICY
+
 COMPUTE_PER_GPU = 100
-IDX = "ALIYUN_COM_GPU_MEM_IDX"
-POD_TOTAL = "ALIYUN_COM_GPU_MEM_POD"
-DEV = "ALIYUN_COM_GPU_MEM_DEV"
-ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"
-ASSUME_TIME = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
 GPUSHARE_ANNOTATIONS = (IDX, POD_TOTAL, DEV, ASSIGNED, ASSUME_TIME)
-NODE_POLICY = "cgpu.io/node-policy"
-GPU_POLICY = "cgpu.io/gpu-policy"
 POLICIES = ("binpack", "spread")
 
 _SUFFIX = {

@@ -19,7 +19,7 @@ from cgpu.core.containers import (
     read_meta,
 )
 from cgpu.core.ledger import LedgerError, read_ledger
-from cgpu.deviceplugin import cleanup as plugin_cleanup
+from cgpu.deviceplugin.plugin import cleanup as plugin_cleanup
 from cgpu.hooks import sweep as hook_sweep
 
 UUID = "GPU-5eed0000-0000-4000-8000-000000000000"

@@ -12,20 +12,16 @@ and hooks/ into it), with every import statement counted, including lazy ones in
 from __future__ import annotations
 
 import ast
-import importlib
+import importlib.util
 from pathlib import Path
 
 import pytest
+from package_files import package_modules
 
 import cgpu
 from cgpu import cli
 
 PACKAGE_DIR = Path(cgpu.__file__).resolve().parent
-# Where each mapped part lives: inside the package (a wheel), or a checkout folder (editable).
-ROOTS = {
-    name: Path(importlib.import_module(name).__file__).resolve().parent
-    for name in ("cgpu", "cgpu.deviceplugin", "cgpu.hooks")
-}
 TOP = {"cli", "commands", "__main__"}
 
 
@@ -41,8 +37,7 @@ def group(module: str) -> tuple[int, str]:
 
 def _submodule(name: str) -> str:
     """`cgpu.<name>` when that is a module of the package, else `cgpu` (a name in it)."""
-    is_module = (PACKAGE_DIR / name).is_dir() or (PACKAGE_DIR / f"{name}.py").is_file()
-    return f"cgpu.{name}" if is_module else "cgpu"
+    return f"cgpu.{name}" if importlib.util.find_spec(f"cgpu.{name}") else "cgpu"
 
 
 def _imports(tree: ast.AST, module: str, is_package: bool) -> list[tuple[int, str]]:
@@ -79,31 +74,25 @@ def violations(source: str, module: str, is_package: bool = False) -> list[str]:
 
 
 def _modules() -> list[tuple[str, Path]]:
-    out = {}
-    for root_name, root in ROOTS.items():
-        for path in sorted(root.rglob("*.py")):
-            rel = path.relative_to(root).with_suffix("")
-            name = ".".join((root_name, *rel.parts))
-            out.setdefault(name.removesuffix(".__init__"), path)
-    return sorted(out.items())
+    return package_modules()
 
 
 def test_the_checker_catches_upward_and_sideways_imports() -> None:
     assert violations("from cgpu.deviceplugin import units", "cgpu.core.config")
     assert violations("import cgpu.cli", "cgpu.exporter.scan")
-    assert violations("from cgpu.hooks.oci import State", "cgpu.deviceplugin.allocator")
+    assert violations("from cgpu.hooks.oci import State", "cgpu.deviceplugin.rm.memory")
     assert violations("def f():\n    from cgpu.exporter import x\n", "cgpu.hooks.cdi")
-    assert violations("from ..hooks import oci", "cgpu.deviceplugin.allocator")
+    assert violations("from ..hooks import oci", "cgpu.deviceplugin.errors")
     assert violations("from cgpu import commands", "cgpu.core.paths")
     assert not violations("from cgpu.core.layout import X", "cgpu.hooks.cdi")
-    assert not violations("from . import inventory", "cgpu.deviceplugin.allocator")
+    assert not violations("from . import inventory", "cgpu.deviceplugin.errors")
     assert not violations("from cgpu.deviceplugin import cli", "cgpu.cli")
     assert not violations("from cgpu import __version__", "cgpu.exporter.cli")
 
 
 def test_installed_package_respects_the_layers() -> None:
     modules = _modules()
-    assert {"cgpu.core.config", "cgpu.deviceplugin.allocator", "cgpu.hooks.hook"} <= {
+    assert {"cgpu.core.config", "cgpu.deviceplugin.rm.memory", "cgpu.hooks.hook"} <= {
         name for name, _ in modules
     }
     problems = []

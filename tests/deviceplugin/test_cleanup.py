@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from cgpu.core.containers import containers_root, read_meta
-from cgpu.deviceplugin.cleanup import sweep
+from cgpu.deviceplugin.plugin.cleanup import sweep
 
 NOW = 10_000.0
 

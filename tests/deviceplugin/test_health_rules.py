@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from cgpu.core.gpus import GPU
-from cgpu.deviceplugin.health import HealthWatcher
-from cgpu.deviceplugin.inventory import Inventory
-from cgpu.deviceplugin.units import GIB, Unit
+from cgpu.deviceplugin.rm.health import HealthWatcher
+from cgpu.deviceplugin.rm.inventory import Inventory
+from cgpu.deviceplugin.rm.units import GIB, Unit
 
 UUID = ["GPU-a", "GPU-b"]
 

@@ -6,9 +6,10 @@ import grpc
 import pytest
 
 from cgpu.core.gpus import GPU
-from cgpu.deviceplugin.inventory import Inventory
-from cgpu.deviceplugin.placement import AllocationError, check, preferred
-from cgpu.deviceplugin.units import GIB, Unit
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.rm.inventory import Inventory
+from cgpu.deviceplugin.rm.placement import check, preferred
+from cgpu.deviceplugin.rm.units import GIB, Unit
 
 UUID = [f"GPU-5eed0000-0000-4000-8000-00000000000{i}" for i in range(4)]
 RES = "aliyun.com/gpu-mem"

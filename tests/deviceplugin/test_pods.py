@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kube.recorded import load
 
-from cgpu.deviceplugin.pods import PodError, match_container, parse_pod, pod_complete
+from cgpu.deviceplugin.kube.pods import PodError, match_container, parse_pod, pod_complete
 
 RES = "aliyun.com/gpu-mem"
 

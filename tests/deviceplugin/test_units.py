@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
-from cgpu.deviceplugin.units import (
+from cgpu.deviceplugin.rm.units import (
     GIB,
     KUBELET_MESSAGE_LIMIT,
     MIB,

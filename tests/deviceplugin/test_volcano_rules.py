@@ -8,11 +8,11 @@ import grpc
 import pytest
 
 from cgpu.core.gpus import GPU
-from cgpu.deviceplugin import volcano
-from cgpu.deviceplugin.inventory import Inventory
-from cgpu.deviceplugin.placement import AllocationError
-from cgpu.deviceplugin.pods import parse_pod
-from cgpu.deviceplugin.units import MIB, Unit
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.kube.pods import parse_pod
+from cgpu.deviceplugin.rm import volcano
+from cgpu.deviceplugin.rm.inventory import Inventory
+from cgpu.deviceplugin.rm.units import MIB, Unit
 
 RES = volcano.RESOURCE
 

@@ -177,7 +177,7 @@ class Sweeper(threading.Thread):
         self.failures: list[str] = []
 
     def run(self) -> None:
-        from cgpu.deviceplugin import cleanup as plugin_cleanup
+        from cgpu.deviceplugin.plugin import cleanup as plugin_cleanup
         from cgpu.hooks import sweep as hook_sweep
 
         while not self.stop.is_set():

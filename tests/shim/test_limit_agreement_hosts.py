@@ -15,7 +15,7 @@ from test_limit_agreement import limit_probe, run_shim, shim_slices  # noqa: F40
 
 from cgpu.core.gpus import GPU
 from cgpu.core.limits import LimitError
-from cgpu.deviceplugin import limits as plugin_limits
+from cgpu.deviceplugin.rm import limits as plugin_limits
 from cgpu.hooks.errors import RequestError
 from cgpu.hooks.hook import requested_slices
 

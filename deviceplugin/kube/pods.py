@@ -10,11 +10,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-GPU_COUNT_LABEL = "aliyun.com/gpu-count"
-IDX_ANNOTATION = "ALIYUN_COM_GPU_MEM_IDX"
-ASSUME_TIME_ANNOTATION = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
-ASSIGNED_ANNOTATION = "ALIYUN_COM_GPU_MEM_ASSIGNED"
-POD_ANNOTATION = "ALIYUN_COM_GPU_MEM_POD"
+from cgpu.core.layout import GPU_COUNT as GPU_COUNT_LABEL
+from cgpu.core.layout import GPU_MEM_ASSIGNED as ASSIGNED_ANNOTATION
+from cgpu.core.layout import GPU_MEM_ASSUME_TIME as ASSUME_TIME_ANNOTATION
+from cgpu.core.layout import GPU_MEM_IDX as IDX_ANNOTATION
+from cgpu.core.layout import GPU_MEM_POD as POD_ANNOTATION
 
 
 class PodError(ValueError):

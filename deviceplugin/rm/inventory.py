@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cgpu.core.gpus import GPU
-from cgpu.deviceplugin.units import Unit, device_id
+from cgpu.deviceplugin.rm.units import Unit, device_id
 
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"

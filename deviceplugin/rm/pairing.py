@@ -22,7 +22,6 @@ container has not started yet), so the config holds both lines.
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -40,7 +39,8 @@ from cgpu.core.containers import (
 )
 from cgpu.core.gpus import GPU
 from cgpu.core.layout import SOURCE_DEVICE_PLUGIN
-from cgpu.deviceplugin.placement import AllocationError
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.rm.directory import new_key
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ class Pairing:
         for key, old in list(self._slots.items()):  # standalone slots past pairing
             if old.identity is None and now - old.created > self.window:
                 del self._slots[key]
-        key = f"dp-{int(time.time())}-{secrets.token_hex(6)}"
+        key = new_key()
         slot = Slot(key=key, gpus=list(gpus), identity=identity, created=now)
         self._slots[key] = slot
         return slot

@@ -14,22 +14,22 @@ from collections.abc import Sequence
 
 import grpc
 
-from cgpu.core import injection
 from cgpu.core.gpus import GPU
-from cgpu.core.layout import KEY_ANNOTATION, SOURCE_DEVICE_PLUGIN
-from cgpu.deviceplugin import placement
-from cgpu.deviceplugin.allocator import Allocator, Match
-from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
-from cgpu.deviceplugin.inventory import Inventory, UnknownDevices
-from cgpu.deviceplugin.kube import KubeError
-from cgpu.deviceplugin.pairing import COMPUTE, Identity
-from cgpu.deviceplugin.placement import AllocationError
-from cgpu.deviceplugin.pods import PodError, PodInfo
-from cgpu.deviceplugin.units import Unit
+from cgpu.core.layout import ENV_VISIBLE_DEVICES, SOURCE_DEVICE_PLUGIN
+from cgpu.core.layout import GPU_CORE as RESOURCE
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.kube.client import KubeError
+from cgpu.deviceplugin.kube.pods import PodError, PodInfo
+from cgpu.deviceplugin.rm import placement
+from cgpu.deviceplugin.rm.assignments import Assignments
+from cgpu.deviceplugin.rm.directory import Match, pod_meta
+from cgpu.deviceplugin.rm.inventory import Inventory, UnknownDevices
+from cgpu.deviceplugin.rm.pairing import COMPUTE, Identity
+from cgpu.deviceplugin.rm.policy import Allocation, slot_environment, slot_mounts
+from cgpu.deviceplugin.rm.units import Unit
 
 log = logging.getLogger(__name__)
 
-RESOURCE = "aliyun.com/gpu-core.percentage"
 UNITS_PER_GPU = 100
 ID_TAG = "core"
 
@@ -45,40 +45,41 @@ def compute_inventory(memory: Inventory) -> Inventory:
     )
 
 
-class ComputeAllocator:
+class ComputePolicy:
     """GetPreferredAllocation and Allocate for the compute resource.
 
-    It works beside the memory allocator and through it: the same pod lookups, the same
-    lock, the same container directories.
+    It works beside the memory policy through the `Assignments` they share: the same pod
+    lookups, the same lock, the same container directories.
     """
 
-    def __init__(self, inventory: Inventory, memory: Allocator, resource: str = RESOURCE):
+    def __init__(self, inventory: Inventory, assignments: Assignments, resource: str = RESOURCE):
         self.inventory = inventory
-        self.memory = memory
+        self.assignments = assignments
         self.resource = resource
-        self.settings = memory.settings
-        self.pairing = memory.pairing
+        self.host = assignments.host
+        self.pairing = assignments.pairing
 
     def _match(self, units: int, prune: bool) -> Match | None:
         """The container this request is for: the first waiting container that asks for
         exactly `units` and has no share yet. None standalone (or the API server failing);
         AllocationError when the API server knows no such container."""
-        if self.memory.kube is None:
+        lookup = self.assignments.pods
+        if lookup is None:
             return None
         try:
-            pods = self.memory._pending(prune)
+            pods = self.assignments.pending(prune)
         except KubeError as err:
             log.warning("pod lookup failed, allocating compute without pod information: %s", err)
             return None
         waiting = [p for p in pods if p.phase == "Pending" and not p.deleting]
         for pod in sorted(waiting, key=lambda p: p.order):
-            for container in self.memory.requests(pod.uid, self.resource):
+            for container in self.assignments.requests(pod.uid, self.resource):
                 identity = (pod.uid, container.name)
                 if container.units == units and not self.pairing.served(identity, COMPUTE):
                     return pod, container
         raise AllocationError(
             grpc.StatusCode.FAILED_PRECONDITION,
-            f"no pending pod on node {self.memory.kube.node_name} has a container asking for "
+            f"no pending pod on node {lookup.node_name} has a container asking for "
             f"{units} {self.resource} that is still waiting for it; was the pod deleted?",
         )
 
@@ -158,7 +159,7 @@ class ComputeAllocator:
         assert found is not None
         return found.gpu
 
-    def allocate(self, ids: Sequence[str]) -> api.ContainerAllocateResponse:
+    def allocate(self, ids: Sequence[str]) -> Allocation:
         """Allocate one container's compute share."""
         with self.pairing.lock:
             gpu = self._check(ids)
@@ -174,13 +175,13 @@ class ComputeAllocator:
                         f"({gpu.uuid}) but the container's memory is on GPU {wanted.index} "
                         f"({wanted.uuid}): both must be on the same GPU",
                     )
-            if self.settings.mps is not None:
-                self.settings.mps.check_one_gpu(1)
+            if self.host.mps is not None:
+                self.host.mps.check_one_gpu(1)
             key, directory, slot = self.pairing.add_compute(
                 identity, gpu, percent, list(ids), self._meta(match)
             )
             if match is not None:
-                self._served(match, gpu)
+                self.assignments.add_compute(match, gpu.index)
             log.info(
                 "allocated %s: %d%% of GPU %d (%s) -> %s",
                 "/".join((match[0].namespace, match[0].name, match[1].name))
@@ -191,37 +192,12 @@ class ComputeAllocator:
                 gpu.uuid,
                 directory,
             )
-            envs = {
-                "NVIDIA_VISIBLE_DEVICES": gpu.uuid,
-                **self.memory.slot_environment(slot),
-                **injection.environment(),
-            }
-            return api.ContainerAllocateResponse(
-                envs=envs,
-                mounts=self.memory._mounts(directory) + self.memory.slot_mounts(slot),
-                annotations={KEY_ANNOTATION: key},
-            )
+            env = {ENV_VISIBLE_DEVICES: gpu.uuid, **slot_environment(self.host, slot)}
+            return Allocation(key, directory, env, slot_mounts(self.host, slot))
 
     def _meta(self, match: Match | None) -> dict[str, object]:
-        meta: dict[str, object] = {"source": SOURCE_DEVICE_PLUGIN, "resource": self.resource}
-        if match is not None:
-            pod, container = match
-            meta.update(
-                namespace=pod.namespace, pod=pod.name, pod_uid=pod.uid, container=container.name
-            )
-        return meta
-
-    def _served(self, match: Match, gpu: GPU) -> None:
-        """Mark the pod assigned once every container has all it asked for."""
-        pod, _ = match
-        self.memory._pod_gpus.setdefault(pod.uid, set()).add(gpu.index)
-        memory_done = all(
-            self.memory.memory_served((pod.uid, c.name))
-            for c in self.memory.requests(pod.uid, self.settings.resource)
-        )
-        if memory_done and self.memory.compute_complete(pod.uid):
-            self.memory._mark_assigned(pod)
+        return {"source": SOURCE_DEVICE_PLUGIN, "resource": self.resource, **pod_meta(match)}
 
     def rollback(self, key: str) -> None:
-        """Undo this allocator's part of a container directory (a failed Allocate)."""
+        """Undo this policy's part of a container directory (a failed Allocate)."""
         self.pairing.release(key, COMPUTE)

@@ -13,13 +13,14 @@ from typing import Protocol
 import grpc
 
 from cgpu.core.podresources import Owner, PodResources
-from cgpu.deviceplugin import cleanup, kubelet
-from cgpu.deviceplugin.allocator import Allocator
-from cgpu.deviceplugin.health import HealthWatcher
-from cgpu.deviceplugin.inventory import Inventory
-from cgpu.deviceplugin.kube import KubeClient
-from cgpu.deviceplugin.nodestatus import NodeStatus
-from cgpu.deviceplugin.server import Allocates, DevicePluginService, start_server
+from cgpu.deviceplugin.kube.client import KubeClient
+from cgpu.deviceplugin.plugin import cleanup, kubelet
+from cgpu.deviceplugin.plugin.nodestatus import NodeStatus
+from cgpu.deviceplugin.plugin.response import ResponseBuilder
+from cgpu.deviceplugin.plugin.server import DevicePluginService, start_server
+from cgpu.deviceplugin.rm.health import HealthWatcher
+from cgpu.deviceplugin.rm.inventory import Inventory
+from cgpu.deviceplugin.rm.policy import AllocationPolicy
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +32,13 @@ NODE_RETRY = 30.0
 
 
 @dataclass(frozen=True)
-class Options:
-    """How the plugin talks to the kubelet and how often it cleans up."""
+class Serving:
+    """Where the plugin meets the kubelet, and how often it cleans up its state dir."""
 
     kubelet_dir: Path
     socket_name: str
     resource: str
+    state_dir: Path
     cleanup_interval: float
     cleanup_grace: float
 
@@ -48,7 +50,7 @@ class Endpoint:
     socket_name: str
     resource: str
     inventory: Inventory
-    allocator: Allocates
+    policy: AllocationPolicy
 
 
 class Watcher(Protocol):
@@ -64,9 +66,10 @@ class Plugin:
 
     def __init__(
         self,
-        options: Options,
+        serving: Serving,
         inventory: Inventory,
-        allocator: Allocator,
+        policy: AllocationPolicy,
+        responses: ResponseBuilder,
         health: HealthWatcher | None,
         pod_resources: PodResources | None,
         kube: KubeClient | None,
@@ -74,31 +77,32 @@ class Plugin:
         watchers: Sequence[Watcher] = (),
         extra_pod_resources: Sequence[PodResources] = (),
     ) -> None:
-        self.options = options
+        self.serving = serving
         self.inventory = inventory
-        self.allocator = allocator
+        self.policy = policy
+        self.responses = responses
         self.health = health
         self.watchers: list[Watcher] = [*([health] if health else []), *watchers]
         self.pod_resources = pod_resources
         self.extra_pod_resources = list(extra_pod_resources)
         self.kube = kube
-        self.node = NodeStatus(kube, inventory, options.resource) if kube else None
+        self.node = NodeStatus(kube, inventory, serving.resource) if kube else None
         self.stop = threading.Event()
         self.registrations = 0
-        main = Endpoint(options.socket_name, options.resource, inventory, allocator)
+        main = Endpoint(serving.socket_name, serving.resource, inventory, policy)
         self.endpoints = [main, *extra]
 
     @property
     def socket_path(self) -> Path:
-        return self.options.kubelet_dir / self.options.socket_name
+        return self.serving.kubelet_dir / self.serving.socket_name
 
     def path(self, endpoint: Endpoint) -> Path:
         """The socket of one endpoint."""
-        return self.options.kubelet_dir / endpoint.socket_name
+        return self.serving.kubelet_dir / endpoint.socket_name
 
     @property
     def kubelet_socket(self) -> Path:
-        return self.options.kubelet_dir / kubelet.KUBELET_SOCKET
+        return self.serving.kubelet_dir / kubelet.KUBELET_SOCKET
 
     def run(self) -> int:
         """Serve until `stop` is set; returns the exit status."""
@@ -125,7 +129,9 @@ class Plugin:
         included), ends this round: the next one serves afresh and registers everything."""
         servers, mine = [], {}
         for endpoint in self.endpoints:
-            service = DevicePluginService(endpoint.inventory, endpoint.allocator, self.stop)
+            service = DevicePluginService(
+                endpoint.inventory, endpoint.policy, self.responses, self.stop
+            )
             servers.append(start_server(service, self.path(endpoint)))
             mine[endpoint.socket_name] = kubelet.identity(self.path(endpoint))
             log.info("serving %s on %s", endpoint.resource, self.path(endpoint))
@@ -229,12 +235,10 @@ class Plugin:
             for owner, ids in listing[0].items():
                 devices.setdefault(owner, set()).update(ids)
             pods |= listing[1]
-        return cleanup.sweep(
-            self.allocator.settings.state_dir, devices, pods, self.options.cleanup_grace
-        )
+        return cleanup.sweep(self.serving.state_dir, devices, pods, self.serving.cleanup_grace)
 
     def _cleanup_loop(self) -> None:
-        while not self.stop.wait(self.options.cleanup_interval):
+        while not self.stop.wait(self.serving.cleanup_interval):
             try:
                 self.cleanup_once()
             except Exception:  # a cleanup bug must not take the plugin down

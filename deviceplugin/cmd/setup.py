@@ -7,31 +7,33 @@ from pathlib import Path
 
 import pynvml
 
-from cgpu.core import context_cost, ownership, paths
+from cgpu.core import context_cost, hostfiles, ownership, paths
 from cgpu.core.gpus import GPU, GPUError
 from cgpu.core.layout import SOURCE_DEVICE_PLUGIN
 from cgpu.core.podresources import PodResources
-from cgpu.deviceplugin import gpus, hostfiles, kube, volcano
-from cgpu.deviceplugin.allocator import Allocator, Settings
-from cgpu.deviceplugin.cli import socket_name as socket_file
-from cgpu.deviceplugin.compute import UNITS_PER_GPU, ComputeAllocator, compute_inventory
-from cgpu.deviceplugin.config import Config
-from cgpu.deviceplugin.health import HealthWatcher
-from cgpu.deviceplugin.inventory import Inventory, id_prefix
-from cgpu.deviceplugin.mps import MpsHealthWatcher, MpsInjection
-from cgpu.deviceplugin.pairing import Pairing
-from cgpu.deviceplugin.plugin import Endpoint, Options, Plugin
-from cgpu.deviceplugin.units import choose_unit
-from cgpu.deviceplugin.volcano_allocator import VolcanoAllocator
+from cgpu.deviceplugin.config.config import Config
+from cgpu.deviceplugin.errors import SetupError
+from cgpu.deviceplugin.kube import client as kube
+from cgpu.deviceplugin.kube.lookup import PodLookup
+from cgpu.deviceplugin.plugin.kubelet import socket_name
+from cgpu.deviceplugin.plugin.plugin import Endpoint, Plugin, Serving
+from cgpu.deviceplugin.plugin.response import ResponseBuilder
+from cgpu.deviceplugin.rm import gpus, volcano
+from cgpu.deviceplugin.rm.assignments import Assignments, gpushare_marker
+from cgpu.deviceplugin.rm.compute import UNITS_PER_GPU, ComputePolicy, compute_inventory
+from cgpu.deviceplugin.rm.health import HealthWatcher
+from cgpu.deviceplugin.rm.inventory import Inventory, id_prefix
+from cgpu.deviceplugin.rm.memory import MemoryPolicy
+from cgpu.deviceplugin.rm.mps import MpsHealthWatcher, MpsInjection
+from cgpu.deviceplugin.rm.pairing import Pairing
+from cgpu.deviceplugin.rm.policy import AllocationPolicy, Host
+from cgpu.deviceplugin.rm.units import choose_unit
+from cgpu.deviceplugin.rm.volcano_policy import VolcanoPolicy, volcano_marker
 
 log = logging.getLogger(__name__)
 
 
-class SetupError(Exception):
-    """The plugin cannot start; the message says why."""
-
-
-def build(config: Config, socket_name: str) -> Plugin:
+def build(config: Config) -> Plugin:
     """Discover GPUs, choose the unit, install the shim and connect to the API server."""
     try:
         found = gpus.discover()
@@ -55,11 +57,12 @@ def build(config: Config, socket_name: str) -> Plugin:
     if volcano_mode and choice.coarsened:
         log.warning(
             "Volcano mode: each %s now counts %d MiB (as Volcano's --gpu-memory-factor=%d): "
-            "a pod's %s limit is read in these units and VOLCANO_GPU_ALLOCATED reports MiB",
+            "a pod's %s limit is read in these units and %s reports MiB",
             volcano.RESOURCE,
             choice.unit.mib,
             choice.unit.mib,
             volcano.RESOURCE,
+            volcano.ENV_ALLOCATED,
         )
     inventory = Inventory(found, choice.unit, index_ids=volcano_mode)
     for g in inventory.gpus:
@@ -96,18 +99,19 @@ def build(config: Config, socket_name: str) -> Plugin:
     mps = MpsInjection(config.mps_root.resolve()) if config.isolation == "mps" else None
     if volcano_mode and mps is not None:
         raise SetupError(
-            "--isolation mps is not available with --resource-name volcano.sh/gpu-memory"
+            f"--isolation mps is not available with --resource-name {volcano.RESOURCE}"
         )
     compute = config.compute_resource if not volcano_mode else ""
     if compute and compute == config.resource_name:
         raise SetupError(f"--compute-resource {compute} is the memory resource's name")
     contexts = context_costs(state_dir, mps is not None)
-    settings = Settings(
-        state_dir, config.resource_name, shim, preload, compute or None, mps, contexts
-    )
+    host = Host(state_dir, config.resource_name, compute or None, mps, contexts)
     pairing = Pairing(state_dir, found, mps=mps is not None, contexts=contexts)
-    allocator = (VolcanoAllocator if volcano_mode else Allocator)(
-        inventory, settings, client, pairing
+    lookup = PodLookup(client) if client is not None else None
+    marker = volcano_marker if volcano_mode else gpushare_marker
+    assignments = Assignments(host, lookup, pairing, marker)
+    policy: AllocationPolicy = (VolcanoPolicy if volcano_mode else MemoryPolicy)(
+        inventory, assignments
     )
     health = HealthWatcher(inventory, config.health_recovery, config.ignore_xid)
     extra, extra_pod_resources = [], []
@@ -115,10 +119,10 @@ def build(config: Config, socket_name: str) -> Plugin:
         compute_units = compute_inventory(inventory)
         extra.append(
             Endpoint(
-                socket_file(compute),
+                socket_name(compute),
                 compute,
                 compute_units,
-                ComputeAllocator(compute_units, allocator, compute),
+                ComputePolicy(compute_units, assignments, compute),
             )
         )
         extra_pod_resources.append(PodResources(config.pod_resources_socket, compute))
@@ -127,18 +131,20 @@ def build(config: Config, socket_name: str) -> Plugin:
     if mps is not None:
         watchers.append(MpsHealthWatcher(inventory, mps.root))
         log.info("isolation: MPS, daemons under %s", mps.root)
-    options = Options(
+    serving = Serving(
         kubelet_dir=config.kubelet_dir,
-        socket_name=socket_name,
+        socket_name=socket_name(config.resource_name),
         resource=config.resource_name,
+        state_dir=state_dir,
         cleanup_interval=config.cleanup_interval,
         cleanup_grace=config.cleanup_grace,
     )
     pod_resources = PodResources(config.pod_resources_socket, config.resource_name)
     return Plugin(
-        options,
+        serving,
         inventory,
-        allocator,
+        policy,
+        ResponseBuilder(shim, preload),
         health,
         pod_resources,
         client,

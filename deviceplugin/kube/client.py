@@ -14,8 +14,6 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-GPU_COUNT_CAPACITY = "aliyun.com/gpu-count"
-
 
 class KubeError(Exception):
     """The API server could not be reached or refused a call."""

@@ -1,4 +1,4 @@
-"""Allocation in Volcano mode: the pod's `volcano.sh/gpu-index` decides the GPU."""
+"""The Volcano policy (`volcano.sh/gpu-memory`): the pod's `volcano.sh/gpu-index` names the GPU."""
 
 from __future__ import annotations
 
@@ -7,45 +7,59 @@ from collections.abc import Sequence
 
 import grpc
 
-from cgpu.core import injection
-from cgpu.core.layout import KEY_ANNOTATION
-from cgpu.deviceplugin import placement, volcano
-from cgpu.deviceplugin.allocator import Allocator, Match
-from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
-from cgpu.deviceplugin.kube import KubeError
-from cgpu.deviceplugin.placement import AllocationError, Placement
-from cgpu.deviceplugin.pods import PodInfo
+from cgpu.core.containers import remove_container_dir
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.kube.client import KubeError
+from cgpu.deviceplugin.kube.pods import PodInfo
+from cgpu.deviceplugin.rm import placement, volcano
+from cgpu.deviceplugin.rm.assignments import Assignments
+from cgpu.deviceplugin.rm.directory import Match, make_directory, placement_meta
+from cgpu.deviceplugin.rm.inventory import Inventory
+from cgpu.deviceplugin.rm.placement import Placement
+from cgpu.deviceplugin.rm.policy import Allocation
 
 log = logging.getLogger(__name__)
 
 
-class VolcanoAllocator(Allocator):
-    """Serves GetPreferredAllocation and Allocate for `volcano.sh/gpu-memory`.
+def volcano_marker(pod: PodInfo, gpus: list[int]) -> dict[str, str]:
+    """Volcano's: volcano.sh/gpu-assigned=true, so the next Allocate takes the next pod."""
+    return {volcano.GPU_ASSIGNED: "true"}
+
+
+class VolcanoPolicy:
+    """GetPreferredAllocation and Allocate for `volcano.sh/gpu-memory`.
 
     Volcano's scheduler already chose the GPU: there is no placement here, only the match
     of the request to its pod, the checks, and the container's directory and variables.
-    The API server is required; when it cannot be read, Allocate fails (UNAVAILABLE).
+    The API server is required; when it cannot be read, Allocate fails (UNAVAILABLE). Its
+    `Assignments` should mark pods with `volcano_marker`.
     """
+
+    def __init__(self, inventory: Inventory, assignments: Assignments) -> None:
+        self.inventory = inventory
+        self.assignments = assignments
+        self.host = assignments.host
 
     def _find(self, units: int, prune: bool) -> Match:
         """The pod container this request is for; AllocationError when there is none."""
-        if self.kube is None:
+        pods = self.assignments.pods
+        if pods is None:
             raise AllocationError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{volcano.RESOURCE} needs the API server to find the pod's "
                 f"{volcano.GPU_INDEX}; the plugin has none (pass --kubeconfig or run in-cluster)",
             )
         try:
-            pods = self._pending(prune)
+            pending = self.assignments.pending(prune)
         except KubeError as err:
             raise AllocationError(
                 grpc.StatusCode.UNAVAILABLE, f"cannot list this node's pending pods: {err}"
             ) from None
-        found = volcano.match(pods, units, self._allocated)
+        found = volcano.match(pending, units, set(self.assignments.allocated))
         if found is None:
             raise AllocationError(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"no pending pod on node {self.kube.node_name} has a container asking for "
+                f"no pending pod on node {pods.node_name} has a container asking for "
                 f"{units} {volcano.RESOURCE} that is still waiting for its GPU (not "
                 f"{volcano.GPU_ASSIGNED}); was the pod deleted, or scheduled by another "
                 "scheduler?",
@@ -58,26 +72,31 @@ class VolcanoAllocator(Allocator):
         """Units from the pod's GPU when it is known (so the kubelet's count follows the card)."""
         pinned: list[int] = []
         try:
-            with self._lock:
+            with self.assignments.lock:
                 pod, _ = self._find(size, prune=False)
             pinned = [volcano.gpu_index(pod)]
         except AllocationError as err:
             log.info("GetPreferredAllocation without a GPU from the pod: %s", err.message)
         return placement.preferred(self.inventory, available, must_include, size, 1, pinned)
 
-    def allocate(self, ids: Sequence[str]) -> api.ContainerAllocateResponse:
+    def allocate(self, ids: Sequence[str]) -> Allocation:
         """Allocate one container on the GPU its pod's annotation names."""
-        with self._lock:
+        with self.assignments.lock:
             match = self._find(len(ids), prune=True)
             pod, container = match
             grant = volcano.grant(self.inventory, pod, len(ids))
             # Validates the IDs (known, not repeated); the GPU is the annotation's.
-            placement.check(self.inventory, ids, self.settings.resource, 1, [grant.gpu.gpu.index])
+            placement.check(self.inventory, ids, self.host.resource, 1, [grant.gpu.gpu.index])
             placed = Placement([grant.gpu], grant.units)
-            meta = self._meta(ids, placed, match)
+            meta = placement_meta(self.host.resource, self.inventory.unit.bytes, ids, placed, match)
             meta["allocated_mib"] = grant.mib
-            key, directory = self._create({grant.gpu.gpu.uuid: grant.limit_bytes}, meta)
-            self._served(match, placed)
+            key, directory = make_directory(
+                self.host.state_dir,
+                {grant.gpu.gpu.uuid: grant.limit_bytes},
+                meta,
+                self.host.contexts,
+            )
+            self.assignments.add_memory(match, [grant.gpu.gpu.index])
             log.info(
                 "allocated %s/%s/%s: %d MiB on GPU %d (%s) -> %s",
                 pod.namespace,
@@ -88,16 +107,8 @@ class VolcanoAllocator(Allocator):
                 grant.gpu.gpu.uuid,
                 directory,
             )
-            return api.ContainerAllocateResponse(
-                envs={**grant.environment(), **injection.environment()},
-                mounts=self._mounts(directory),
-                annotations={KEY_ANNOTATION: key},
-            )
+            return Allocation(key, directory, grant.environment())
 
-    def _mark_assigned(self, pod: PodInfo) -> None:
-        """Set volcano.sh/gpu-assigned=true, so the next Allocate takes the next pod."""
-        assert self.kube is not None
-        try:
-            self.kube.annotate_pod(pod.namespace, pod.name, {volcano.GPU_ASSIGNED: "true"})
-        except KubeError as err:
-            log.warning("could not mark pod %s/%s assigned: %s", pod.namespace, pod.name, err)
+    def rollback(self, key: str) -> None:
+        """Remove the container directory of a failed Allocate."""
+        remove_container_dir(self.host.state_dir, key)

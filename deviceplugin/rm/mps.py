@@ -20,9 +20,10 @@ from pathlib import Path
 import grpc
 
 from cgpu.core import mpslayout
-from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
-from cgpu.deviceplugin.inventory import Inventory
-from cgpu.deviceplugin.placement import AllocationError
+from cgpu.core.injection import Mount
+from cgpu.core.layout import GPU_COUNT
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.rm.inventory import Inventory
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +50,14 @@ class MpsInjection:
             envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={max(1, memory_bytes // MIB)}M"
         return envs
 
-    def mounts(self, uuid: str) -> list[api.Mount]:
+    def mounts(self, uuid: str) -> list[Mount]:
         """The daemon's pipe directory (at the same path) and the shared /dev/shm."""
         pipe = str(mpslayout.pipe_dir(self.root, uuid))
         return [
-            api.Mount(container_path=pipe, host_path=pipe, read_only=False),
-            api.Mount(
-                container_path=CONTAINER_SHM,
+            Mount(host_path=pipe, container_path=pipe, read_only=False),
+            Mount(
                 host_path=str(mpslayout.shm_dir(self.root)),
+                container_path=CONTAINER_SHM,
                 read_only=False,
             ),
         ]
@@ -67,7 +68,7 @@ class MpsInjection:
             raise AllocationError(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"--isolation mps gives each container one GPU's MPS daemon, but this "
-                f"container spreads over {count} GPUs (aliyun.com/gpu-count); remove the "
+                f"container spreads over {count} GPUs ({GPU_COUNT}); remove the "
                 "label or run the plugin without MPS",
             )
 

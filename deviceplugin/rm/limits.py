@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from cgpu.core.gpus import GPU
+from cgpu.core.layout import ENV_GPU_MEM_CONTAINER as CONTAINER_UNITS
+from cgpu.core.layout import ENV_GPU_MEM_DEV as DEVICE_UNITS
 from cgpu.core.limits import parse_env, slice_for
-
-CONTAINER_UNITS = "ALIYUN_COM_GPU_MEM_CONTAINER"
-DEVICE_UNITS = "ALIYUN_COM_GPU_MEM_DEV"
 
 
 def share_env(units: int, of: int) -> dict[str, str]:

@@ -8,16 +8,9 @@ from dataclasses import dataclass
 
 import grpc
 
-from cgpu.deviceplugin.inventory import GpuUnits, Inventory, UnknownDevices
-
-
-class AllocationError(Exception):
-    """A request the plugin cannot honour; becomes a gRPC error with this code and message."""
-
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+from cgpu.core.layout import GPU_COUNT, GPU_MEM_IDX
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.rm.inventory import GpuUnits, Inventory, UnknownDevices
 
 
 @dataclass(frozen=True)
@@ -157,14 +150,14 @@ def check(
     if n % gpu_count:
         raise AllocationError(
             grpc.StatusCode.INVALID_ARGUMENT,
-            f"{n} units of {resource} cannot be split evenly over aliyun.com/gpu-count="
+            f"{n} units of {resource} cannot be split evenly over {GPU_COUNT}="
             f"{gpu_count} GPUs: the request must be a multiple of the GPU count",
         )
     share = n // gpu_count
     if gpu_count > len(inventory.gpus):
         raise AllocationError(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"aliyun.com/gpu-count={gpu_count} but this node has {len(inventory.gpus)} GPUs",
+            f"{GPU_COUNT}={gpu_count} but this node has {len(inventory.gpus)} GPUs",
         )
     if pinned:
         gpus = []
@@ -173,21 +166,20 @@ def check(
             if gpu is None:
                 raise AllocationError(
                     grpc.StatusCode.FAILED_PRECONDITION,
-                    f"the scheduler placed this pod on GPU {index} (ALIYUN_COM_GPU_MEM_IDX), "
+                    f"the scheduler placed this pod on GPU {index} ({GPU_MEM_IDX}), "
                     f"which this node does not have",
                 )
             gpus.append(gpu)
         if len(gpus) != gpu_count:
             raise AllocationError(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"ALIYUN_COM_GPU_MEM_IDX names {len(gpus)} GPUs but the pod asks for "
-                f"aliyun.com/gpu-count={gpu_count}",
+                f"{GPU_MEM_IDX} names {len(gpus)} GPUs but the pod asks for "
+                f"{GPU_COUNT}={gpu_count}",
             )
         if any(share > g.units for g in gpus):
             raise AllocationError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"{share} units do not fit on GPU(s) {list(pinned)} named by "
-                "ALIYUN_COM_GPU_MEM_IDX",
+                f"{share} units do not fit on GPU(s) {list(pinned)} named by {GPU_MEM_IDX}",
             )
         return Placement(gpus, share)
     if len(groups) != gpu_count or any(len(v) != share for v in groups.values()):
@@ -195,13 +187,13 @@ def check(
             message = (
                 f"the {n} units of {resource} span {len(groups)} GPUs "
                 f"({_describe(groups, inventory)}); a container's units must come from one "
-                "GPU. Label the pod aliyun.com/gpu-count=<M> to spread a request evenly over "
+                f"GPU. Label the pod {GPU_COUNT}=<M> to spread a request evenly over "
                 "M GPUs"
             )
         else:
             message = (
                 f"the pod asks for {share} units on each of {gpu_count} GPUs "
-                f"(aliyun.com/gpu-count={gpu_count}), but the kubelet offered "
+                f"({GPU_COUNT}={gpu_count}), but the kubelet offered "
                 f"{_describe(groups, inventory)}"
             )
         raise AllocationError(grpc.StatusCode.FAILED_PRECONDITION, message)

@@ -8,11 +8,26 @@ from pathlib import Path
 
 import grpc
 
+from cgpu.core.layout import KUBELET_SOCKET
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
 
 API_VERSION = "v1beta1"
-KUBELET_SOCKET = "kubelet.sock"
+
+__all__ = [
+    "API_VERSION",
+    "KUBELET_SOCKET",
+    "FileIdentity",
+    "identity",
+    "register",
+    "socket_name",
+]
+
+
+def socket_name(resource: str) -> str:
+    """The plugin's socket file name for a resource: aliyun.com/gpu-mem -> cgpu-gpu-mem.sock."""
+    tail = resource.rsplit("/", 1)[-1]
+    return "cgpu-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in tail) + ".sock"
 
 
 def register(kubelet_socket: Path, endpoint: str, resource: str, timeout: float = 5.0) -> None:

@@ -13,9 +13,10 @@ import logging
 import threading
 from typing import Any
 
-from cgpu.deviceplugin import volcano
-from cgpu.deviceplugin.inventory import Inventory
-from cgpu.deviceplugin.kube import GPU_COUNT_CAPACITY, KubeClient, KubeError
+from cgpu.core.layout import GPU_COUNT
+from cgpu.deviceplugin.kube.client import KubeClient, KubeError
+from cgpu.deviceplugin.rm import volcano
+from cgpu.deviceplugin.rm.inventory import Inventory
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class NodeStatus:
         """The node-status patch for the current inventory."""
         count = str(len(self.inventory.gpus))
         if not self.volcano:
-            return {"status": {"capacity": {GPU_COUNT_CAPACITY: count}}}
+            return {"status": {"capacity": {GPU_COUNT: count}}}
         number = {volcano.GPU_NUMBER: count}
         return {
             "metadata": {

@@ -6,13 +6,22 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from cgpu.core.containers import DEFAULT_STATE_DIR
+from cgpu.core.layout import DEFAULT_STATE_DIR
+from cgpu.core.layout import DEVICE_PLUGIN_DIR as DEFAULT_KUBELET_DIR
+from cgpu.core.layout import GPU_CORE as DEFAULT_COMPUTE_RESOURCE
+from cgpu.core.layout import GPU_MEM as DEFAULT_RESOURCE
+from cgpu.core.layout import MPS_ROOT as DEFAULT_MPS_ROOT
+from cgpu.core.layout import POD_RESOURCES_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
 
-DEFAULT_KUBELET_DIR = "/var/lib/kubelet/device-plugins"
-DEFAULT_RESOURCE = "aliyun.com/gpu-mem"
-DEFAULT_POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
-DEFAULT_COMPUTE_RESOURCE = "aliyun.com/gpu-core.percentage"
-DEFAULT_MPS_ROOT = "/run/cgpu/mps"
+__all__ = [
+    "DEFAULT_COMPUTE_RESOURCE",
+    "DEFAULT_KUBELET_DIR",
+    "DEFAULT_MPS_ROOT",
+    "DEFAULT_POD_RESOURCES_SOCKET",
+    "DEFAULT_RESOURCE",
+    "ISOLATIONS",
+    "Config",
+]
 ISOLATIONS = ("shim", "mps")
 
 

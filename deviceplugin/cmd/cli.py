@@ -1,4 +1,4 @@
-"""`cgpu device-plugin`: options, start-up, and signal handling."""
+"""`cgpu device-plugin`: its flags, start-up, and signal handling."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 from types import FrameType
 
 from cgpu.core import ownership, paths
-from cgpu.core.containers import DEFAULT_STATE_DIR
-from cgpu.deviceplugin.config import (
+from cgpu.core.layout import DEFAULT_STATE_DIR, VOLCANO_GPU_MEMORY
+from cgpu.deviceplugin.cmd.setup import build
+from cgpu.deviceplugin.config.config import (
     DEFAULT_COMPUTE_RESOURCE,
     DEFAULT_KUBELET_DIR,
     DEFAULT_MPS_ROOT,
@@ -20,6 +21,7 @@ from cgpu.deviceplugin.config import (
     ISOLATIONS,
     Config,
 )
+from cgpu.deviceplugin.errors import SetupError
 
 log = logging.getLogger("deviceplugin")
 
@@ -38,7 +40,7 @@ def register(parser: argparse.ArgumentParser) -> None:
         choices=("GiB", "MiB"),
         default=None,
         help="memory per advertised device (default: GiB; always MiB with --resource-name "
-        "volcano.sh/gpu-memory); made coarser, with a log line, when the device list would "
+        f"{VOLCANO_GPU_MEMORY}); made coarser, with a log line, when the device list would "
         "exceed the kubelet's 4 MiB message limit",
     )
     add(
@@ -131,12 +133,6 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
-def socket_name(resource: str) -> str:
-    """The plugin's socket file name for a resource: aliyun.com/gpu-mem -> cgpu-gpu-mem.sock."""
-    tail = resource.rsplit("/", 1)[-1]
-    return "cgpu-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in tail) + ".sock"
-
-
 def run(args: argparse.Namespace) -> int:
     """Start the plugin and serve until SIGTERM or SIGINT."""
     return serve(Config.from_args(args))
@@ -149,10 +145,8 @@ def serve(config: Config) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from cgpu.deviceplugin.setup import SetupError, build
-
     try:
-        plugin = build(config, socket_name(config.resource_name))
+        plugin = build(config)
     except SetupError as err:
         print(f"cgpu device-plugin: {err}", file=sys.stderr)
         return 1

@@ -16,22 +16,22 @@ from dataclasses import dataclass
 
 import grpc
 
-from cgpu.deviceplugin.inventory import GpuUnits, Inventory
-from cgpu.deviceplugin.limits import slices
-from cgpu.deviceplugin.placement import AllocationError
-from cgpu.deviceplugin.pods import ContainerRequest, PodInfo
-from cgpu.deviceplugin.units import MIB, Unit
+from cgpu.core.layout import ENV_VISIBLE_DEVICES as ENV_VISIBLE
+from cgpu.core.layout import ENV_VOLCANO_ALLOCATED as ENV_ALLOCATED
+from cgpu.core.layout import ENV_VOLCANO_TOTAL as ENV_TOTAL
+from cgpu.core.layout import VOLCANO_GPU_ASSIGNED as GPU_ASSIGNED
+from cgpu.core.layout import VOLCANO_GPU_INDEX as GPU_INDEX
+from cgpu.core.layout import VOLCANO_GPU_MEMORY as RESOURCE
+from cgpu.core.layout import VOLCANO_GPU_NUMBER
+from cgpu.core.layout import VOLCANO_PREDICATE_TIME as PREDICATE_TIME
+from cgpu.core.layout import VOLCANO_UNHEALTHY_IDS as UNHEALTHY_IDS
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.kube.pods import ContainerRequest, PodInfo
+from cgpu.deviceplugin.rm.inventory import GpuUnits, Inventory
+from cgpu.deviceplugin.rm.limits import slices
+from cgpu.deviceplugin.rm.units import MIB, Unit
 
-RESOURCE = "volcano.sh/gpu-memory"
-GPU_NUMBER = "volcano.sh/gpu-number"
-GPU_INDEX = "volcano.sh/gpu-index"
-PREDICATE_TIME = "volcano.sh/predicate-time"
-GPU_ASSIGNED = "volcano.sh/gpu-assigned"
-UNHEALTHY_IDS = "volcano.sh/gpu-unhealthy-ids"
-
-ENV_ALLOCATED = "VOLCANO_GPU_ALLOCATED"
-ENV_TOTAL = "VOLCANO_GPU_MEMORY_TOTAL"
-ENV_VISIBLE = "NVIDIA_VISIBLE_DEVICES"
+GPU_NUMBER = VOLCANO_GPU_NUMBER  # the node capacity this plugin publishes
 
 # Volcano sorts pods without a readable predicate time last (math.MaxUint64).
 NO_TIME = 2**64 - 1

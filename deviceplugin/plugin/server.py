@@ -1,46 +1,43 @@
-"""The DevicePlugin gRPC service the kubelet calls on the plugin's socket."""
+"""The DevicePlugin gRPC service the kubelet calls on the plugin's socket: the device list
+from the inventory, the choices from a policy, the responses from the `ResponseBuilder`."""
 
 from __future__ import annotations
 
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
-from typing import Protocol
 
 import grpc
 
 from cgpu.core.layout import KEY_ANNOTATION
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2 as api
 from cgpu.deviceplugin.api import deviceplugin_v1beta1_pb2_grpc as api_grpc
-from cgpu.deviceplugin.inventory import Inventory
-from cgpu.deviceplugin.placement import AllocationError
+from cgpu.deviceplugin.errors import AllocationError
+from cgpu.deviceplugin.plugin.response import ResponseBuilder
+from cgpu.deviceplugin.rm.inventory import Inventory
+from cgpu.deviceplugin.rm.policy import AllocationPolicy
 
 log = logging.getLogger(__name__)
 
 WATCH_POLL = 1.0
 
 
-class Allocates(Protocol):
-    """What the service needs of an allocator (memory, Volcano or compute)."""
-
-    def preferred(
-        self, available: Sequence[str], must_include: Sequence[str], size: int
-    ) -> list[str]: ...
-
-    def allocate(self, ids: Sequence[str]) -> api.ContainerAllocateResponse: ...
-
-    def rollback(self, key: str) -> None: ...
-
-
 class DevicePluginService(api_grpc.DevicePluginServicer):
-    """ListAndWatch from the inventory; allocation calls go to the allocator."""
+    """ListAndWatch from the inventory; allocation calls go to the policy."""
 
-    def __init__(self, inventory: Inventory, allocator: Allocates, stopping: threading.Event):
+    def __init__(
+        self,
+        inventory: Inventory,
+        policy: AllocationPolicy,
+        responses: ResponseBuilder,
+        stopping: threading.Event,
+    ) -> None:
         self.inventory = inventory
-        self.allocator = allocator
+        self.policy = policy
+        self.responses = responses
         self.stopping = stopping
         self._cache: tuple[int, api.ListAndWatchResponse] | None = None
         self._cache_lock = threading.Lock()
@@ -78,7 +75,7 @@ class DevicePluginService(api_grpc.DevicePluginServicer):
     ) -> api.PreferredAllocationResponse:
         responses = []
         for req in request.container_requests:
-            ids = self.allocator.preferred(
+            ids = self.policy.preferred(
                 list(req.available_deviceIDs),
                 list(req.must_include_deviceIDs),
                 req.allocation_size,
@@ -92,10 +89,11 @@ class DevicePluginService(api_grpc.DevicePluginServicer):
         responses: list[api.ContainerAllocateResponse] = []
         try:
             for req in request.container_requests:
-                responses.append(self.allocator.allocate(list(req.devices_ids)))
+                allocation = self.policy.allocate(list(req.devices_ids))
+                responses.append(self.responses.build(allocation))
         except Exception as err:
             for done in responses:  # all or nothing
-                self.allocator.rollback(done.annotations[KEY_ANNOTATION])
+                self.policy.rollback(done.annotations[KEY_ANNOTATION])
             if not isinstance(err, AllocationError):
                 log.exception("Allocate failed")
                 err = AllocationError(grpc.StatusCode.INTERNAL, f"allocation failed: {err}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from cgpu.core.xid import XidWatcher, probe
-from cgpu.deviceplugin.inventory import Inventory
+from cgpu.deviceplugin.rm.inventory import Inventory
 
 
 class HealthWatcher(XidWatcher):

@@ -1,0 +1,1 @@
+"""The kubelet-facing side: the gRPC server, registration, ListAndWatch, the Allocate response."""
