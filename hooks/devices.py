@@ -7,7 +7,7 @@ import re
 from cgpu.core.gpus import GPU
 from cgpu.core.layout import ENV_CDI_DEVICE_PREFIX, ENV_VISIBLE_DEVICES
 from cgpu.core.layout import UUID_RE as _UUID_RE
-from cgpu.core.limits import MAX_ORDINALS, Fixed, Share, slice_for
+from cgpu.core.request import MAX_ORDINALS, Fixed, Share, slice_for
 from cgpu.hooks.errors import RequestError
 
 _INDEX_RE = re.compile(r"^[0-9]{1,4}$")

@@ -1,4 +1,4 @@
-"""What a container asks for, read by the shim's own parser (`cgpu.core.limits.parse_env`).
+"""What a container asks for, read by the shim's own parser (`cgpu.core.request.parse_env`).
 
 The hook does not interpret the limit variables itself: `parse_env` calls the C function the
 shim runs on its own environment, so a container the hook accepts is one the shim accepts, with
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from cgpu.core.limits import Disabled, Fixed, LimitError, NoLimit, Request, Share, parse_env
+from cgpu.core.request import Disabled, Fixed, LimitError, NoLimit, Request, Share, parse_env
 from cgpu.hooks.errors import RequestError
 
 __all__ = ["Fixed", "Request", "Share", "parse_request"]

@@ -39,7 +39,7 @@ MAX_STEP_ROUNDS = 8
 
 
 @dataclass(frozen=True)
-class Settings:
+class ArbiterConfig:
     """The arbiter's options."""
 
     roots: tuple[Path, ...]
@@ -66,7 +66,7 @@ class Arbiter:
     `busy_source` replaces NVML for the unmanaged-load estimator (tests, or another reader).
     """
 
-    def __init__(self, settings: Settings, busy_source: BusySource | None = None) -> None:
+    def __init__(self, settings: ArbiterConfig, busy_source: BusySource | None = None) -> None:
         self.settings = settings
         self.bad_messages = 0
         self._clock = time.monotonic_ns

@@ -12,7 +12,7 @@ from types import FrameType
 from cgpu.core.containers import containers_root, default_state_dir
 from cgpu.core.native import load
 
-from .arbiter import MS, Arbiter, Settings
+from .arbiter import MS, Arbiter, ArbiterConfig
 
 log = logging.getLogger("compute-arbiter")
 
@@ -54,14 +54,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     add("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
-def settings_from(args: argparse.Namespace) -> Settings:
+def settings_from(args: argparse.Namespace) -> ArbiterConfig:
     """The settings the options describe; ValueError for a bad value."""
     if args.quantum_ms <= 0 or args.drain_cap_ms <= 0 or args.idle_release_ms < 0:
         raise ValueError(
             "--quantum-ms and --drain-cap-ms must be positive, --idle-release-ms not negative"
         )
     roots = tuple(args.containers) or (containers_root(default_state_dir()),)
-    return Settings(
+    return ArbiterConfig(
         roots=tuple(root.absolute() for root in roots),
         quantum_ns=round(args.quantum_ms * MS),
         drain_cap_ns=round(args.drain_cap_ms * MS),

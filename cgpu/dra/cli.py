@@ -20,7 +20,7 @@ from cgpu.dra.config import DEFAULT_CDI_DIR, DEFAULT_KUBELET_DIR, Config
 from cgpu.dra.health import HealthWatcher
 from cgpu.dra.healthservice import HealthService
 from cgpu.dra.kubeapi import KubeError, connect
-from cgpu.dra.prepare import Preparer, Settings
+from cgpu.dra.prepare import PrepareConfig, Preparer
 from cgpu.dra.service import Servers
 from cgpu.dra.slices import Publisher
 
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     contexts = context_cost.ensure(state_dir)  # in this environment: the simulator's, if so
     for uuid, size in sorted(contexts.items()):
         log.info("GPU %s: a CUDA context takes %d MiB", uuid, size >> 20)
-    settings = Settings(
+    settings = PrepareConfig(
         state_dir, config.cdi_dir, shim, preload, pool=config.node_name, contexts=contexts
     )
     preparer = Preparer(inventory, settings, api, Checkpoint(state_dir))

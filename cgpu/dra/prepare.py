@@ -45,7 +45,7 @@ class ClaimRef:
 
 
 @dataclass(frozen=True)
-class Settings:
+class PrepareConfig:
     """Where prepare writes, and what it mounts."""
 
     state_dir: Path
@@ -66,7 +66,11 @@ class Preparer:
     """Prepares and unprepares claims; safe to call from several gRPC threads."""
 
     def __init__(
-        self, inventory: Inventory, settings: Settings, claims: ClaimReader, checkpoint: Checkpoint
+        self,
+        inventory: Inventory,
+        settings: PrepareConfig,
+        claims: ClaimReader,
+        checkpoint: Checkpoint,
     ) -> None:
         self.inventory = inventory
         self.settings = settings

@@ -13,7 +13,7 @@ from types import FrameType
 from cgpu.core import mpslayout
 from cgpu.core.config import ConfigError, parse_size
 from cgpu.mps.control import CONTROL_BINARY
-from cgpu.mps.supervisor import EXCLUSIVE_PROCESS, Settings, Supervisor
+from cgpu.mps.supervisor import EXCLUSIVE_PROCESS, Supervisor, SupervisorConfig
 
 log = logging.getLogger("mps-daemon")
 
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     if not uuids:
         print("cgpu mps-daemon: no GPUs", file=sys.stderr)
         return 1
-    settings = Settings(
+    settings = SupervisorConfig(
         root=config.root.resolve(),
         binary=config.binary,
         thread_percentage=config.thread_percentage,

@@ -26,7 +26,7 @@ DEFAULT_MODE = "DEFAULT"
 
 
 @dataclass(frozen=True)
-class Settings:
+class SupervisorConfig:
     """How the daemons are run and configured."""
 
     root: Path
@@ -52,7 +52,7 @@ class Daemon:
 class Supervisor:
     """Starts, probes and restarts the daemons of `uuids`; `stop` ends `run`."""
 
-    def __init__(self, uuids: list[str], settings: Settings) -> None:
+    def __init__(self, uuids: list[str], settings: SupervisorConfig) -> None:
         for uuid in uuids:
             mpslayout.gpu_dir(settings.root, uuid)  # ValueError for a UUID unsafe as a name
         self.settings = settings

@@ -6,9 +6,10 @@
 The .proto files are compiled at their import path (`cgpu/deviceplugin/api/...`,
 `cgpu/core/api/...`), so the generated modules import each other as `cgpu.*`. Generating
 stages the repository's .proto files in that layout first, since the repository keeps the device
-plugin in `deviceplugin/`. The check compiles the installed .proto files and compares the
-compiled descriptors, not the text, so it does not depend on the grpcio-tools version that
-generated the committed files. Both need grpcio-tools; the runtime does not.
+plugin in `deviceplugin/`. The check stages the installed .proto files (found through their
+packages, so an editable install works too) and compares the compiled descriptors, not the text,
+so it does not depend on the grpcio-tools version that generated the committed files. Both need
+grpcio-tools; the runtime does not.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-INSTALL_ROOT = Path(__file__).resolve().parents[3]  # the directory holding the `cgpu` package
 # The import path of each .proto, and the repository folder that holds it.
 PROTOS = {
     "cgpu/deviceplugin/api/deviceplugin_v1beta1.proto": "deviceplugin/api",
@@ -40,14 +40,26 @@ def _protoc(root: Path, args: list[str]) -> None:
         raise SystemExit(f"protoc failed ({code}) on {args}")
 
 
+def _stage(stage: Path, proto: str, source: Path) -> Path:
+    """Copy `source` to its import path `proto` under `stage`; returns the copy."""
+    staged = stage / proto
+    staged.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(source, staged)
+    return staged
+
+
+def _installed(proto: str) -> Path:
+    """The installed copy of `proto`, beside its package's modules."""
+    package = importlib.import_module(str(Path(proto).parent).replace("/", "."))
+    return Path(package.__file__).resolve().parent / Path(proto).name
+
+
 def generate(repo: Path) -> None:
     """Write the generated modules next to the repository's .proto files."""
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp)
         for proto, folder in PROTOS.items():
-            staged = stage / proto
-            staged.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(repo / folder / Path(proto).name, staged)
+            staged = _stage(stage, proto, repo / folder / Path(proto).name)
             _protoc(stage, [f"--python_out={stage}", f"--grpc_python_out={stage}", proto])
             stem = staged.name.removesuffix(".proto")
             for suffix in ("_pb2.py", "_pb2_grpc.py"):
@@ -69,10 +81,12 @@ def stale() -> list[str]:
 
     problems = []
     with tempfile.TemporaryDirectory() as tmp:
+        stage = Path(tmp) / "stage"
         for proto in PROTOS:
             name = Path(proto).name
             out = Path(tmp) / f"{name}.pb"
-            _protoc(INSTALL_ROOT, [f"--descriptor_set_out={out}", proto])
+            _stage(stage, proto, _installed(proto))
+            _protoc(stage, [f"--descriptor_set_out={out}", proto])
             fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]
             _strip_json_names(fresh)
             module_name = proto.removesuffix(".proto").replace("/", ".")

@@ -17,10 +17,10 @@ API_VERSION = "v1beta1"
 __all__ = [
     "API_VERSION",
     "KUBELET_SOCKET",
-    "FileIdentity",
-    "identity",
+    "FileStamp",
     "register",
     "socket_name",
+    "stamp",
 ]
 
 
@@ -48,7 +48,7 @@ def register(kubelet_socket: Path, endpoint: str, resource: str, timeout: float 
 
 
 @dataclass(frozen=True)
-class FileIdentity:
+class FileStamp:
     """What tells one incarnation of a socket file from the next."""
 
     device: int
@@ -56,10 +56,10 @@ class FileIdentity:
     ctime_ns: int
 
 
-def identity(path: Path) -> FileIdentity | None:
-    """The socket's identity, or None when it does not exist."""
+def stamp(path: Path) -> FileStamp | None:
+    """The socket's stamp (device, inode, ctime), or None when it does not exist."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
         return None
-    return FileIdentity(st.st_dev, st.st_ino, st.st_ctime_ns)
+    return FileStamp(st.st_dev, st.st_ino, st.st_ctime_ns)

@@ -133,7 +133,7 @@ class Plugin:
                 endpoint.inventory, endpoint.policy, self.responses, self.stop
             )
             servers.append(start_server(service, self.path(endpoint)))
-            mine[endpoint.socket_name] = kubelet.identity(self.path(endpoint))
+            mine[endpoint.socket_name] = kubelet.stamp(self.path(endpoint))
             log.info("serving %s on %s", endpoint.resource, self.path(endpoint))
         try:
             theirs = self._register_all(mine)
@@ -148,26 +148,24 @@ class Plugin:
                 server.stop(grace=0.5).wait(2)
 
     def _unchanged(
-        self, mine: dict[str, kubelet.FileIdentity | None], theirs: kubelet.FileIdentity | None
+        self, mine: dict[str, kubelet.FileStamp | None], theirs: kubelet.FileStamp | None
     ) -> bool:
         """Whether our sockets and kubelet.sock are the ones this round started with; logs
         what changed."""
-        if kubelet.identity(self.kubelet_socket) != theirs:
+        if kubelet.stamp(self.kubelet_socket) != theirs:
             log.warning("kubelet.sock was recreated: the kubelet restarted; re-registering")
             return False
         return self._ours_present(mine)
 
-    def _register_all(
-        self, mine: dict[str, kubelet.FileIdentity | None]
-    ) -> kubelet.FileIdentity | None:
-        """Register every resource on one kubelet; returns its socket's identity, or None
+    def _register_all(self, mine: dict[str, kubelet.FileStamp | None]) -> kubelet.FileStamp | None:
+        """Register every resource on one kubelet; returns its socket's stamp, or None
         when stopped, when anything changed meanwhile, or when it took too long (the caller
         then starts over)."""
         theirs = None
         while theirs is None:  # no kubelet yet: wait for one, watching our own sockets
             if self.stop.is_set() or not self._ours_present(mine):
                 return None
-            theirs = kubelet.identity(self.kubelet_socket)
+            theirs = kubelet.stamp(self.kubelet_socket)
             if theirs is None:
                 self.stop.wait(POLL)
         deadline = time.monotonic() + REGISTER_DEADLINE
@@ -186,10 +184,10 @@ class Plugin:
                 return None
         return None if self.stop.is_set() else theirs
 
-    def _ours_present(self, mine: dict[str, kubelet.FileIdentity | None]) -> bool:
+    def _ours_present(self, mine: dict[str, kubelet.FileStamp | None]) -> bool:
         """Whether each of our sockets is still the one we created."""
         for endpoint in self.endpoints:
-            now = kubelet.identity(self.path(endpoint))
+            now = kubelet.stamp(self.path(endpoint))
             if now is None or now != mine[endpoint.socket_name]:
                 log.warning("our socket %s was removed; serving again", self.path(endpoint))
                 return False

@@ -18,7 +18,7 @@ from cgpu.deviceplugin.kube.client import KubeError
 from cgpu.deviceplugin.kube.lookup import PodLookup
 from cgpu.deviceplugin.kube.pods import ContainerRequest, PodInfo, pod_complete
 from cgpu.deviceplugin.rm.directory import Match
-from cgpu.deviceplugin.rm.pairing import COMPUTE, MEMORY, Identity, Pairing
+from cgpu.deviceplugin.rm.pairing import COMPUTE, MEMORY, Pairing, PodContainer
 from cgpu.deviceplugin.rm.policy import Host
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class Assignments:
         self._allocated = self._recover()
         self._pod_gpus: dict[str, set[int]] = {}
 
-    def _recover(self) -> set[Identity]:
+    def _recover(self) -> set[PodContainer]:
         """(pod uid, container) pairs already given memory, from the container directories."""
         served = set()
         for directory in list_container_dirs(self.host.state_dir):
@@ -65,7 +65,7 @@ class Assignments:
         return served
 
     @property
-    def allocated(self) -> frozenset[Identity]:
+    def allocated(self) -> frozenset[PodContainer]:
         """The containers given memory (this run, or before a restart)."""
         return frozenset(self._allocated)
 
@@ -88,10 +88,10 @@ class Assignments:
         """The containers of a pod (as last listed) that ask for `resource`."""
         return self.pods.requests(pod_uid, resource) if self.pods is not None else []
 
-    def compute_request(self, identity: Identity) -> int:
+    def compute_request(self, pod_container: PodContainer) -> int:
         """The container's compute request (0: none, or no compute resource served)."""
-        for request in self.requests(identity[0], self.host.compute_resource):
-            if request.name == identity[1]:
+        for request in self.requests(pod_container[0], self.host.compute_resource):
+            if request.name == pod_container[1]:
                 return request.units
         return 0
 
@@ -102,9 +102,9 @@ class Assignments:
             for c in self.requests(pod_uid, self.host.compute_resource)
         )
 
-    def memory_served(self, identity: Identity) -> bool:
+    def memory_served(self, pod_container: PodContainer) -> bool:
         """Whether the container has its memory (from this plugin run or a directory)."""
-        return identity in self._allocated or self.pairing.served(identity, MEMORY)
+        return pod_container in self._allocated or self.pairing.served(pod_container, MEMORY)
 
     def add_memory(self, match: Match, gpus: Iterable[int]) -> None:
         """Remember the container's memory; mark its pod assigned once it is complete."""

@@ -24,8 +24,8 @@ from cgpu.deviceplugin.rm import placement
 from cgpu.deviceplugin.rm.assignments import Assignments
 from cgpu.deviceplugin.rm.directory import Match, pod_meta
 from cgpu.deviceplugin.rm.inventory import Inventory, UnknownDevices
-from cgpu.deviceplugin.rm.pairing import COMPUTE, Identity
-from cgpu.deviceplugin.rm.policy import Allocation, slot_environment, slot_mounts
+from cgpu.deviceplugin.rm.pairing import COMPUTE, PodContainer
+from cgpu.deviceplugin.rm.policy import Allocation, entry_environment, entry_mounts
 from cgpu.deviceplugin.rm.units import Unit
 
 log = logging.getLogger(__name__)
@@ -74,8 +74,8 @@ class ComputePolicy:
         waiting = [p for p in pods if p.phase == "Pending" and not p.deleting]
         for pod in sorted(waiting, key=lambda p: p.order):
             for container in self.assignments.requests(pod.uid, self.resource):
-                identity = (pod.uid, container.name)
-                if container.units == units and not self.pairing.served(identity, COMPUTE):
+                pod_container = (pod.uid, container.name)
+                if container.units == units and not self.pairing.served(pod_container, COMPUTE):
                     return pod, container
         raise AllocationError(
             grpc.StatusCode.FAILED_PRECONDITION,
@@ -83,9 +83,9 @@ class ComputePolicy:
             f"{units} {self.resource} that is still waiting for it; was the pod deleted?",
         )
 
-    def _pod_gpu(self, pod: PodInfo, identity: Identity) -> GPU | None:
+    def _pod_gpu(self, pod: PodInfo, pod_container: PodContainer) -> GPU | None:
         """The GPU the container must use: its memory's, else the extender's choice."""
-        partner = self.pairing.gpu_of(identity, COMPUTE)
+        partner = self.pairing.gpu_of(pod_container, COMPUTE)
         if partner is not None:
             return partner
         try:
@@ -117,10 +117,10 @@ class ComputePolicy:
         try:
             with self.pairing.lock:
                 match = self._match(size, prune=False)
-                identity = (match[0].uid, match[1].name) if match else None
-                gpu = self._pod_gpu(match[0], identity) if match and identity else None
+                pod_container = (match[0].uid, match[1].name) if match else None
+                gpu = self._pod_gpu(match[0], pod_container) if match and pod_container else None
                 if gpu is None:
-                    gpu = self.pairing.gpu_of(identity, COMPUTE)
+                    gpu = self.pairing.gpu_of(pod_container, COMPUTE)
             pinned = [gpu.index] if gpu is not None else []
         except AllocationError as err:
             log.info("GetPreferredAllocation for %s without a GPU: %s", self.resource, err.message)
@@ -165,9 +165,9 @@ class ComputePolicy:
             gpu = self._check(ids)
             percent = len(ids)
             match = self._match(percent, prune=True)
-            identity = (match[0].uid, match[1].name) if match else None
-            if match is not None and identity is not None:
-                wanted = self._pod_gpu(match[0], identity)
+            pod_container = (match[0].uid, match[1].name) if match else None
+            if match is not None and pod_container is not None:
+                wanted = self._pod_gpu(match[0], pod_container)
                 if wanted is not None and wanted.uuid != gpu.uuid:
                     raise AllocationError(
                         grpc.StatusCode.FAILED_PRECONDITION,
@@ -177,8 +177,8 @@ class ComputePolicy:
                     )
             if self.host.mps is not None:
                 self.host.mps.check_one_gpu(1)
-            key, directory, slot = self.pairing.add_compute(
-                identity, gpu, percent, list(ids), self._meta(match)
+            key, directory, entry = self.pairing.add_compute(
+                pod_container, gpu, percent, list(ids), self._meta(match)
             )
             if match is not None:
                 self.assignments.add_compute(match, gpu.index)
@@ -192,8 +192,8 @@ class ComputePolicy:
                 gpu.uuid,
                 directory,
             )
-            env = {ENV_VISIBLE_DEVICES: gpu.uuid, **slot_environment(self.host, slot)}
-            return Allocation(key, directory, env, slot_mounts(self.host, slot))
+            env = {ENV_VISIBLE_DEVICES: gpu.uuid, **entry_environment(self.host, entry)}
+            return Allocation(key, directory, env, entry_mounts(self.host, entry))
 
     def _meta(self, match: Match | None) -> dict[str, object]:
         return {"source": SOURCE_DEVICE_PLUGIN, "resource": self.resource, **pod_meta(match)}

@@ -21,10 +21,10 @@ from cgpu.deviceplugin.rm import placement
 from cgpu.deviceplugin.rm.assignments import Assignments
 from cgpu.deviceplugin.rm.directory import Match, placement_meta
 from cgpu.deviceplugin.rm.inventory import Inventory
-from cgpu.deviceplugin.rm.limits import share_env, unit_slices
-from cgpu.deviceplugin.rm.pairing import MEMORY, Identity
+from cgpu.deviceplugin.rm.pairing import MEMORY, PodContainer
 from cgpu.deviceplugin.rm.placement import Placement
-from cgpu.deviceplugin.rm.policy import Allocation, slot_environment, slot_mounts
+from cgpu.deviceplugin.rm.policy import Allocation, entry_environment, entry_mounts
+from cgpu.deviceplugin.rm.slices import share_env, unit_slices
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +62,8 @@ class MemoryPolicy:
                 log.warning("%s", err)
         if not pinned and gpu_count == 1:
             # The container's compute share, allocated first, decides the GPU.
-            identity = (match[0].uid, match[1].name) if match else None
-            partner = self.pairing.gpu_of(identity, MEMORY)
+            pod_container = (match[0].uid, match[1].name) if match else None
+            partner = self.pairing.gpu_of(pod_container, MEMORY)
             pinned = [partner.index] if partner is not None else []
         return placement.preferred(self.inventory, available, must_include, size, gpu_count, pinned)
 
@@ -81,11 +81,11 @@ class MemoryPolicy:
             if pinned:
                 self._warn_if_moved(ids, placed, pod)
             limits = unit_slices(placed.units_per_gpu, [(g.gpu, g.units) for g in placed.gpus])
-            identity = (match[0].uid, match[1].name) if match else None
-            self._check_one_gpu(identity, placed)
+            pod_container = (match[0].uid, match[1].name) if match else None
+            self._check_one_gpu(pod_container, placed)
             meta = placement_meta(self.host.resource, self.inventory.unit.bytes, ids, placed, match)
-            key, directory, slot = self.pairing.add_memory(
-                identity, [g.gpu for g in placed.gpus], limits, list(ids), meta
+            key, directory, entry = self.pairing.add_memory(
+                pod_container, [g.gpu for g in placed.gpus], limits, list(ids), meta
             )
             if match is not None:
                 self.assignments.add_memory(match, [g.gpu.index for g in placed.gpus])
@@ -103,17 +103,17 @@ class MemoryPolicy:
             }
             if pod is not None:
                 env[ENV_GPU_MEM_POD] = str(pod.total_units)
-            env.update(slot_environment(self.host, slot))
-            return Allocation(key, directory, env, slot_mounts(self.host, slot))
+            env.update(entry_environment(self.host, entry))
+            return Allocation(key, directory, env, entry_mounts(self.host, entry))
 
-    def _check_one_gpu(self, identity: Identity | None, placed: Placement) -> None:
+    def _check_one_gpu(self, pod_container: PodContainer | None, placed: Placement) -> None:
         """MPS, and a compute share, need a one-GPU container."""
         if self.host.mps is not None:
             self.host.mps.check_one_gpu(len(placed.gpus))
         if (
-            identity is not None
+            pod_container is not None
             and len(placed.gpus) > 1
-            and self.assignments.compute_request(identity)
+            and self.assignments.compute_request(pod_container)
         ):
             raise AllocationError(
                 grpc.StatusCode.INVALID_ARGUMENT,

@@ -7,7 +7,7 @@ must land on the same GPU and answer with the same container directory, or the k
 the first answer's mounts and logs a conflict for the second's.
 
 The rule:
-- with the API server, the two halves are joined by the container's identity, (pod UID,
+- with the API server, the two halves are joined by the container's pod and name, (pod UID,
   container name), which each allocator finds by matching the request to the pod spec;
 - standalone (no pod information), a half joins the most recent directory on the same GPU
   that lacks the other half and was made less than `window` seconds ago. Its limit: a
@@ -48,16 +48,16 @@ MEMORY = "memory"
 COMPUTE = "compute"
 DEFAULT_WINDOW = 10.0
 
-Identity = tuple[str, str]  # (pod UID, container name)
+PodContainer = tuple[str, str]  # (pod UID, container name)
 
 
 @dataclass
-class Slot:
+class Entry:
     """What one container got so far: its directory and the halves served."""
 
     key: str
     gpus: list[GPU]
-    identity: Identity | None
+    pod_container: PodContainer | None
     created: float
     limits: dict[str, int] | None = None  # memory half: {uuid: bytes}
     compute: int | None = None  # compute half: percent of gpus[0]
@@ -84,11 +84,11 @@ class Pairing:
         self.mps = mps  # MPS enforces compute: no compute line for the shim
         self.contexts = dict(contexts or {})  # {uuid: a context's bytes}, for cgpu.conf
         self.lock = threading.RLock()
-        self._slots: dict[str, Slot] = {}
+        self._entries: dict[str, Entry] = {}
         self._recover({g.uuid: g for g in gpus})
 
     def _recover(self, known: dict[str, GPU]) -> None:
-        """Containers served before a restart, from meta.json (identity-matched ones only)."""
+        """Containers served before a restart, from meta.json (those naming a pod and container)."""
         for directory in list_container_dirs(self.state_dir):
             meta = read_meta(directory)
             if meta.get("source") != SOURCE_DEVICE_PLUGIN:
@@ -102,176 +102,182 @@ class Pairing:
             ]
             if not gpus:
                 continue
-            slot = Slot(
+            entry = Entry(
                 key=directory.name,
                 gpus=gpus,
-                identity=(str(meta["pod_uid"]), str(meta["container"])),
+                pod_container=(str(meta["pod_uid"]), str(meta["container"])),
                 created=0.0,
                 limits=meta.get("limits"),
                 compute=meta.get("compute_percent"),
                 meta={k: v for k, v in meta.items() if k not in ("key", "created")},
             )
-            self._slots[slot.key] = slot
+            self._entries[entry.key] = entry
 
-    def served(self, identity: Identity, half: str) -> bool:
+    def served(self, pod_container: PodContainer, half: str) -> bool:
         """Whether that container's half has been allocated."""
         with self.lock:
-            return any(s.identity == identity and s.has(half) for s in self._slots.values())
+            return any(
+                s.pod_container == pod_container and s.has(half) for s in self._entries.values()
+            )
 
-    def gpu_of(self, identity: Identity | None, half: str) -> GPU | None:
+    def gpu_of(self, pod_container: PodContainer | None, half: str) -> GPU | None:
         """The GPU the other half of this container already has, if any."""
         with self.lock:
-            slot = self._partner(identity, half, None)
-            return slot.gpus[0] if slot is not None else None
+            entry = self._partner(pod_container, half, None)
+            return entry.gpus[0] if entry is not None else None
 
     def forget(self, pending_uids: set[str]) -> None:
-        """Drop identity slots of pods that are no longer pending (their directories stay)."""
+        """Drop the entries of pods that are no longer pending (their directories stay)."""
         with self.lock:
             now = time.monotonic()
-            for key, slot in list(self._slots.items()):
-                gone = slot.identity is not None and slot.identity[0] not in pending_uids
-                stale = slot.identity is None and now - slot.created > self.window
+            for key, entry in list(self._entries.items()):
+                gone = (
+                    entry.pod_container is not None and entry.pod_container[0] not in pending_uids
+                )
+                stale = entry.pod_container is None and now - entry.created > self.window
                 if gone or stale:
-                    del self._slots[key]
+                    del self._entries[key]
 
-    def _partner(self, identity: Identity | None, half: str, gpu: str | None) -> Slot | None:
-        """The slot the other half made for this container."""
-        if identity is not None:
-            found = [s for s in self._slots.values() if s.identity == identity]
+    def _partner(
+        self, pod_container: PodContainer | None, half: str, gpu: str | None
+    ) -> Entry | None:
+        """The entry the other half made for this container."""
+        if pod_container is not None:
+            found = [s for s in self._entries.values() if s.pod_container == pod_container]
             return found[0] if found else None
         now = time.monotonic()
-        open_slots = [
+        open_entries = [
             s
-            for s in self._slots.values()
-            if s.identity is None
+            for s in self._entries.values()
+            if s.pod_container is None
             and not s.has(half)
             and now - s.created <= self.window
             and (gpu is None or s.gpus[0].uuid == gpu)
             and len(s.gpus) == 1
         ]
-        return max(open_slots, key=lambda s: s.created) if open_slots else None
+        return max(open_entries, key=lambda s: s.created) if open_entries else None
 
     def add_memory(
         self,
-        identity: Identity | None,
+        pod_container: PodContainer | None,
         gpus: list[GPU],
         limits: dict[str, int],
         ids: list[str],
         meta: dict[str, Any],
-    ) -> tuple[str, Path, Slot]:
-        """Record the memory half; returns (key, directory, slot)."""
+    ) -> tuple[str, Path, Entry]:
+        """Record the memory half; returns (key, directory, entry)."""
         with self.lock:
-            slot = self._partner(identity, MEMORY, gpus[0].uuid if len(gpus) == 1 else None)
-            if slot is not None:
-                if slot.has(MEMORY):
+            entry = self._partner(pod_container, MEMORY, gpus[0].uuid if len(gpus) == 1 else None)
+            if entry is not None:
+                if entry.has(MEMORY):
                     raise AllocationError(
                         grpc.StatusCode.ALREADY_EXISTS,
                         "this container's memory was already allocated "
-                        f"(container directory {slot.key})",
+                        f"(container directory {entry.key})",
                     )
-                if [g.uuid for g in gpus] != [g.uuid for g in slot.gpus]:
+                if [g.uuid for g in gpus] != [g.uuid for g in entry.gpus]:
                     raise AllocationError(
                         grpc.StatusCode.FAILED_PRECONDITION,
                         f"the container's memory is on GPU(s) "
                         f"{', '.join(_name(g) for g in gpus)} but its compute share is on GPU "
-                        f"{_name(slot.gpus[0])}: both must be on the same GPU",
+                        f"{_name(entry.gpus[0])}: both must be on the same GPU",
                     )
-                slot.gpus = gpus  # the memory side knows the sizes
+                entry.gpus = gpus  # the memory side knows the sizes
             else:
-                slot = self._new(identity, gpus)
-            slot.limits = dict(limits)
-            slot.ids[MEMORY] = list(ids)
-            slot.meta.update(meta)
-            return self._write(slot)
+                entry = self._new(pod_container, gpus)
+            entry.limits = dict(limits)
+            entry.ids[MEMORY] = list(ids)
+            entry.meta.update(meta)
+            return self._write(entry)
 
     def add_compute(
         self,
-        identity: Identity | None,
+        pod_container: PodContainer | None,
         gpu: GPU,
         percent: int,
         ids: list[str],
         meta: dict[str, Any],
-    ) -> tuple[str, Path, Slot]:
-        """Record the compute half; returns (key, directory, slot)."""
+    ) -> tuple[str, Path, Entry]:
+        """Record the compute half; returns (key, directory, entry)."""
         with self.lock:
-            slot = self._partner(identity, COMPUTE, gpu.uuid)
-            if slot is not None:
-                if slot.has(COMPUTE):
+            entry = self._partner(pod_container, COMPUTE, gpu.uuid)
+            if entry is not None:
+                if entry.has(COMPUTE):
                     raise AllocationError(
                         grpc.StatusCode.ALREADY_EXISTS,
                         "this container's compute share was already allocated "
-                        f"(container directory {slot.key})",
+                        f"(container directory {entry.key})",
                     )
-                if len(slot.gpus) != 1:
+                if len(entry.gpus) != 1:
                     raise AllocationError(
                         grpc.StatusCode.INVALID_ARGUMENT,
-                        f"the container's memory spans {len(slot.gpus)} GPUs; a compute share "
+                        f"the container's memory spans {len(entry.gpus)} GPUs; a compute share "
                         "applies to a one-GPU container",
                     )
-                if slot.gpus[0].uuid != gpu.uuid:
+                if entry.gpus[0].uuid != gpu.uuid:
                     raise AllocationError(
                         grpc.StatusCode.FAILED_PRECONDITION,
                         f"the kubelet offered compute units on GPU {_name(gpu)} but the "
-                        f"container's memory is on GPU {_name(slot.gpus[0])}: both must be on "
+                        f"container's memory is on GPU {_name(entry.gpus[0])}: both must be on "
                         "the same GPU",
                     )
             else:
-                slot = self._new(identity, [gpu])
-            slot.compute = percent
-            slot.ids[COMPUTE] = list(ids)
+                entry = self._new(pod_container, [gpu])
+            entry.compute = percent
+            entry.ids[COMPUTE] = list(ids)
             for key, value in meta.items():
-                slot.meta.setdefault(key, value)
-            return self._write(slot)
+                entry.meta.setdefault(key, value)
+            return self._write(entry)
 
     def release(self, key: str, half: str) -> None:
         """Undo one half (an Allocate that failed as a whole); removes a directory left empty."""
         with self.lock:
-            slot = self._slots.get(key)
-            if slot is None:
+            entry = self._entries.get(key)
+            if entry is None:
                 remove_container_dir(self.state_dir, key)
                 return
             if half == MEMORY:
-                slot.limits = None
+                entry.limits = None
             else:
-                slot.compute = None
-            slot.ids.pop(half, None)
-            if slot.limits is None and slot.compute is None:
-                del self._slots[key]
+                entry.compute = None
+            entry.ids.pop(half, None)
+            if entry.limits is None and entry.compute is None:
+                del self._entries[key]
                 remove_container_dir(self.state_dir, key)
             else:
-                self._write(slot)
+                self._write(entry)
 
-    def _new(self, identity: Identity | None, gpus: list[GPU]) -> Slot:
+    def _new(self, pod_container: PodContainer | None, gpus: list[GPU]) -> Entry:
         now = time.monotonic()
-        for key, old in list(self._slots.items()):  # standalone slots past pairing
-            if old.identity is None and now - old.created > self.window:
-                del self._slots[key]
+        for key, old in list(self._entries.items()):  # standalone entries past pairing
+            if old.pod_container is None and now - old.created > self.window:
+                del self._entries[key]
         key = new_key()
-        slot = Slot(key=key, gpus=list(gpus), identity=identity, created=now)
-        self._slots[key] = slot
-        return slot
+        entry = Entry(key=key, gpus=list(gpus), pod_container=pod_container, created=now)
+        self._entries[key] = entry
+        return entry
 
-    def _write(self, slot: Slot) -> tuple[str, Path, Slot]:
-        """(Re)make the slot's directory with both halves."""
-        uuid = slot.gpus[0].uuid
-        limits = slot.limits or {uuid: slot.gpus[0].total_bytes}
-        compute = {uuid: slot.compute} if slot.compute is not None and not self.mps else None
-        meta = dict(slot.meta)
-        meta["device_ids"] = [i for half in (MEMORY, COMPUTE) for i in slot.ids.get(half, [])]
-        meta["gpu_uuids"] = [g.uuid for g in slot.gpus]
-        meta["gpu_indexes"] = [g.index for g in slot.gpus]
-        meta["limits"] = slot.limits
-        if slot.compute is not None:
-            meta["compute_percent"] = slot.compute
+    def _write(self, entry: Entry) -> tuple[str, Path, Entry]:
+        """(Re)make the entry's directory with both halves."""
+        uuid = entry.gpus[0].uuid
+        limits = entry.limits or {uuid: entry.gpus[0].total_bytes}
+        compute = {uuid: entry.compute} if entry.compute is not None and not self.mps else None
+        meta = dict(entry.meta)
+        meta["device_ids"] = [i for half in (MEMORY, COMPUTE) for i in entry.ids.get(half, [])]
+        meta["gpu_uuids"] = [g.uuid for g in entry.gpus]
+        meta["gpu_indexes"] = [g.index for g in entry.gpus]
+        meta["limits"] = entry.limits
+        if entry.compute is not None:
+            meta["compute_percent"] = entry.compute
         try:
             directory = create_container_dir(
-                self.state_dir, slot.key, limits, meta, compute, self.contexts
+                self.state_dir, entry.key, limits, meta, compute, self.contexts
             )
         except Exception as err:
             raise AllocationError(
                 grpc.StatusCode.INTERNAL, f"cannot create the container directory: {err}"
             ) from err
-        return slot.key, directory, slot
+        return entry.key, directory, entry
 
 
 def _name(gpu: GPU) -> str:

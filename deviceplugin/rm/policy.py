@@ -17,7 +17,7 @@ from typing import Protocol
 from cgpu.core.injection import Mount
 from cgpu.core.layout import ENV_COMPUTE_LIMIT
 from cgpu.deviceplugin.rm.mps import MpsInjection
-from cgpu.deviceplugin.rm.pairing import Slot
+from cgpu.deviceplugin.rm.pairing import Entry
 
 
 @dataclass(frozen=True)
@@ -60,18 +60,18 @@ class AllocationPolicy(Protocol):
         ...
 
 
-def slot_environment(host: Host, slot: Slot) -> dict[str, str]:
+def entry_environment(host: Host, entry: Entry) -> dict[str, str]:
     """The variables both halves of a container answer with (the kubelet merges them)."""
-    uuid = slot.gpus[0].uuid
+    uuid = entry.gpus[0].uuid
     envs: dict[str, str] = {}
     if host.mps is not None:
-        memory = slot.limits.get(uuid) if slot.limits else None
-        envs.update(host.mps.environment(uuid, memory, slot.compute))
-    elif slot.compute is not None:
-        envs[ENV_COMPUTE_LIMIT] = str(slot.compute)
+        memory = entry.limits.get(uuid) if entry.limits else None
+        envs.update(host.mps.environment(uuid, memory, entry.compute))
+    elif entry.compute is not None:
+        envs[ENV_COMPUTE_LIMIT] = str(entry.compute)
     return envs
 
 
-def slot_mounts(host: Host, slot: Slot) -> list[Mount]:
+def entry_mounts(host: Host, entry: Entry) -> list[Mount]:
     """The MPS mounts of the container's GPU, in MPS mode."""
-    return host.mps.mounts(slot.gpus[0].uuid) if host.mps is not None else []
+    return host.mps.mounts(entry.gpus[0].uuid) if host.mps is not None else []

@@ -28,7 +28,7 @@ from cgpu.core.layout import VOLCANO_UNHEALTHY_IDS as UNHEALTHY_IDS
 from cgpu.deviceplugin.errors import AllocationError
 from cgpu.deviceplugin.kube.pods import ContainerRequest, PodInfo
 from cgpu.deviceplugin.rm.inventory import GpuUnits, Inventory
-from cgpu.deviceplugin.rm.limits import slices
+from cgpu.deviceplugin.rm.slices import slices
 from cgpu.deviceplugin.rm.units import MIB, Unit
 
 GPU_NUMBER = VOLCANO_GPU_NUMBER  # the node capacity this plugin publishes

@@ -30,7 +30,7 @@ from arbiter_kit import (
 )
 
 from cgpu.compute import protocol
-from cgpu.compute.arbiter import Arbiter, Settings
+from cgpu.compute.arbiter import Arbiter, ArbiterConfig
 from cgpu.core.config import write_config
 
 GRANT, REVOKE, REFUSE = protocol.GRANT, protocol.REVOKE, protocol.REFUSE
@@ -310,7 +310,7 @@ class FakeNvml:
 def test_the_unmanaged_load_counts_only_processes_outside_the_containers(root: Path) -> None:
     directory = make_container(root, "a", {UUID: (30, "fixed")})
     status_path = root.parent / "status.json"
-    arbiter = Arbiter(Settings(roots=(root,), status=status_path), busy_source=FakeNvml())
+    arbiter = Arbiter(ArbiterConfig(roots=(root,), status=status_path), busy_source=FakeNvml())
     thread = threading.Thread(target=arbiter.run)
     thread.start()
     try:

@@ -8,8 +8,8 @@ import pytest
 
 from cgpu.core.config import ConfigError, load_config, parse_size, write_config
 from cgpu.core.ledger import LedgerError, init_ledger, read_ledger
-from cgpu.core.limits import LimitError, parse_env, slice_for
 from cgpu.core.native import load
+from cgpu.core.request import LimitError, parse_env, slice_for
 
 MiB = 1 << 20
 UUID = "GPU-11111111-2222-4333-8444-555555555555"

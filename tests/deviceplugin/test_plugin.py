@@ -13,7 +13,7 @@ from cgpu.core import paths
 from cgpu.core.config import load_config
 from cgpu.core.containers import containers_root
 from cgpu.core.ledger import read_ledger
-from cgpu.core.limits import parse_env, slice_for
+from cgpu.core.request import parse_env, slice_for
 
 RES = "aliyun.com/gpu-mem"
 

@@ -13,7 +13,7 @@ from exporter_helpers import GIB, UUID0, FakeNvml, ctr, labels, pod_resources_ku
 from cgpu.core.api import podresources_v1_pb2 as pr
 from cgpu.dra.checkpoint import Checkpoint
 from cgpu.dra.inventory import GpuInfo, Inventory
-from cgpu.dra.prepare import ClaimRef, Preparer, Settings
+from cgpu.dra.prepare import ClaimRef, PrepareConfig, Preparer
 from cgpu.exporter.collector import CgpuCollector
 from cgpu.exporter.labels import Identity
 from cgpu.exporter.nvml import NvmlSource
@@ -47,7 +47,9 @@ class Claims:
 def prepared(state_dir: Path, tmp_path: Path) -> Path:
     """The claim prepared by the driver's own code; returns its container directory."""
     gpu = GpuInfo(0, UUID0, "sim", 16 * GIB, "Ampere", "550.54.15", "8.0", 0)
-    settings = Settings(state_dir, tmp_path / "cdi", tmp_path / "shim", tmp_path / "preload", "n1")
+    settings = PrepareConfig(
+        state_dir, tmp_path / "cdi", tmp_path / "shim", tmp_path / "preload", "n1"
+    )
     preparer = Preparer(Inventory([gpu]), settings, Claims(), Checkpoint(state_dir))
     preparer.prepare(ClaimRef("ml", UID, "trainer-gpu"))
     return state_dir / "containers" / f"dra-{UID}"

@@ -1,8 +1,8 @@
 """One table of limit-variable environments and what each must give.
 
 Shared by every reader of the limit variables: the shim (tests/shim/test_limit_agreement.py
-runs each case in a process on the simulator) and `cgpu.core.limits.parse_env`; the OCI hook and the
-device plugin can be fed the same table. A case either gives a slice per device ordinal (None:
+runs each case in a process on the simulator) and `cgpu.core.request.parse_env`; the OCI hook and
+the device plugin can be fed the same table. A case either gives a slice per device ordinal (None:
 that device has no slice, the program sees the whole device) or is refused naming a variable.
 """
 

@@ -1,4 +1,4 @@
-"""The shim and `cgpu.core.limits.parse_env` read the limit variables alike: same accept or refuse,
+"""The shim and `cgpu.core.request.parse_env` read the limit variables alike: same accept or refuse,
 same variable named, same slice per device (the table is tests/shim/limit_cases.py)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from limit_cases import CASES, LimitCase  # pytest puts tests/shim on sys.path
 
 from cgpu.core.ledger import read_ledger
-from cgpu.core.limits import Disabled, LimitError, NoLimit, parse_compute_env, parse_env, slice_for
+from cgpu.core.request import Disabled, LimitError, NoLimit, parse_compute_env, parse_env, slice_for
 
 
 @pytest.fixture(scope="session")

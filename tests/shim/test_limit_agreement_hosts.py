@@ -14,8 +14,8 @@ from limit_cases import CASES, GiB, LimitCase  # pytest puts tests/shim on sys.p
 from test_limit_agreement import limit_probe, run_shim, shim_slices  # noqa: F401 (fixture)
 
 from cgpu.core.gpus import GPU
-from cgpu.core.limits import LimitError
-from cgpu.deviceplugin.rm import limits as plugin_limits
+from cgpu.core.request import LimitError
+from cgpu.deviceplugin.rm import slices as plugin_slices
 from cgpu.hooks.errors import RequestError
 from cgpu.hooks.hook import requested_slices
 
@@ -48,7 +48,7 @@ def hook_outcome(env: dict[str, str], gpus: list[GPU]) -> dict[str, int] | str:
 def plugin_outcome(env: dict[str, str], gpus: list[GPU]) -> dict[str, int] | str:
     """The device plugin's slices by UUID, or the variable it names when it refuses."""
     try:
-        return plugin_limits.slices(env, gpus)
+        return plugin_slices.slices(env, gpus)
     except LimitError as exc:
         return exc.variable
 

@@ -2,7 +2,7 @@
 
 The plugin does not compute slices on its own: it writes the variables a container gets
 (gpushare's `ALIYUN_COM_GPU_MEM_CONTAINER` over `ALIYUN_COM_GPU_MEM_DEV`) and reads them back
-with the shim's own parser (`cgpu.core.limits`), so cgpu.conf holds exactly what the shim
+with the shim's own parser (`cgpu.core.request`), so cgpu.conf holds exactly what the shim
 would compute from those variables.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from cgpu.core.gpus import GPU
 from cgpu.core.layout import ENV_GPU_MEM_CONTAINER as CONTAINER_UNITS
 from cgpu.core.layout import ENV_GPU_MEM_DEV as DEVICE_UNITS
-from cgpu.core.limits import parse_env, slice_for
+from cgpu.core.request import parse_env, slice_for
 
 
 def share_env(units: int, of: int) -> dict[str, str]:
@@ -23,7 +23,7 @@ def share_env(units: int, of: int) -> dict[str, str]:
 
 def slices(env: Mapping[str, str], gpus: Sequence[GPU]) -> dict[str, int]:
     """The slice by UUID of each of `gpus` (CUDA ordinal = position) under the limit variables
-    of `env`; GPUs without a slice are left out. Raises `cgpu.core.limits.LimitError`."""
+    of `env`; GPUs without a slice are left out. Raises `cgpu.core.request.LimitError`."""
     request = parse_env(env)
     found = {}
     for ordinal, gpu in enumerate(gpus):
