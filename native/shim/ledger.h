@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "api.h"
+#include "cgpu_macros.h"
 
 #define CGPU_LEDGER_MAGIC_STR "CGPULDG1"
 #define CGPU_LEDGER_VERSION 3u

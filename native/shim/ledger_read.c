@@ -1,7 +1,8 @@
-/* Reading a ledger from outside (the exporter, `cgpu ledger`) and the rest of the
- * public C API.  A reader never maps the file and never locks it: it copies the file
- * with pread (a file that shrinks or holds garbage is an error code, never a fault),
- * checks everything, and retries until the copy is one writer-free state. */
+/* Reading a ledger from outside (the exporter, `cgpu ledger`, clean-up): cgpu_ledger_snapshot.
+ * It sits above ledger.c and calls down into it, never the other way.  A reader never maps
+ * the file and never locks it: it copies the file with pread (a file that shrinks or holds
+ * garbage is an error code, never a fault), checks everything, and retries until the copy is
+ * one writer-free state. */
 #include <fcntl.h>
 #include <libgen.h>
 #include <sched.h>
@@ -16,24 +17,7 @@
 #include "config.h"
 #include "ledger.h"
 
-#define API __attribute__((visibility("default")))
 #define READ_TRIES 32
-
-API const char *cgpu_strerror(int code)
-{
-    switch (code) {
-    case CGPU_OK: return "ok";
-    case CGPU_ERR_IO: return "cannot open or map the file";
-    case CGPU_ERR_FOREIGN: return "not a cgpu ledger (bad magic)";
-    case CGPU_ERR_VERSION: return "cgpu ledger of an unsupported layout version";
-    case CGPU_ERR_TRUNCATED: return "truncated ledger";
-    case CGPU_ERR_CORRUPT: return "corrupt ledger";
-    case CGPU_ERR_FULL: return "no free device or process slot";
-    case CGPU_ERR_PARSE: return "malformed config or limit variable";
-    case CGPU_ERR_LIMIT: return "over the slice";
-    default: return "unknown error";
-    }
-}
 
 /* Everything a reader relies on, checked in its private copy of `n` bytes. */
 static int validate_copy(const struct ledger *c, ssize_t n)
@@ -71,7 +55,7 @@ static int read_once(int fd, struct ledger *copy, uint32_t *before, uint32_t *af
 }
 
 /* The slices from the read-only cgpu.conf beside the ledger override the file's own. */
-static void limits_from_config(const char *path, const struct ledger *copy, struct cgpu_snapshot *out)
+static void slices_from_config(const char *path, const struct ledger *copy, struct cgpu_snapshot *out)
 {
     char dir[4096], conf[4200];
     snprintf(dir, sizeof dir, "%s", path);
@@ -166,7 +150,7 @@ static int fill(const struct ledger_handle *h, const struct ledger *c, int consi
     return CGPU_OK;
 }
 
-API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
+EXPORT int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
 {
     memset(out, 0, sizeof *out);
     struct ledger_handle h = {.l = NULL, .fd = -1, .slot = -1};
@@ -202,30 +186,10 @@ API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
     if (rc == CGPU_OK)
         rc = fill(&h, copy, consistent, out);
     if (rc == CGPU_OK)
-        limits_from_config(path, copy, out);
+        slices_from_config(path, copy, out);
     else
         memset(out, 0, sizeof *out);
     free(copy);
     close(h.fd);
-    return rc;
-}
-
-uint64_t ledger_live_used(const struct ledger_handle *h, unsigned dev)
-{
-    uint64_t sum = 0;
-    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
-        if (__atomic_load_n(&h->l->slots[s].in_use, __ATOMIC_ACQUIRE) && !ledger_slot_is_dead(h, s))
-            sum += __atomic_load_n(&h->l->slots[s].used[dev], __ATOMIC_RELAXED);
-    return sum;
-}
-
-API int cgpu_ledger_init_file(const char *path, const struct cgpu_config *devices)
-{
-    struct ledger_handle h;
-    int rc = ledger_open(path, LEDGER_CREATE, &h);
-    if (rc != CGPU_OK)
-        return rc;
-    rc = ledger_ensure_devices(&h, devices);
-    ledger_close(&h);
     return rc;
 }

@@ -28,11 +28,11 @@
 
 #include <stdint.h>
 
+#include "cgpu_macros.h"
 #include "cgpu_nvml.h"
 #include "ledger.h"
 #include "resolve.h"
 
-#define EXPORT __attribute__((visibility("default")))
 
 enum { SHIM_UNINIT = 0, SHIM_PASSTHROUGH = 1, SHIM_LIMITED = 2, SHIM_FAILED = 3 };
 #define SHIM_MAX_ORDINALS 64
