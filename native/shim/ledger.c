@@ -36,7 +36,8 @@ static int validate_header(int fd, size_t file_size)
         return CGPU_ERR_VERSION;
     if (file_size < sizeof(struct ledger))
         return CGPU_ERR_TRUNCATED;
-    if (head.size != sizeof(struct ledger) || head.ndevices > CGPU_MAX_DEVICES)
+    /* A later release may have appended fields (ledger.h): we use what we know. */
+    if (head.size < sizeof(struct ledger) || head.size > CGPU_LEDGER_MAX_SIZE || head.ndevices > CGPU_MAX_DEVICES)
         return CGPU_ERR_CORRUPT;
     return CGPU_OK;
 }

@@ -19,6 +19,33 @@
 
 #define READ_TRIES 32
 
+/* The layouts a reader reads, oldest first: each one's version and size.  A layout keeps the
+ * fields of the one before at the same offsets; what an older one lacks reads as 0. */
+static const struct layout {
+    uint32_t version;
+    uint32_t size;
+} layouts[] = {
+    {2, CGPU_LEDGER_V2_SIZE}, /* before the compute block */
+    {3, sizeof(struct ledger)},
+};
+_Static_assert(sizeof layouts / sizeof layouts[0] == CGPU_LEDGER_VERSION - CGPU_LEDGER_OLDEST_READ + 1,
+               "one row per layout read");
+
+static const struct layout *layout_of(uint32_t version)
+{
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        if (layouts[i].version == version)
+            return &layouts[i];
+    return NULL;
+}
+
+EXPORT void cgpu_ledger_layouts(struct cgpu_layouts *out)
+{
+    out->writes = CGPU_LEDGER_VERSION;
+    out->oldest_read = CGPU_LEDGER_OLDEST_READ;
+    out->size = sizeof(struct ledger);
+}
+
 /* Everything a reader relies on, checked in its private copy of `n` bytes. */
 static int validate_copy(const struct ledger *c, ssize_t n)
 {
@@ -26,11 +53,13 @@ static int validate_copy(const struct ledger *c, ssize_t n)
         return CGPU_ERR_TRUNCATED;
     if (memcmp(c->magic, CGPU_LEDGER_MAGIC_STR, 8) != 0)
         return CGPU_ERR_FOREIGN;
-    if (c->version != CGPU_LEDGER_VERSION)
+    const struct layout *known = layout_of(c->version);
+    if (!known)
         return CGPU_ERR_VERSION;
-    if ((size_t)n < sizeof *c)
+    if ((size_t)n < known->size)
         return CGPU_ERR_TRUNCATED;
-    if (c->size != sizeof *c || c->ndevices > CGPU_MAX_DEVICES || c->active > CGPU_MAX_SLOTS)
+    if (c->size < known->size || c->size > CGPU_LEDGER_MAX_SIZE || c->ndevices > CGPU_MAX_DEVICES ||
+        c->active > CGPU_MAX_SLOTS)
         return CGPU_ERR_CORRUPT;
     for (unsigned d = 0; d < c->ndevices; d++)
         if (!memchr(c->devices[d].uuid, 0, CGPU_UUID_LEN) || !config_uuid_ok(c->devices[d].uuid))
@@ -41,7 +70,8 @@ static int validate_copy(const struct ledger *c, ssize_t n)
     return CGPU_OK;
 }
 
-/* One copy of the file, with the generation read before and after it. */
+/* One copy of the file, with the generation read before and after it.  What an older layout
+ * lacks is zeroed in the copy (whatever the file holds there belongs to no field of it). */
 static int read_once(int fd, struct ledger *copy, uint32_t *before, uint32_t *after)
 {
     const off_t gen_at = (off_t)offsetof(struct ledger, gen);
@@ -51,6 +81,10 @@ static int read_once(int fd, struct ledger *copy, uint32_t *before, uint32_t *af
         return CGPU_ERR_IO;
     gen_ok = gen_ok && pread(fd, after, sizeof *after, gen_at) == (ssize_t)sizeof *after;
     int rc = validate_copy(copy, n);
+    if (rc == CGPU_OK) {
+        size_t known = layout_of(copy->version)->size;
+        memset((char *)copy + known, 0, sizeof *copy - known);
+    }
     return rc == CGPU_OK && !gen_ok ? CGPU_ERR_TRUNCATED : rc; /* shrunk meanwhile */
 }
 
