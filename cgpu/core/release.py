@@ -1,7 +1,7 @@
 """This release: its version and the ledger layouts it writes and reads (`cgpu --version`).
 
 The version changes whenever a ledger layout or an interface does (docs/operations.md,
-"Upgrades"; tests/core/test_release.py pins both to it).
+"Upgrading"; tests/core/test_release.py pins both to it).
 """
 
 from __future__ import annotations

@@ -80,7 +80,7 @@ struct cgpu_config {
  * says which one the file has).  Returns CGPU_OK or a CGPU_ERR_* code. */
 int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out);
 
-/* The ledger layouts this library knows (docs/operations.md, "Upgrades"). */
+/* The ledger layouts this library knows (docs/operations.md, "Upgrading"). */
 struct cgpu_layouts {
     unsigned int writes;          /* the layout of the ledgers it creates and charges */
     unsigned int oldest_read;     /* cgpu_ledger_snapshot reads every layout from here to `writes` */

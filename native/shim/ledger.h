@@ -29,7 +29,7 @@
 #include "cgpu_macros.h"
 
 /* Layouts.  The header states its version and its size.  The rule that keeps readers and writers of
- * different releases working on one file (docs/operations.md, "Upgrades"):
+ * different releases working on one file (docs/operations.md, "Upgrading"):
  * - a field may be added without a new version only at the end (the header's size grows) or in
  *   reserved or spare words, and only with a meaning for 0 or for its absence: older code
  *   ignores it, newer code reads it only within the size the header states;

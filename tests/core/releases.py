@@ -1,6 +1,6 @@
 """The table of releases: what each one writes and offers, pinned to its version.
 
-The rule (docs/operations.md, "Upgrades"): the release version changes whenever the ledger
+The rule (docs/operations.md, "Upgrading"): the release version changes whenever the ledger
 layout or an interface changes. tests/core/test_release.py checks the installed build against
 the row of its version, so a change to the layout, to cgpu_api.h or to the `cgpu` subcommands
 fails there until it gets a new version, a new row here and a CHANGELOG.md entry.
