@@ -1,4 +1,4 @@
-"""One release version, pinned to the ledger layout and the interfaces (tests/core/releases.py)."""
+"""One release version, pinned to the ledger layout and the interfaces (tests/releases.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """An upgrade: a container started under the previous release while this release's host runs.
 
-The previous release's shim is built from its commit (tests/core/releases.py, PREVIOUS_COMMIT)
+The previous release's shim is built from its commit (tests/releases.py, PREVIOUS_COMMIT)
 with `git archive` and cmake, and cached under build/upgrade-<commit>/. A process under it holds
 memory on the simulator in a container directory laid out as that release's hook leaves it; then
 this release's `cgpu ledger`, exporter collector, shim (a new process of the same container) and
@@ -10,14 +10,14 @@ the hook's clean-up must see it, account it, and get its memory back when it end
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from releases import PREVIOUS, PREVIOUS_COMMIT, RELEASES
+import releases
+from releases import PREVIOUS, PREVIOUS_COMMIT, RELEASES, REPO
 
 from cgpu.core.layout import CONFIG_NAME, LEDGER_NAME, META_NAME, SOURCE_HOOK
 from cgpu.core.ledger import read_ledger
@@ -25,52 +25,21 @@ from cgpu.core.procfs import start_time
 from cgpu.exporter.collector import CgpuCollector
 from cgpu.hooks import sweep
 
-REPO = Path(__file__).resolve().parents[2]
 MiB = 1 << 20
 GiB = 1 << 30
 UUID = "GPU-5eed0000-0000-4000-8000-0000000000a1"
 
 
-def _has_commit(commit: str) -> bool:
-    if shutil.which("git") is None:
-        return False
-    probe = ["git", "-C", str(REPO), "cat-file", "-e", f"{commit}^{{commit}}"]
-    return subprocess.run(probe, capture_output=True).returncode == 0
-
-
-def _run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[bytes]:
-    done = subprocess.run(command, capture_output=True, **kwargs)  # type: ignore[call-overload]
-    assert done.returncode == 0, f"{' '.join(command)}:\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
+def _run(command: list[str]) -> subprocess.CompletedProcess[bytes]:
+    done = subprocess.run(command, capture_output=True)
+    assert done.returncode == 0, done.stderr[-4000:]
     return done
 
 
 @pytest.fixture(scope="session")
 def previous_shim() -> Path:
     """libcgpu.so of the previous release, built from its commit (cached)."""
-    if not _has_commit(PREVIOUS_COMMIT):
-        pytest.fail(
-            f"the upgrade test builds release {PREVIOUS}'s shim from commit {PREVIOUS_COMMIT}, "
-            f"which {REPO} does not have: run it in a clone with the full history "
-            "(git fetch --unshallow)"
-        )
-    base = REPO / "build" / f"upgrade-{PREVIOUS_COMMIT}"
-    source = base / "src"
-    if not (source / "CMakeLists.txt").is_file():
-        staging = base / "src.staging"
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        archive = _run(
-            ["git", "-C", str(REPO), "archive", PREVIOUS_COMMIT, "native", "CMakeLists.txt"]
-        )
-        _run(["tar", "-x", "-C", str(staging)], input=archive.stdout)
-        shutil.rmtree(source, ignore_errors=True)
-        staging.rename(source)
-    build = base / "build"
-    _run(["cmake", "-S", str(source), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release"])
-    _run(["cmake", "--build", str(build), "--target", "cgpu", "-j2"], timeout=900)
-    shim = build / "native-out" / "libcgpu.so"
-    assert shim.is_file(), f"no {shim} after the build"
-    return shim
+    return releases.previous_shim()
 
 
 def _probe(native_build: Path, env: dict[str, str], *commands: object) -> subprocess.Popen[str]:
@@ -192,6 +161,6 @@ def test_a_container_of_the_previous_release_stays_in_view_and_is_freed(
 
 def test_the_previous_release_is_built_from_its_own_commit(previous_shim: Path) -> None:
     """The cached build is of PREVIOUS_COMMIT's sources, not of this checkout's."""
-    source = previous_shim.parents[2] / "src"
+    source = releases.previous_source()
     header = _run(["git", "-C", str(REPO), "show", f"{PREVIOUS_COMMIT}:native/shim/ledger.h"])
     assert (source / "native" / "shim" / "ledger.h").read_bytes() == header.stdout
