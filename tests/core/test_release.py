@@ -76,3 +76,18 @@ def test_cgpu_version_prints_the_release_and_its_layouts() -> None:
         f"cgpu {CURRENT} (ledger layout {known.writes}; "
         f"reads layouts {known.oldest_read} to {known.writes})\n"
     )
+
+
+def test_the_manifests_run_this_release() -> None:
+    """Every cgpu image in deploy/ and the Helm chart carry the release version."""
+    deploy = CHANGELOG.parent / "deploy"
+    tags = []
+    for path in sorted(deploy.rglob("*.yaml")):
+        text = path.read_text()
+        tags += [(path.name, t) for t in re.findall(r"registry\.example\.com/cgpu:(\S+)", text)]
+        pinned = r"name: registry\.example\.com/cgpu\s+newTag: (\S+)"
+        tags += [(path.name, t) for t in re.findall(pinned, text)]
+    assert len(tags) >= 10
+    assert {t for _, t in tags} == {CURRENT}, tags
+    chart = (deploy / "helm" / "cgpu" / "Chart.yaml").read_text()
+    assert re.findall(r"^(?:version|appVersion): \"?([\d.]+)\"?$", chart, re.M) == [CURRENT] * 2
