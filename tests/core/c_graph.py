@@ -132,7 +132,8 @@ def edges(files: Iterable[CFile]) -> dict[str, dict[str, str]]:
 
 
 def circles(graph: Mapping[str, Mapping[str, str]]) -> list[list[str]]:
-    """Each set of units that reach each other (Tarjan's strongly connected components)."""
+    """Each set of nodes that reach each other (Tarjan's strongly connected components); any
+    graph of names, the Python modules' too."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
