@@ -29,9 +29,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class _Version(argparse.Action):
+    """`cgpu --version`: the release and the ledger layouts it writes and reads."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from cgpu.core.release import version_line
+
+        print(version_line())
+        parser.exit()
+
+
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     """Build the parser, importing only the subcommand being run."""
     parser = argparse.ArgumentParser(prog="cgpu", description="GPU sharing with memory isolation")
+    parser.add_argument(
+        "--version", nargs=0, action=_Version, help="print the release and its ledger layouts"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     wanted = next((a for a in argv if not a.startswith("-")), None)
     for name, (module, help_text) in COMMANDS.items():

@@ -52,6 +52,29 @@ class Snapshot:
     devices: list[DeviceUsage]
     processes: list[ProcessUsage]
     dead: int
+    layout: int = 0  # the file's layout version (Layouts says which ones are read)
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """The ledger layouts of this release: the one it writes and the oldest it reads."""
+
+    writes: int
+    oldest_read: int
+    size: int  # bytes of the layout it writes
+
+    @property
+    def reads(self) -> range:
+        """Every layout version a snapshot reads."""
+        return range(self.oldest_read, self.writes + 1)
+
+
+def layouts() -> Layouts:
+    """What the C code behind `read_ledger` and `init_ledger` writes and reads."""
+    ffi, lib = load()
+    out = ffi.new("struct cgpu_layouts *")
+    lib.cgpu_ledger_layouts(out)
+    return Layouts(int(out.writes), int(out.oldest_read), int(out.size))
 
 
 def _check(path: str, code: int) -> None:
@@ -101,7 +124,7 @@ def read_ledger(path: str | os.PathLike[str]) -> Snapshot:
         proc = snap.processes[p]
         used = {uuids[i]: int(proc.used[i]) for i in range(snap.ndevices) if proc.used[i]}
         processes.append(ProcessUsage(int(proc.pid), int(proc.start_time), used))
-    return Snapshot(spath, devices, processes, int(snap.dead))
+    return Snapshot(spath, devices, processes, int(snap.dead), int(snap.version))
 
 
 def init_ledger(path: str | os.PathLike[str], limits: dict[str, int]) -> None:

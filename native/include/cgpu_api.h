@@ -76,8 +76,18 @@ struct cgpu_config {
 
 /* Read `path` (read-only, without its lock) and fill `out` with what its live
  * processes hold; slots of dead processes are left out (and counted in `dead`).
- * Returns CGPU_OK or a CGPU_ERR_* code. */
+ * Reads every layout from cgpu_ledger_layouts' oldest_read to its writes (out->version
+ * says which one the file has).  Returns CGPU_OK or a CGPU_ERR_* code. */
 int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out);
+
+/* The ledger layouts this library knows (docs/operations.md, "Upgrading"). */
+struct cgpu_layouts {
+    unsigned int writes;          /* the layout of the ledgers it creates and charges */
+    unsigned int oldest_read;     /* cgpu_ledger_snapshot reads every layout from here to `writes` */
+    unsigned int size;            /* bytes of the layout it writes (a header may state more:
+                                   * fields a later release appended, which it ignores) */
+};
+void cgpu_ledger_layouts(struct cgpu_layouts *out);
 
 /* Create (or open, if it exists with the same layout) the ledger at `path`
  * and make sure each device of `entries` is present with its limit, at 0 used

@@ -7,12 +7,12 @@
 #include <cuda.h>
 #include <stdint.h>
 
+#include "cgpu_macros.h"
 #include "ptrtable.h"
 #include "shim.h"
 
 extern struct ptrtable g_table; /* guarded by the ledger lock */
 
-#define MiB (1ULL << 20)
 
 /* What an allocation of `bytes` really takes: large ones occupy whole 2 MiB
  * pages, small ones are packed by the driver at 512-byte alignment. */

@@ -9,9 +9,8 @@
 
 #include "config.h"
 
-#define API __attribute__((visibility("default")))
 
-API int cgpu_parse_size(const char *text, unsigned long long *out)
+EXPORT int cgpu_parse_size(const char *text, unsigned long long *out)
 {
     if (!text)
         return -1;
@@ -219,7 +218,7 @@ int config_parse_text(const char *text, const char *origin, struct cgpu_config *
     return CGPU_OK;
 }
 
-API int cgpu_config_load(const char *path, struct cgpu_config *cfg)
+EXPORT int cgpu_config_load(const char *path, struct cgpu_config *cfg)
 {
     char text[8192];
     memset(cfg, 0, sizeof *cfg);

@@ -3,6 +3,7 @@
 #define CGPU_CONFIG_H
 
 #include "api.h"
+#include "cgpu_macros.h"
 
 #define CGPU_CONFIG_NAME "cgpu.conf"
 /* The largest context cost a config may give (a context takes hundreds of MiB). */

@@ -4,13 +4,11 @@
 #include <cuda.h>
 #include <string.h>
 
+#include "cgpu_macros.h"
 #include "cgpu_nvml.h"
 #include "compute.h"
 #include "resolve.h"
 
-#define EXPORT __attribute__((visibility("default")))
-/* Sanitizer runtimes call dlsym before they are set up: those paths stay uninstrumented. */
-#define NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
 
 /* ---- the table ------------------------------------------------------------------- */
 

@@ -18,8 +18,6 @@
 
 #include "cgpu_procstat.h"
 
-#define likely(x) __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
 
 /* ---- open / create ------------------------------------------------------- */
 
@@ -38,7 +36,8 @@ static int validate_header(int fd, size_t file_size)
         return CGPU_ERR_VERSION;
     if (file_size < sizeof(struct ledger))
         return CGPU_ERR_TRUNCATED;
-    if (head.size != sizeof(struct ledger) || head.ndevices > CGPU_MAX_DEVICES)
+    /* A later release may have appended fields (ledger.h): we use what we know. */
+    if (head.size < sizeof(struct ledger) || head.size > CGPU_LEDGER_MAX_SIZE || head.ndevices > CGPU_MAX_DEVICES)
         return CGPU_ERR_CORRUPT;
     return CGPU_OK;
 }
@@ -686,6 +685,16 @@ void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
     ledger_unlock(h);
 }
 
+/* Summed over the live slots, without the lock (a liveness test per slot in use). */
+uint64_t ledger_live_used(const struct ledger_handle *h, unsigned dev)
+{
+    uint64_t sum = 0;
+    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
+        if (__atomic_load_n(&h->l->slots[s].in_use, __ATOMIC_ACQUIRE) && !ledger_slot_is_dead(h, s))
+            sum += __atomic_load_n(&h->l->slots[s].used[dev], __ATOMIC_RELAXED);
+    return sum;
+}
+
 uint64_t ledger_view_used(struct ledger_handle *h, unsigned dev)
 {
     struct ledger *l = h->l;
@@ -699,4 +708,17 @@ uint64_t ledger_view_used(struct ledger_handle *h, unsigned dev)
         return ledger_used(l, dev);
     }
     return ledger_live_used(h, dev);
+}
+
+/* ---- a new file (the host's side: the device plugin, the hook, `cgpu run`) ---------- */
+
+EXPORT int cgpu_ledger_init_file(const char *path, const struct cgpu_config *devices)
+{
+    struct ledger_handle h;
+    int rc = ledger_open(path, LEDGER_CREATE, &h);
+    if (rc != CGPU_OK)
+        return rc;
+    rc = ledger_ensure_devices(&h, devices);
+    ledger_close(&h);
+    return rc;
 }

@@ -22,12 +22,27 @@
 #ifndef CGPU_LEDGER_H
 #define CGPU_LEDGER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "api.h"
+#include "cgpu_macros.h"
 
+/* Layouts.  The header states its version and its size.  The rule that keeps readers and writers of
+ * different releases working on one file (docs/operations.md, "Upgrading"):
+ * - a field may be added without a new version only at the end (the header's size grows) or in
+ *   reserved or spare words, and only with a meaning for 0 or for its absence: older code
+ *   ignores it, newer code reads it only within the size the header states;
+ * - any other change (a field moved, resized or given another meaning) is a new version, and
+ *   the release that makes it still reads the one before (ledger_read.c's table of layouts).
+ * Readers and writers accept a header that states more than the size they know. */
 #define CGPU_LEDGER_MAGIC_STR "CGPULDG1"
-#define CGPU_LEDGER_VERSION 3u
+#define CGPU_LEDGER_VERSION 3u /* the layout this release creates and charges */
+#define CGPU_LEDGER_OLDEST_READ 2u /* the oldest one cgpu_ledger_snapshot reads */
+/* Layout 2 (before the compute block of layout 3): the same header, devices and slots. */
+#define CGPU_LEDGER_V2_SIZE (offsetof(struct ledger, slots) + sizeof(((struct ledger *)0)->slots))
+/* The most a header may state: fields appended by a later release are ignored, not unlimited. */
+#define CGPU_LEDGER_MAX_SIZE (1u << 20)
 #define CGPU_LEDGER_NAME "cgpu.ledger"
 /* Liveness locks live past the end of the data, one byte per slot; the admin byte
  * just before them. */

@@ -1,7 +1,8 @@
-/* Reading a ledger from outside (the exporter, `cgpu ledger`) and the rest of the
- * public C API.  A reader never maps the file and never locks it: it copies the file
- * with pread (a file that shrinks or holds garbage is an error code, never a fault),
- * checks everything, and retries until the copy is one writer-free state. */
+/* Reading a ledger from outside (the exporter, `cgpu ledger`, clean-up): cgpu_ledger_snapshot.
+ * It sits above ledger.c and calls down into it, never the other way.  A reader never maps
+ * the file and never locks it: it copies the file with pread (a file that shrinks or holds
+ * garbage is an error code, never a fault), checks everything, and retries until the copy is
+ * one writer-free state. */
 #include <fcntl.h>
 #include <libgen.h>
 #include <sched.h>
@@ -16,23 +17,33 @@
 #include "config.h"
 #include "ledger.h"
 
-#define API __attribute__((visibility("default")))
 #define READ_TRIES 32
 
-API const char *cgpu_strerror(int code)
+/* The layouts a reader reads, oldest first: each one's version and size.  A layout keeps the
+ * fields of the one before at the same offsets; what an older one lacks reads as 0. */
+static const struct layout {
+    uint32_t version;
+    uint32_t size;
+} layouts[] = {
+    {2, CGPU_LEDGER_V2_SIZE}, /* before the compute block */
+    {3, sizeof(struct ledger)},
+};
+_Static_assert(sizeof layouts / sizeof layouts[0] == CGPU_LEDGER_VERSION - CGPU_LEDGER_OLDEST_READ + 1,
+               "one row per layout read");
+
+static const struct layout *layout_of(uint32_t version)
 {
-    switch (code) {
-    case CGPU_OK: return "ok";
-    case CGPU_ERR_IO: return "cannot open or map the file";
-    case CGPU_ERR_FOREIGN: return "not a cgpu ledger (bad magic)";
-    case CGPU_ERR_VERSION: return "cgpu ledger of an unsupported layout version";
-    case CGPU_ERR_TRUNCATED: return "truncated ledger";
-    case CGPU_ERR_CORRUPT: return "corrupt ledger";
-    case CGPU_ERR_FULL: return "no free device or process slot";
-    case CGPU_ERR_PARSE: return "malformed config or limit variable";
-    case CGPU_ERR_LIMIT: return "over the slice";
-    default: return "unknown error";
-    }
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++)
+        if (layouts[i].version == version)
+            return &layouts[i];
+    return NULL;
+}
+
+EXPORT void cgpu_ledger_layouts(struct cgpu_layouts *out)
+{
+    out->writes = CGPU_LEDGER_VERSION;
+    out->oldest_read = CGPU_LEDGER_OLDEST_READ;
+    out->size = sizeof(struct ledger);
 }
 
 /* Everything a reader relies on, checked in its private copy of `n` bytes. */
@@ -42,11 +53,13 @@ static int validate_copy(const struct ledger *c, ssize_t n)
         return CGPU_ERR_TRUNCATED;
     if (memcmp(c->magic, CGPU_LEDGER_MAGIC_STR, 8) != 0)
         return CGPU_ERR_FOREIGN;
-    if (c->version != CGPU_LEDGER_VERSION)
+    const struct layout *known = layout_of(c->version);
+    if (!known)
         return CGPU_ERR_VERSION;
-    if ((size_t)n < sizeof *c)
+    if ((size_t)n < known->size)
         return CGPU_ERR_TRUNCATED;
-    if (c->size != sizeof *c || c->ndevices > CGPU_MAX_DEVICES || c->active > CGPU_MAX_SLOTS)
+    if (c->size < known->size || c->size > CGPU_LEDGER_MAX_SIZE || c->ndevices > CGPU_MAX_DEVICES ||
+        c->active > CGPU_MAX_SLOTS)
         return CGPU_ERR_CORRUPT;
     for (unsigned d = 0; d < c->ndevices; d++)
         if (!memchr(c->devices[d].uuid, 0, CGPU_UUID_LEN) || !config_uuid_ok(c->devices[d].uuid))
@@ -57,7 +70,8 @@ static int validate_copy(const struct ledger *c, ssize_t n)
     return CGPU_OK;
 }
 
-/* One copy of the file, with the generation read before and after it. */
+/* One copy of the file, with the generation read before and after it.  What an older layout
+ * lacks is zeroed in the copy (whatever the file holds there belongs to no field of it). */
 static int read_once(int fd, struct ledger *copy, uint32_t *before, uint32_t *after)
 {
     const off_t gen_at = (off_t)offsetof(struct ledger, gen);
@@ -67,11 +81,15 @@ static int read_once(int fd, struct ledger *copy, uint32_t *before, uint32_t *af
         return CGPU_ERR_IO;
     gen_ok = gen_ok && pread(fd, after, sizeof *after, gen_at) == (ssize_t)sizeof *after;
     int rc = validate_copy(copy, n);
+    if (rc == CGPU_OK) {
+        size_t known = layout_of(copy->version)->size;
+        memset((char *)copy + known, 0, sizeof *copy - known);
+    }
     return rc == CGPU_OK && !gen_ok ? CGPU_ERR_TRUNCATED : rc; /* shrunk meanwhile */
 }
 
 /* The slices from the read-only cgpu.conf beside the ledger override the file's own. */
-static void limits_from_config(const char *path, const struct ledger *copy, struct cgpu_snapshot *out)
+static void slices_from_config(const char *path, const struct ledger *copy, struct cgpu_snapshot *out)
 {
     char dir[4096], conf[4200];
     snprintf(dir, sizeof dir, "%s", path);
@@ -166,7 +184,7 @@ static int fill(const struct ledger_handle *h, const struct ledger *c, int consi
     return CGPU_OK;
 }
 
-API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
+EXPORT int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
 {
     memset(out, 0, sizeof *out);
     struct ledger_handle h = {.l = NULL, .fd = -1, .slot = -1};
@@ -202,30 +220,10 @@ API int cgpu_ledger_snapshot(const char *path, struct cgpu_snapshot *out)
     if (rc == CGPU_OK)
         rc = fill(&h, copy, consistent, out);
     if (rc == CGPU_OK)
-        limits_from_config(path, copy, out);
+        slices_from_config(path, copy, out);
     else
         memset(out, 0, sizeof *out);
     free(copy);
     close(h.fd);
-    return rc;
-}
-
-uint64_t ledger_live_used(const struct ledger_handle *h, unsigned dev)
-{
-    uint64_t sum = 0;
-    for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
-        if (__atomic_load_n(&h->l->slots[s].in_use, __ATOMIC_ACQUIRE) && !ledger_slot_is_dead(h, s))
-            sum += __atomic_load_n(&h->l->slots[s].used[dev], __ATOMIC_RELAXED);
-    return sum;
-}
-
-API int cgpu_ledger_init_file(const char *path, const struct cgpu_config *devices)
-{
-    struct ledger_handle h;
-    int rc = ledger_open(path, LEDGER_CREATE, &h);
-    if (rc != CGPU_OK)
-        return rc;
-    rc = ledger_ensure_devices(&h, devices);
-    ledger_close(&h);
     return rc;
 }

@@ -9,14 +9,13 @@
 #include "cgpu_test_api.h"
 #include "ledger.h"
 
-#define API __attribute__((visibility("default")))
 
 /* A process-wide handle for the test entry point, so charges persist. */
 static struct ledger_handle test_handle = {.fd = -1, .slot = -1};
 static char test_path[4096];
 static pthread_mutex_t test_mutex = PTHREAD_MUTEX_INITIALIZER;
 
-API int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned long long bytes, int sign)
+EXPORT int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned long long bytes, int sign)
 {
     int rc = CGPU_OK;
     pthread_mutex_lock(&test_mutex);
@@ -41,7 +40,7 @@ API int cgpu_ledger_test_charge(const char *path, unsigned int dev, unsigned lon
     return rc;
 }
 
-API int cgpu_ledger_test_hold_lock(const char *path)
+EXPORT int cgpu_ledger_test_hold_lock(const char *path)
 {
     static struct ledger_handle held = {.fd = -1, .slot = -1};
     int rc = ledger_open(path, LEDGER_WRITE, &held);
@@ -50,7 +49,7 @@ API int cgpu_ledger_test_hold_lock(const char *path)
     return rc;
 }
 
-API int cgpu_ledger_test_poke(const char *path, const char *field, unsigned int index, unsigned int dev,
+EXPORT int cgpu_ledger_test_poke(const char *path, const char *field, unsigned int index, unsigned int dev,
                               unsigned long long value)
 {
     size_t at, len = 8;

@@ -9,7 +9,6 @@
 #include "api.h"
 #include "config.h"
 
-#define API __attribute__((visibility("default")))
 
 static const char FIXED_PREFIX[] = "CGPU_MEM_LIMIT_";
 static const char COMPUTE_PREFIX[] = "CGPU_COMPUTE_LIMIT_";
@@ -196,13 +195,13 @@ static int share_pair(const char *const *envp, const char *const pair[2], struct
     return CGPU_OK;
 }
 
-API int cgpu_request_disabled(const char *const *envp)
+EXPORT int cgpu_request_disabled(const char *const *envp)
 {
     const char *disable = lookup(envp, "CGPU_DISABLE");
     return disable && is_disable(disable);
 }
 
-API int cgpu_request_from_env(const char *const *envp, struct cgpu_request *out)
+EXPORT int cgpu_request_from_env(const char *const *envp, struct cgpu_request *out)
 {
     memset(out, 0, sizeof *out);
     if (cgpu_request_disabled(envp)) {
@@ -228,7 +227,7 @@ API int cgpu_request_from_env(const char *const *envp, struct cgpu_request *out)
     return CGPU_OK;
 }
 
-API int cgpu_request_slice(const struct cgpu_request *req, unsigned int ordinal, unsigned long long total,
+EXPORT int cgpu_request_slice(const struct cgpu_request *req, unsigned int ordinal, unsigned long long total,
                            unsigned long long *slice)
 {
     if (req->kind != CGPU_REQ_FIXED && req->kind != CGPU_REQ_SHARE)
@@ -247,7 +246,7 @@ API int cgpu_request_slice(const struct cgpu_request *req, unsigned int ordinal,
     return 0;
 }
 
-API unsigned int cgpu_request_compute(const struct cgpu_request *req, unsigned int ordinal)
+EXPORT unsigned int cgpu_request_compute(const struct cgpu_request *req, unsigned int ordinal)
 {
     if (req->kind == CGPU_REQ_DISABLED)
         return 0;

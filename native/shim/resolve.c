@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Sanitizer runtimes call dlsym before they are set up: those paths stay uninstrumented. */
-#define NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
+#include "cgpu_macros.h"
+
 
 static const char *const hook_names[H_COUNT] = {
 #define HOOK(sym, base, ver, pt) [H_##sym] = #sym,

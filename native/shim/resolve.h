@@ -3,8 +3,8 @@
 #ifndef CGPU_RESOLVE_H
 #define CGPU_RESOLVE_H
 
-#define likely(x) __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
+#include "cgpu_macros.h"
+
 
 /* Hook ids: one per line of hooks.def, CUDA first, then NVML. */
 enum hook_id {

@@ -1,7 +1,7 @@
-/* Internal interfaces of libcgpu.so.
+/* Internal interfaces of libcgpu.so: the shim's set-up (shim.c) and its shared state.
  *
  * Files and who calls whom.  Calls and includes run one way, downwards; nothing
- * below calls anything above it:
+ * below calls anything above it (tests/core/test_layers.py checks it, with this table):
  *
  *   hooks_mem.c hooks_vmm.c hooks_ctx.c hooks_info.c   the exported CUDA/NVML wrappers
  *   hooks_launch.c                                     launch entry points (compute limit)
@@ -10,29 +10,37 @@
  *        v
  *   charge.c/.h     reserve, track, untrack: the ledger plus this process's pointer table
  *   compute.c/.h    the compute limit: ticket gate, controller thread (NVML-measured)
+ *        v
  *   token.c/.h      ... or, where the host runs the arbiter, its time-slice tokens
  *        v
- *   limits.c        set-up: the slices (request.c or cgpu.conf), the ledger, NVML's view
+ *   shim.c          set-up: the slices (request.c or cgpu.conf), the ledger, NVML's view
  *        v
  *   request.c       the limit variables (the one parser; also in libcgpu_ledger.so)
- *   ledger.c        the shared ledger file (and ledger_read.c: readers)  -> config.c
+ *   ledger_read.c   readers from the host: cgpu_ledger_snapshot (pread, seqlock)
+ *   ledger_test.c   test-only entry points (libcgpu_ledger.so only)
+ *        v
+ *   ledger.c        the shared ledger file: open, create, lock, slots, charge, credit
+ *        v
  *   config.c        cgpu.conf and sizes
  *   ptrtable.c      the per-process pointer table
  *   resolve.c       the real driver and NVML (dlsym, handles, real functions)
+ *   errors.c        cgpu_strerror
  *
+ * The helper macros (EXPORT, NO_SANITIZE, likely, unlikely, MiB) are in
+ * native/include/cgpu_macros.h, for the shim and the simulator alike.
  * libcgpu_ledger.so (cffi) is ledger.c + ledger_read.c + config.c + request.c +
- * ledger_test.c.  README.md says why the ledger is built as it is.
+ * errors.c + ledger_test.c.  README.md says why the ledger is built as it is.
  */
 #ifndef CGPU_SHIM_H
 #define CGPU_SHIM_H
 
 #include <stdint.h>
 
+#include "cgpu_macros.h"
 #include "cgpu_nvml.h"
 #include "ledger.h"
 #include "resolve.h"
 
-#define EXPORT __attribute__((visibility("default")))
 
 enum { SHIM_UNINIT = 0, SHIM_PASSTHROUGH = 1, SHIM_LIMITED = 2, SHIM_FAILED = 3 };
 #define SHIM_MAX_ORDINALS 64

@@ -15,6 +15,7 @@
  * overlays the handle's range on the view, so every mapping of one handle
  * shares its bytes. */
 #include "cuda_sim.h"
+#include "cgpu_macros.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,8 +37,6 @@ static struct arena arenas[2] = {{.fd = -1}, {.fd = -1}};
 static int phys_fd = -1;
 static struct zone phys_zone;
 
-#define GiB (1ULL << 30)
-#define MiB (1ULL << 20)
 
 static void arena_drop(struct arena *a)
 {

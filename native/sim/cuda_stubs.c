@@ -11,3 +11,5 @@
     SIM_API CUresult name(void); \
     SIM_API CUresult name(void) { return sim_unmodelled(#name); }
 #include "sim_stubs.inc"
+#undef SIM_STUB
+#undef SIM_STUB_UNTYPED

@@ -53,7 +53,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsig
 
 SIM_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     if (!set)
         return NVML_ERROR_INVALID_ARGUMENT;
     struct nvmlEventSet_st *s = calloc(1, sizeof *s);
@@ -170,7 +170,7 @@ static long long now_ms(void)
 static nvmlReturn_t event_wait(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms,
                                int v2)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     if (!valid_set(set) || !data)
         return NVML_ERROR_INVALID_ARGUMENT;
     long long deadline = now_ms() + timeoutms;
@@ -213,7 +213,7 @@ SIM_API nvmlReturn_t nvmlEventSetWait(nvmlEventSet_t set, nvmlEventData_t *data,
 
 SIM_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     if (!valid_set(set))
         return NVML_ERROR_INVALID_ARGUMENT;
     set->magic = 0;

@@ -170,7 +170,7 @@ SIM_API nvmlReturn_t nvmlInternalGetExportTable(const void **ppExportTable, cons
                 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\n",
                 id[3], id[2], id[1], id[0], id[5], id[4], id[7], id[6], id[8], id[9], id[10], id[11],
                 id[12], id[13], id[14], id[15]);
-    NEED_INIT();
+    NVML_NEED_INIT();
     if (memcmp(id, smi_table_id, sizeof smi_table_id))
         return NVML_ERROR_NOT_SUPPORTED;
     if (!branch_known(nvs.cfg.driver_release)) {

@@ -145,13 +145,13 @@ static nvmlReturn_t copy_str(char *dst, unsigned int length, const char *src)
 
 SIM_API nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     return copy_str(version, length, nvs.cfg.driver_release);
 }
 
 SIM_API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     /* "<CUDA major>.<release>", as NVML numbers itself: 12.535.261.03. */
     char buf[48];
     snprintf(buf, sizeof buf, "%d.%s", nvs.cfg.driver_version / 1000, nvs.cfg.driver_release);
@@ -160,7 +160,7 @@ SIM_API nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length
 
 SIM_API nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     if (!cudaDriverVersion)
         return NVML_ERROR_INVALID_ARGUMENT;
     *cudaDriverVersion = nvs.cfg.driver_version;
@@ -198,7 +198,7 @@ void nvml_sim_proc_name(int pid, char *out, size_t len)
 
 SIM_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsigned int length)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     if (!name || !length)
         return NVML_ERROR_INVALID_ARGUMENT;
     char buf[4096];
@@ -211,7 +211,7 @@ SIM_API nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char *name, unsi
 
 SIM_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     if (!deviceCount)
         return NVML_ERROR_INVALID_ARGUMENT;
     *deviceCount = (unsigned)nvs.cfg.ndev;
@@ -225,7 +225,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
 
 SIM_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     if (!device || index >= (unsigned)nvs.cfg.ndev)
         return NVML_ERROR_INVALID_ARGUMENT;
     *device = &nvs.devs[index];
@@ -239,7 +239,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t
 
 SIM_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     if (!uuid || !device)
         return NVML_ERROR_INVALID_ARGUMENT;
     for (int i = 0; i < nvs.cfg.ndev; i++)
@@ -252,7 +252,7 @@ SIM_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *d
 
 SIM_API nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
 {
-    NEED_INIT();
+    NVML_NEED_INIT();
     unsigned d, b, s;
     if (!pciBusId || !device || sim_parse_busid(pciBusId, &d, &b, &s))
         return NVML_ERROR_INVALID_ARGUMENT;

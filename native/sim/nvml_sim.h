@@ -33,7 +33,7 @@ struct nvml_sim {
 
 extern struct nvml_sim nvs;
 
-#define NEED_INIT()                                                \
+#define NVML_NEED_INIT()                                                \
     do {                                                           \
         if (!__atomic_load_n(&nvs.refcount, __ATOMIC_ACQUIRE))     \
             return NVML_ERROR_UNINITIALIZED;                       \
@@ -43,7 +43,7 @@ extern struct nvml_sim nvs;
 int dev_index(nvmlDevice_t d);
 
 #define NEED_DEV(d, i)                            \
-    NEED_INIT();                                  \
+    NVML_NEED_INIT();                                  \
     int i = dev_index(d);                         \
     if (i < 0)                                    \
         return NVML_ERROR_INVALID_ARGUMENT

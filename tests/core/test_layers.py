@@ -1,4 +1,5 @@
-"""The package's layers: cgpu.core at the bottom, then the parts, then the CLI on top.
+"""The package's layers: cgpu.core at the bottom, then the parts, then the CLI on top; and the
+C files' layers (native/shim, from the entry points down) with no circle in native/ at all.
 
 - `cgpu.core` (and `cgpu` itself) imports nothing else of cgpu;
 - a part (`cgpu.deviceplugin`, `cgpu.hooks`, `cgpu.exporter`, and any other subpackage)
@@ -15,6 +16,7 @@ import ast
 import importlib.util
 from pathlib import Path
 
+import c_graph  # tests/core/c_graph.py (pytest puts tests/core on sys.path)
 import pytest
 from package_files import package_modules
 
@@ -101,9 +103,150 @@ def test_installed_package_respects_the_layers() -> None:
     assert problems == []
 
 
+# Circles of imports that another piece of work owns and is taking apart; no new one may appear.
+KNOWN_PYTHON_CIRCLES = [["cgpu.deviceplugin.cli", "cgpu.deviceplugin.setup"]]
+
+
+def import_graph(sources: dict[str, tuple[str, bool]]) -> dict[str, dict[str, str]]:
+    """module -> {cgpu module it imports: where}, from {module: (source, is_package)}.
+
+    `from cgpu.x import y` counts as an import of cgpu.x.y when that is a module."""
+    graph: dict[str, dict[str, str]] = {}
+    for module, (source, is_package) in sources.items():
+        found = graph.setdefault(module, {})
+        tree = ast.parse(source)
+        for line, target in _imports(tree, module, is_package):
+            names = [target]
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.lineno == line:
+                    names = [
+                        f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in sources
+                    ]
+                    names = names or [target]
+            for name in names:
+                while name and name not in sources:
+                    name = name.rpartition(".")[0]
+                if name and name != module:
+                    found.setdefault(name, f"{module}:{line}")
+    return graph
+
+
+def test_the_python_circle_check_sees_lazy_and_relative_imports() -> None:
+    sources = {
+        "cgpu.part": ("", True),
+        "cgpu.part.a": ("from . import b\n", False),
+        "cgpu.part.b": ("def f():\n    from cgpu.part.a import x\n", False),
+        "cgpu.part.c": ("import cgpu.part.a\n", False),
+    }
+    graph = import_graph(sources)
+    assert graph["cgpu.part.a"] == {"cgpu.part.b": "cgpu.part.a:1"}
+    assert c_graph.circles(graph) == [["cgpu.part.a", "cgpu.part.b"]]
+
+
+def test_installed_package_has_no_new_import_circle() -> None:
+    sources = {name: (path.read_text(), path.name == "__init__.py") for name, path in _modules()}
+    found = c_graph.circles(import_graph(sources))
+    assert [c for c in found if c not in KNOWN_PYTHON_CIRCLES] == []
+
+
 @pytest.mark.parametrize("command", sorted(cli.COMMANDS))
 def test_subcommand_modules_sit_below_the_cli(command: str) -> None:
     module_name, _ = cli.COMMANDS[command]
     assert group(module_name)[0] <= 2
     module = importlib.import_module(module_name)
     assert callable(module.register) and callable(module.run)
+
+
+# ---- the C files ------------------------------------------------------------------------
+
+NATIVE = Path(__file__).resolve().parents[2] / "native"
+
+# libcgpu.so's files from the top (the entry points) down; a file includes and calls only files
+# of a lower layer (native/shim/README.md and docs/architecture.md keep the same table).
+SHIM_LAYERS: list[set[str]] = [
+    {"hooks_mem", "hooks_vmm", "hooks_ctx", "hooks_info", "hooks_launch", "entry"},
+    {"charge", "compute"},
+    {"token"},
+    {"shim"},  # the shim's set-up
+    {"request", "ledger_read", "ledger_test"},
+    {"ledger"},
+    {"config", "ptrtable", "resolve", "errors"},
+    {"api"},
+]
+# Defined once, in native/include/cgpu_macros.h, for every C file of cgpu.
+SHARED_MACROS = {"EXPORT", "NO_SANITIZE", "likely", "unlikely", "MiB", "GiB"}
+
+
+def c_violations(graph: dict[str, dict[str, str]], layers: list[set[str]]) -> list[str]:
+    """The edges of `graph` that do not run downwards through `layers`, and unplaced units."""
+    layer = {name: i for i, names in enumerate(layers) for name in names}
+    problems = [f"{u} is in no layer of SHIM_LAYERS" for u in sorted(graph) if u not in layer]
+    for source, targets in sorted(graph.items()):
+        for target, why in sorted(targets.items()):
+            if source in layer and target in layer and layer[target] <= layer[source]:
+                problems.append(f"{why}: {target} is not below {source}")
+    return problems
+
+
+def test_the_c_checker_catches_circles_and_upward_calls() -> None:
+    files = [
+        c_graph.parse("low.c", '#include "low.h"\nint low_fn(void) { return high_fn(); }\n'),
+        c_graph.parse("high.c", '#include "low.h"\nint high_fn(void) { return low_fn(); }\n'),
+        c_graph.parse("low.h", "int low_fn(void);\n"),
+    ]
+    graph = c_graph.edges(files)
+    assert graph == {
+        "low": {"high": "low.c calls high_fn()"},
+        "high": {"low": "high.c includes low.h"},
+    }
+    assert c_graph.circles(graph) == [["high", "low"]]
+    assert c_violations(graph, [{"high"}, {"low"}]) == [
+        "low.c calls high_fn(): high is not below low"
+    ]
+    assert c_violations(graph, [{"high"}]) == ["low is in no layer of SHIM_LAYERS"]
+    # Calls in macro bodies count; statics, comments, strings and declarations do not.
+    macro = c_graph.parse(
+        "m.c", "#define GO(x) high_fn(x)\n/* low_fn() */\nstatic int f(void) { return 0; }\n"
+    )
+    assert macro.calls == {"high_fn"} and macro.statics == {"f"} and not macro.defines
+    decl = c_graph.parse(
+        "d.c", 'int g(void);\nEXPORT int h(int a) { return g() + puts("low_fn()"); }\n'
+    )
+    assert decl.defines == {"h"} and decl.calls == {"g", "puts"}
+
+
+def test_the_shim_files_run_one_way() -> None:
+    files = c_graph.parse_dir(NATIVE / "shim")
+    graph = c_graph.edges(files)
+    assert {"ledger", "ledger_read", "shim", "charge", "hooks_mem"} <= set(graph)
+    assert "ledger" in graph["ledger_read"]  # the parser sees calls at all
+    assert c_graph.circles(graph) == []
+    assert c_violations(graph, SHIM_LAYERS) == []
+
+
+def test_the_simulator_files_have_no_circle() -> None:
+    graph = c_graph.edges(c_graph.parse_dir(NATIVE / "sim"))
+    assert "cuda_core" in graph["cuda_memory"]
+    assert c_graph.circles(graph) == []
+
+
+def test_helper_macros_are_defined_once() -> None:
+    """The shared helpers only in cgpu_macros.h; any other macro that two files define is an
+    X-macro (each file that defines it #undefs it after its table)."""
+    files = {
+        path.relative_to(NATIVE).as_posix(): c_graph.parse(path.name, path.read_text())
+        for path in sorted(NATIVE.rglob("*"))
+        if path.suffix in {".c", ".h", ".def", ".inc"}
+    }
+    where: dict[str, list[str]] = {}
+    for rel, parsed in files.items():
+        for name in parsed.macros:
+            where.setdefault(name, []).append(rel)
+    for name in sorted(SHARED_MACROS):
+        assert where.get(name) == ["include/cgpu_macros.h"], name
+    repeated = {
+        name: rels
+        for name, rels in where.items()
+        if len(rels) > 1 and not all(name in files[rel].undefs for rel in rels)
+    }
+    assert repeated == {}

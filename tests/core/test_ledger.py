@@ -41,7 +41,8 @@ def test_charges_show_per_process_and_credit_exactly(tmp_path):
     [
         (b"", -4),
         (b"CGPULDG1" + (3).to_bytes(4, "little") + b"\0" * 4, -4),  # layout 3, cut short
-        (b"CGPULDG1" + (2).to_bytes(4, "little") + b"\0" * 200000, -3),  # layout 2 (older)
+        (b"CGPULDG1" + (1).to_bytes(4, "little") + b"\0" * 200000, -3),  # older than any read
+        (b"CGPULDG1" + (2).to_bytes(4, "little") + b"\0" * 200000, -5),  # layout 2, size 0
         (b"NOTCGPU!" + b"\0" * 200000, -2),
         (b"CGPULDG1" + (7).to_bytes(4, "little") + b"\0" * 200000, -3),
     ],

@@ -18,7 +18,7 @@
 struct shim_state g_shim = {.single_device = SHIM_MULTI_DEVICE, .ledger = {.fd = -1, .slot = -1}};
 
 static pthread_mutex_t init_mutex = PTHREAD_MUTEX_INITIALIZER;
-static int limits_state = SHIM_UNINIT;
+static int setup_state = SHIM_UNINIT;
 static long long ctx_overhead_env = -1;
 /* A context's cost per ledger device, from the host's `context` lines in cgpu.conf (which
  * the container cannot write): where set, it wins over CGPU_CONTEXT_OVERHEAD and nothing
@@ -260,25 +260,25 @@ int compute_enabled(void)
     return c;
 }
 
-static int limits_from_config; /* the slices came from cgpu.conf */
+static int slices_from_config; /* the slices came from cgpu.conf */
 
 /* Compute the slices and open the ledger.  Caller holds init_mutex.  Returns
  * SHIM_PASSTHROUGH, SHIM_LIMITED, SHIM_FAILED, or SHIM_UNINIT when the driver
  * cannot be asked yet. */
 static int load_limits(enumerate_fn enumerate, int authoritative)
 {
-    if (limits_state != SHIM_UNINIT)
-        return limits_state;
+    if (setup_state != SHIM_UNINIT)
+        return setup_state;
     extern char **environ;
     if (cgpu_request_disabled((const char *const *)environ))
-        return limits_state = SHIM_PASSTHROUGH;
+        return setup_state = SHIM_PASSTHROUGH;
 
     const char *ovh = getenv("CGPU_CONTEXT_OVERHEAD");
     if (ovh) {
         unsigned long long v = 0;
         if (strcmp(ovh, "0") != 0 && cgpu_parse_size(ovh, &v) != 0) {
             shim_fail_line("CGPU_CONTEXT_OVERHEAD=%.40s is malformed", ovh);
-            return limits_state = SHIM_FAILED;
+            return setup_state = SHIM_FAILED;
         }
         ctx_overhead_env = (long long)v;
     }
@@ -290,9 +290,9 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
     int rc = cgpu_config_load(conf, &cfg);
     if (rc != CGPU_OK && !(rc == CGPU_ERR_IO && errno == ENOENT)) {
         shim_fail_line("%s", cfg.error);
-        return limits_state = SHIM_FAILED;
+        return setup_state = SHIM_FAILED;
     }
-    limits_from_config = rc == CGPU_OK;
+    slices_from_config = rc == CGPU_OK;
     if (rc != CGPU_OK) {
         /* No config: the environment gives the slices (read only now: with a config,
          * no limit variable counts). */
@@ -300,10 +300,10 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
         int env_rc = cgpu_request_from_env((const char *const *)environ, &req);
         if (env_rc != CGPU_OK) {
             shim_fail_line("%s", req.error);
-            return limits_state = SHIM_FAILED;
+            return setup_state = SHIM_FAILED;
         }
         if (req.kind == CGPU_REQ_NONE && !request_has_compute(&req))
-            return limits_state = SHIM_PASSTHROUGH;
+            return setup_state = SHIM_PASSTHROUGH;
         struct device_info devs[SHIM_MAX_ORDINALS];
         int n = enumerate(devs, SHIM_MAX_ORDINALS);
         if (n < 0)
@@ -319,7 +319,7 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
             }
             if (cfg.nentries >= CGPU_MAX_DEVICES) {
                 shim_fail_line("more than %d GPUs have a slice", CGPU_MAX_DEVICES);
-                return limits_state = SHIM_FAILED;
+                return setup_state = SHIM_FAILED;
             }
             memcpy(cfg.entries[cfg.nentries].uuid, devs[i].uuid, CGPU_UUID_LEN);
             cfg.entries[cfg.nentries].compute = compute;
@@ -328,10 +328,10 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
         }
         if (cfg.nentries == 0)
             /* Only CUDA's own device list may settle "no slice anywhere" for good. */
-            return authoritative ? (limits_state = SHIM_PASSTHROUGH) : SHIM_UNINIT;
+            return authoritative ? (setup_state = SHIM_PASSTHROUGH) : SHIM_UNINIT;
         if (private_dir && ensure_private_dir(dir) != 0) {
             shim_fail_line("cannot use the ledger directory %s: %s", dir, strerror(errno));
-            return limits_state = SHIM_FAILED;
+            return setup_state = SHIM_FAILED;
         }
         /* Inside a container, keep processes that lose their environment limited. */
         if (strcmp(dir, SHIM_LEDGER_MOUNT) == 0)
@@ -347,7 +347,7 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
     if (rc != CGPU_OK) {
         shim_fail_line("cannot use the ledger %s: %s", path, cgpu_strerror(rc));
         ledger_close(&g_shim.ledger);
-        return limits_state = SHIM_FAILED;
+        return setup_state = SHIM_FAILED;
     }
     for (unsigned i = 0; i < cfg.nentries; i++) {
         int dev = cfg.entries[i].has_context ? ledger_find_device(g_shim.ledger.l, cfg.entries[i].uuid) : -1;
@@ -356,7 +356,7 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
             ctx_overhead_conf_set[dev] = 1;
         }
     }
-    return limits_state = SHIM_LIMITED;
+    return setup_state = SHIM_LIMITED;
 }
 
 int shim_claim_slot(void)
@@ -387,7 +387,7 @@ int shim_cuda_init(int driver_ready)
             g_shim.devmap[i] = i < n ? ledger_find_device(g_shim.ledger.l, devs[i].uuid) : -1;
         /* The container's config names its GPUs: a visible GPU it does not name
          * would run unlimited, so refuse instead. */
-        for (int i = 0; i < n && limits_from_config && s == SHIM_LIMITED; i++)
+        for (int i = 0; i < n && slices_from_config && s == SHIM_LIMITED; i++)
             if (g_shim.devmap[i] < 0) {
                 shim_fail_line("%s is visible but has no slice in " CGPU_CONFIG_NAME, devs[i].uuid);
                 s = SHIM_FAILED;
@@ -510,6 +510,6 @@ void shim_forget_process(void)
     memset(g_shim.primary, 0, sizeof g_shim.primary);
     memset(ctx_overhead_conf_set, 0, sizeof ctx_overhead_conf_set);
     g_shim.single_device = SHIM_MULTI_DEVICE;
-    limits_state = SHIM_UNINIT;
+    setup_state = SHIM_UNINIT;
     __atomic_store_n(&g_shim.state, SHIM_UNINIT, __ATOMIC_RELEASE);
 }
