@@ -15,7 +15,6 @@ grows past what recent scrapes used.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -146,21 +145,23 @@ class _One:
 
 
 class Renderer:
-    """Writes the text exposition of metrics; safe to share between threads."""
+    """Writes the text exposition of metrics.
+
+    Safe to share between threads without a lock: its caches only hold texts computed from
+    their keys, so a race costs at most computing one twice.
+    """
 
     def __init__(self) -> None:
         self._values = _Values()
-        self._lock = threading.Lock()
 
     def render(self, metrics: Iterable[Metric]) -> bytes:
         """The text format (version 0.0.4) of `metrics`, as `generate_latest` writes it."""
         out: list[str] = []
-        with self._lock:
-            for metric in metrics:
-                if isinstance(metric, Family):
-                    self._family(metric, out)
-                else:
-                    out.append(generate_latest(_One(metric)).decode("utf-8"))
+        for metric in metrics:
+            if isinstance(metric, Family):
+                self._family(metric, out)
+            else:
+                out.append(generate_latest(_One(metric)).decode("utf-8"))
         return "".join(out).encode("utf-8")
 
     def _family(self, family: Family, out: list[str]) -> None:

@@ -2,8 +2,8 @@
 
 Metrics are always served in the text format, version 0.0.4, which every Prometheus accepts
 (whatever its Accept header prefers), written by `cgpu.exporter.exposition`; gzipped when the
-client accepts gzip, as `prometheus_client` does. `?name[]=` selections are left to
-`prometheus_client`.
+client accepts gzip, as `prometheus_client` does. `?name[]=` selections, OPTIONS and other
+methods are left to `prometheus_client`'s app.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from cgpu.exporter.exposition import render
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# zlib's default: half the time of level 9 (prometheus_client's) for about 10% more bytes
+# (1.4 against 2.8 ms for the 230 KB of 200 containers).
+_GZIP_LEVEL = 6
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -62,7 +65,7 @@ def build_app(registry: CollectorRegistry) -> WsgiApp:
         body = render(registry.collect())
         headers = [("Content-Type", CONTENT_TYPE)]
         if _gzip_accepted(environ):
-            body = gzip.compress(body)
+            body = gzip.compress(body, compresslevel=_GZIP_LEVEL)
             headers.append(("Content-Encoding", "gzip"))
         start_response("200 OK", headers)
         return [body]
