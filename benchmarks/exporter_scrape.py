@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -142,10 +143,16 @@ def time_scrapes(
     state_dir: Path, scrapes: int, host_view: bool
 ) -> tuple[list[float], list[float], list[float], int, str]:
     """(full scrape seconds, collect-only seconds, full scrape CPU seconds of this process,
-    bytes of exposition text, exposition)."""
+    bytes of exposition text, exposition).
+
+    A full scrape is what the exporter's HTTP server does before gzip: collect, then write the
+    text format with `cgpu.exporter.exposition.render`. Its bytes are checked against
+    `prometheus_client.generate_latest` once, before timing.
+    """
     from prometheus_client import CollectorRegistry, generate_latest
 
     from cgpu.exporter.collector import CgpuCollector
+    from cgpu.exporter.exposition import render
     from cgpu.exporter.hostview import Attributor
     from cgpu.exporter.nvml import NvmlSource
 
@@ -153,11 +160,19 @@ def time_scrapes(
     collector = CgpuCollector(state_dir, gpus=NvmlSource(), attributor=attributor)
     registry = CollectorRegistry()
     registry.register(collector)
-    text = generate_latest(registry).decode()  # warm-up: NVML init, meta.json cache
+    metrics = list(registry.collect())  # warm-up: NVML init, meta.json cache
+
+    class Fixed:
+        def collect(self) -> list[Any]:
+            return metrics
+
+    text = render(metrics).decode()
+    if text != generate_latest(Fixed()).decode():
+        sys.exit("the exporter's exposition differs from prometheus_client's")
     full, collect, cpu = [], [], []
     for _ in range(scrapes):
         start, start_cpu = time.perf_counter(), time.process_time()
-        generate_latest(registry)
+        render(registry.collect())
         full.append(time.perf_counter() - start)
         cpu.append(time.process_time() - start_cpu)
         start = time.perf_counter()

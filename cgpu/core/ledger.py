@@ -103,28 +103,32 @@ def read_ledger(path: str | os.PathLike[str]) -> Snapshot:
     spath = os.fspath(path)
     snap = ffi.new("struct cgpu_snapshot *")
     _check(spath, lib.cgpu_ledger_snapshot(os.fsencode(spath), snap))
-    if snap.ndevices > len(snap.devices) or snap.nprocesses > len(snap.processes):
+    ndevices, nprocesses = snap.ndevices, snap.nprocesses
+    if ndevices > len(snap.devices) or nprocesses > len(snap.processes):
         raise LedgerError(spath, ERR_CORRUPT, "device or process count out of range")
-    uuids = [_uuid(spath, ffi.string(snap.devices[i].uuid)) for i in range(snap.ndevices)]
+    # One cdata per device and process: each attribute access through `snap` makes new ones.
+    rows = [snap.devices[i] for i in range(ndevices)]
+    uuids = [_uuid(spath, ffi.string(row.uuid)) for row in rows]
     devices = [
         DeviceUsage(
-            uuid=uuids[i],
-            limit=int(snap.devices[i].limit),
-            used=int(snap.devices[i].used),
-            peak=int(snap.devices[i].peak),
-            processes=int(snap.devices[i].processes),
-            compute_limit=int(snap.devices[i].compute_limit),
-            compute_policy=_POLICY.get(int(snap.devices[i].compute_policy), ""),
-            compute_used=int(snap.devices[i].compute_used) / 100.0,
+            uuid=uuid,
+            limit=row.limit,
+            used=row.used,
+            peak=row.peak,
+            processes=row.processes,
+            compute_limit=row.compute_limit,
+            compute_policy=_POLICY.get(row.compute_policy, ""),
+            compute_used=row.compute_used / 100.0,
         )
-        for i in range(snap.ndevices)
+        for uuid, row in zip(uuids, rows, strict=True)
     ]
     processes = []
-    for p in range(snap.nprocesses):
+    for p in range(nprocesses):
         proc = snap.processes[p]
-        used = {uuids[i]: int(proc.used[i]) for i in range(snap.ndevices) if proc.used[i]}
-        processes.append(ProcessUsage(int(proc.pid), int(proc.start_time), used))
-    return Snapshot(spath, devices, processes, int(snap.dead), int(snap.version))
+        amounts = ffi.unpack(proc.used, ndevices)
+        used = {uuid: n for uuid, n in zip(uuids, amounts, strict=True) if n}
+        processes.append(ProcessUsage(proc.pid, proc.start_time, used))
+    return Snapshot(spath, devices, processes, snap.dead, snap.version)
 
 
 def init_ledger(path: str | os.PathLike[str], limits: dict[str, int]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 def start_time(pid: int) -> int | None:
     """Field 22 of /proc/<pid>/stat (clock ticks after boot), or None when there is no such pid.
@@ -20,8 +22,13 @@ def state_and_start_time(pid: int) -> tuple[int, int] | None:
     if pid <= 0:
         return None
     try:
-        with open(f"/proc/{pid}/task/{pid}/stat", "rb") as handle:
-            stat = handle.read()
+        # os.open and one read: half the cost of open() (the exporter asks for every GPU
+        # process at every scrape). The line is far shorter than 4 KiB.
+        fd = os.open(f"/proc/{pid}/task/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            stat = os.read(fd, 4096)
+        finally:
+            os.close(fd)
         fields = stat[stat.rindex(b")") + 2 :].split()  # the command name may hold spaces
         return fields[0][0], int(fields[19])
     except (OSError, ValueError, IndexError):  # no such pid (any more), or a pid out of range

@@ -1,8 +1,9 @@
 """The Prometheus collector: every scrape reads the state dir, NVML and pod-resources afresh.
 
 Series exist only while their container directory (or GPU) does, because nothing is kept between
-scrapes except caches of facts that do not change (NVML handles, meta.json, pod assignments) and the
-cumulative count of skipped ledgers.
+scrapes except caches of facts that do not change (NVML handles, meta.json, pod assignments), the
+cumulative count of skipped ledgers, and the texts `cgpu.exporter.exposition` renders label sets
+and values to (functions of what they render, never of when).
 """
 
 from __future__ import annotations
@@ -15,10 +16,20 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from cgpu.exporter.enforce import Enforcer, KillLabels, over_slice
+from cgpu.exporter.exposition import Family
+from cgpu.exporter.families import (
+    KILLS,
+    LEDGER_ERRORS,
+    LEDGERS_SKIPPED,
+    NVML_UP,
+    POD_RESOURCES_UP,
+    SCRAPE_DURATION,
+    Families,
+)
 from cgpu.exporter.hostview import Attributor, HostView
 from cgpu.exporter.labels import Identity, device_ids, resolve
 from cgpu.exporter.nvml import GpuStatus, NvmlSource
@@ -26,11 +37,6 @@ from cgpu.exporter.podresources import PodResourcesSource
 from cgpu.exporter.scan import ALL_REASONS, Caches, ScanResult, scan
 
 log = logging.getLogger(__name__)
-
-CONTAINER_LABELS = ["namespace", "pod", "container", "gpu_uuid", "gpu_index"]
-CLAIM_LABELS = ["namespace", "pod", "container", "claim"]
-GPU_LABELS = ["gpu_uuid", "gpu_index"]
-GPU_MODEL_LABELS = ["gpu_uuid", "gpu_index", "model"]
 
 
 @dataclass
@@ -64,110 +70,6 @@ class Observation:
         return (ident.namespace, ident.pod, ident.container, uuid, self.index.get(uuid, ""))
 
 
-class _Families:
-    """The metric families of one scrape."""
-
-    def __init__(self) -> None:
-        self.limit = GaugeMetricFamily(
-            "cgpu_container_gpu_memory_limit_bytes",
-            "The container's GPU memory slice on this GPU, in bytes.",
-            labels=CONTAINER_LABELS,
-        )
-        self.used = GaugeMetricFamily(
-            "cgpu_container_gpu_memory_used_bytes",
-            "GPU memory the container's live processes hold on this GPU, in bytes (cgpu ledger).",
-            labels=CONTAINER_LABELS,
-        )
-        self.peak = GaugeMetricFamily(
-            "cgpu_container_gpu_memory_peak_bytes",
-            "Highest GPU memory use the ledger recorded for the container on this GPU, in bytes.",
-            labels=CONTAINER_LABELS,
-        )
-        self.processes = GaugeMetricFamily(
-            "cgpu_container_gpu_processes",
-            "Live processes of the container holding memory on this GPU.",
-            labels=CONTAINER_LABELS,
-        )
-        self.gpu_total = GaugeMetricFamily(
-            "cgpu_gpu_memory_total_bytes",
-            "GPU memory as NVML reports it, in bytes.",
-            labels=GPU_MODEL_LABELS,
-        )
-        self.gpu_used = GaugeMetricFamily(
-            "cgpu_gpu_memory_used_bytes",
-            "GPU memory used by every process on the GPU, as NVML reports it, in bytes.",
-            labels=GPU_MODEL_LABELS,
-        )
-        self.gpu_allocated = GaugeMetricFamily(
-            "cgpu_gpu_memory_allocated_bytes",
-            "Sum of the slices of the containers on this GPU, in bytes.",
-            labels=GPU_LABELS,
-        )
-        self.gpu_containers = GaugeMetricFamily(
-            "cgpu_gpu_containers", "Containers with a slice on this GPU.", labels=GPU_LABELS
-        )
-        self.host_used = GaugeMetricFamily(
-            "cgpu_container_gpu_memory_host_used_bytes",
-            "GPU memory NVML on the host shows for the container's processes on this GPU, in "
-            "bytes, whether or not they went through the shim.",
-            labels=CONTAINER_LABELS,
-        )
-        self.over_slice = GaugeMetricFamily(
-            "cgpu_container_over_slice",
-            "1 when the container's host-observed use exceeds its slice by more than the "
-            "allowance (--over-slice-allowance), else 0.",
-            labels=CONTAINER_LABELS,
-        )
-        self.gpu_unattributed = GaugeMetricFamily(
-            "cgpu_gpu_memory_unattributed_bytes",
-            "GPU memory NVML shows for processes that belong to no cgpu container, in bytes.",
-            labels=GPU_LABELS,
-        )
-        self.compute_limit = GaugeMetricFamily(
-            "cgpu_container_gpu_compute_limit_percent",
-            "The container's compute share of this GPU, in percent of its time (containers "
-            "with a compute limit only).",
-            labels=CONTAINER_LABELS,
-        )
-        self.compute_used = GaugeMetricFamily(
-            "cgpu_container_gpu_compute_used_percent",
-            "The container's use of this GPU's time over about the last second, in percent, as "
-            "its shim measured it (containers with a compute limit only: nothing measures the "
-            "others).",
-            labels=CONTAINER_LABELS,
-        )
-        self.claim_info = GaugeMetricFamily(
-            "cgpu_container_claim_info",
-            "1 for a container whose slice comes from a DRA claim (driver gpu.cgpu.io): its "
-            "namespace, pod and container labels, as on the container series, and the claim.",
-            labels=CLAIM_LABELS,
-        )
-        self.gpu_healthy = GaugeMetricFamily(
-            "cgpu_gpu_healthy",
-            "1 when NVML answered for this GPU at this scrape, 0 when the query failed.",
-            labels=GPU_MODEL_LABELS,
-        )
-
-    def all(self) -> list[Metric]:
-        return [
-            self.limit,
-            self.used,
-            self.peak,
-            self.processes,
-            self.compute_limit,
-            self.compute_used,
-            self.host_used,
-            self.over_slice,
-            self.claim_info,
-            self.gpu_total,
-            self.gpu_used,
-            self.gpu_allocated,
-            self.gpu_containers,
-            self.gpu_unattributed,
-            self.gpu_healthy,
-        ]
-
-
 class CgpuCollector(Collector):
     """Collects the cgpu metrics of one node; safe to call from concurrent scrapes."""
 
@@ -194,7 +96,7 @@ class CgpuCollector(Collector):
 
     def describe(self) -> Iterator[Metric]:
         """The families this collector serves, without reading anything."""
-        yield from _Families().all()
+        yield from Families().all()
         yield from self._exporter_families(Counter(), 0.0, Counter())
 
     def observe(self) -> Observation:
@@ -230,7 +132,7 @@ class CgpuCollector(Collector):
         """Read everything and yield the metric families of this scrape."""
         with self._lock:
             start = self._clock()
-            families = _Families()
+            families = Families()
             seen = self._observe()
             self._errors.update(seen.result.skipped)
             self._fill(families, seen)
@@ -241,7 +143,7 @@ class CgpuCollector(Collector):
             )
         yield from metrics
 
-    def _fill(self, fam: _Families, seen: Observation) -> None:
+    def _fill(self, fam: Families, seen: Observation) -> None:
         gpus, index, view = seen.gpus, seen.index, seen.view
         over = {
             (o.key, o.uuid)
@@ -274,79 +176,52 @@ class CgpuCollector(Collector):
             if i.claim
         }
         for claim_labels in sorted(claims):
-            fam.claim_info.add_metric(list(claim_labels), 1)
+            fam.claim_info.add(claim_labels, 1)
 
         allocated: Counter[str] = Counter({g.uuid: 0 for g in gpus})
         members: Counter[str] = Counter({g.uuid: 0 for g in gpus})
         for (namespace, pod, container, uuid), s in slices.items():
-            labels = [namespace, pod, container, uuid, index.get(uuid, "")]
+            labels = (namespace, pod, container, uuid, index.get(uuid, ""))
             if s.ledger_ok:
-                fam.limit.add_metric(labels, s.limit)
-                fam.used.add_metric(labels, s.used)
-                fam.peak.add_metric(labels, s.peak)
-                fam.processes.add_metric(labels, s.processes)
+                fam.limit.add(labels, s.limit)
+                fam.used.add(labels, s.used)
+                fam.peak.add(labels, s.peak)
+                fam.processes.add(labels, s.processes)
                 if s.compute_limit:
-                    fam.compute_limit.add_metric(labels, s.compute_limit)
-                    fam.compute_used.add_metric(labels, s.compute_used)
+                    fam.compute_limit.add(labels, s.compute_limit)
+                    fam.compute_used.add(labels, s.compute_used)
             if s.host_used is not None:
-                fam.host_used.add_metric(labels, s.host_used)
-                fam.over_slice.add_metric(labels, 1 if s.over else 0)
+                fam.host_used.add(labels, s.host_used)
+                fam.over_slice.add(labels, 1 if s.over else 0)
             allocated[uuid] += s.limit
             members[uuid] += 1
 
         for uuid, total in allocated.items():
-            labels = [uuid, index.get(uuid, "")]
-            fam.gpu_allocated.add_metric(labels, total)
-            fam.gpu_containers.add_metric(labels, members[uuid])
+            labels = (uuid, index.get(uuid, ""))
+            fam.gpu_allocated.add(labels, total)
+            fam.gpu_containers.add(labels, members[uuid])
         for uuid in sorted(view.gpus):
-            fam.gpu_unattributed.add_metric([uuid, index.get(uuid, "")], view.unattributed[uuid])
+            fam.gpu_unattributed.add((uuid, index.get(uuid, "")), view.unattributed[uuid])
         for g in gpus:
-            labels = [g.uuid, str(g.index), g.model]
-            fam.gpu_healthy.add_metric(labels, 1 if g.healthy else 0)
+            labels = (g.uuid, str(g.index), g.model)
+            fam.gpu_healthy.add(labels, 1 if g.healthy else 0)
             if g.total is not None and g.used is not None:
-                fam.gpu_total.add_metric(labels, g.total)
-                fam.gpu_used.add_metric(labels, g.used)
+                fam.gpu_total.add(labels, g.total)
+                fam.gpu_used.add(labels, g.used)
 
     def _exporter_families(
         self, skipped: Counter[str], elapsed: float, kills: Counter[KillLabels]
     ) -> Iterator[Metric]:
-        killed = CounterMetricFamily(
-            "cgpu_enforcement_kills",
-            "Processes `cgpu exporter --enforce` SIGKILLed because their container stayed over "
-            "its slice (host-observed) for the grace period.",
-            labels=CONTAINER_LABELS,
-        )
+        killed = Family(KILLS)
         for labels, count in sorted(kills.items()):
-            killed.add_metric(list(labels), count)
+            killed.add(labels, count)
         yield killed
-        errors = CounterMetricFamily(
-            "cgpu_ledger_errors",
-            "Ledger or config files skipped because they were corrupt, truncated, foreign, of "
-            "another version or unreadable, counted once per scrape that met them.",
-            labels=["reason"],
-        )
-        current = GaugeMetricFamily(
-            "cgpu_ledgers_skipped",
-            "Container directories skipped at this scrape, by reason.",
-            labels=["reason"],
-        )
+        errors, current = Family(LEDGER_ERRORS), Family(LEDGERS_SKIPPED)
         for reason in ALL_REASONS:
-            errors.add_metric([reason], self._errors[reason])
-            current.add_metric([reason], skipped[reason])
+            errors.add((reason,), self._errors[reason])
+            current.add((reason,), skipped[reason])
         yield errors
         yield current
-        yield GaugeMetricFamily(
-            "cgpu_exporter_nvml_up",
-            "1 when NVML is initialised and answering, else 0.",
-            value=1 if self._gpus is not None and self._gpus.up else 0,
-        )
-        yield GaugeMetricFamily(
-            "cgpu_exporter_pod_resources_up",
-            "1 when the kubelet's pod-resources API answered, else 0 (labels from meta.json).",
-            value=1 if self._pods is not None and self._pods.up else 0,
-        )
-        yield GaugeMetricFamily(
-            "cgpu_exporter_scrape_duration_seconds",
-            "Time this scrape spent reading ledgers, NVML and pod-resources.",
-            value=elapsed,
-        )
+        yield Family(NVML_UP, 1 if self._gpus is not None and self._gpus.up else 0)
+        yield Family(POD_RESOURCES_UP, 1 if self._pods is not None and self._pods.up else 0)
+        yield Family(SCRAPE_DURATION, elapsed)

@@ -1,15 +1,30 @@
-"""A small threaded HTTP server: `/metrics` (and `/`) from a registry, `/healthz` for probes."""
+"""A small threaded HTTP server: `/metrics` (and `/`) from a registry, `/healthz` for probes.
+
+Metrics are always served in the text format, version 0.0.4, which every Prometheus accepts
+(whatever its Accept header prefers), written by `cgpu.exporter.exposition`; gzipped when the
+client accepts gzip, as `prometheus_client` does. `?name[]=` selections, OPTIONS and other
+methods are left to `prometheus_client`'s app.
+"""
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
+from urllib.parse import parse_qs
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+
+from cgpu.exporter.exposition import render
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# zlib's default: half the time of level 9 (prometheus_client's) for about 10% more bytes
+# (1.4 against 2.8 ms for the 230 KB of 200 containers).
+_GZIP_LEVEL = 6
 
 StartResponse = Callable[..., Any]
 WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
@@ -29,15 +44,31 @@ class _QuietHandler(WSGIRequestHandler):
         """Scrapes are frequent; do not log each one."""
 
 
+def _gzip_accepted(environ: dict[str, Any]) -> bool:
+    accepted = environ.get("HTTP_ACCEPT_ENCODING") or ""
+    return "gzip" in [part.split(";")[0].strip().lower() for part in accepted.split(",")]
+
+
 def build_app(registry: CollectorRegistry) -> WsgiApp:
-    """The WSGI app: metrics on every path but /healthz."""
-    metrics = make_wsgi_app(registry)
+    """The WSGI app: metrics on every path but /healthz (and /favicon.ico, empty)."""
+    fallback = make_wsgi_app(registry)
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        if environ.get("PATH_INFO") == "/healthz":
+        path, method = environ.get("PATH_INFO"), environ.get("REQUEST_METHOD", "GET")
+        if path == "/healthz":
             start_response("200 OK", [("Content-Type", "text/plain")])
             return [b"ok\n"]
-        return metrics(environ, start_response)
+        if method != "GET" or path == "/favicon.ico":
+            return fallback(environ, start_response)  # OPTIONS, 405, the empty icon
+        if "name[]" in parse_qs(environ.get("QUERY_STRING", "")):
+            return fallback(environ, start_response)
+        body = render(registry.collect())
+        headers = [("Content-Type", CONTENT_TYPE)]
+        if _gzip_accepted(environ):
+            body = gzip.compress(body, compresslevel=_GZIP_LEVEL)
+            headers.append(("Content-Encoding", "gzip"))
+        start_response("200 OK", headers)
+        return [body]
 
     return app
 

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
@@ -122,12 +123,30 @@ class FakeNvml:
 Series = dict[str, dict[frozenset[tuple[str, str]], float]]
 
 
+class Collected:
+    """A collector that yields metrics already collected (to render them twice alike)."""
+
+    def __init__(self, metrics: list[Metric]) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> list[Metric]:
+        return self.metrics
+
+
 def scrape(collector: Collector) -> Series:
-    """One scrape through the text exposition format, as Prometheus would see it."""
+    """One scrape through the text exposition format, as Prometheus would see it.
+
+    The text is the exporter's own (`cgpu.exporter.exposition.render`, what its server
+    sends), and must be the very bytes `prometheus_client.generate_latest` writes.
+    """
+    from cgpu.exporter.exposition import render
+
     registry = CollectorRegistry()
     registry.register(collector)
-    text = generate_latest(registry).decode()
+    metrics = list(registry.collect())
     registry.unregister(collector)
+    text = render(metrics).decode()
+    assert text == generate_latest(Collected(metrics)).decode()
     out: Series = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
