@@ -1,24 +1,151 @@
-/* The simulated CUDA driver (libcuda.so.1).  Graphs, minimally: kernel nodes
- * only; launching an executable graph queues its kernels on the stream in the
- * order they were added (the device runs one kernel at a time anyway). */
+/* The simulated CUDA driver (libcuda.so.1).  Graphs: kernel nodes and memory
+ * nodes.  Launching an executable graph queues its kernels on the stream in the
+ * order they were added (the device runs one kernel at a time anyway).
+ *
+ * Memory nodes (cuGraphAddMemAllocNode, cuGraphAddMemFreeNode), as the driver
+ * handles them: an allocation node gets its virtual address when it is added, fixed
+ * for the graph's life; a graph with memory nodes has at most one executable graph
+ * at a time.  Physical memory comes from the device's graph memory pool when the
+ * executable graph is first launched or uploaded: what the pool keeps unused serves
+ * first, the rest is charged to the device, and a launch it does not fit in fails
+ * with CUDA_ERROR_OUT_OF_MEMORY.  Destroying the executable graph returns its
+ * memory to the pool, which keeps it reserved (and charged) until
+ * cuDeviceGraphMemTrim.  cuDeviceGetGraphMemAttribute reports the pool.  An
+ * executable graph's footprint on a device is the sum of its allocations, each
+ * rounded to the granularity (the driver may reuse memory between allocations
+ * whose lifetimes do not overlap; the sum is what it may need).  The bytes of
+ * graph memory are not modelled: copies to its addresses fail. */
 #include "cuda_sim.h"
+
+enum { NODE_KERNEL = 1, NODE_MEM_ALLOC, NODE_MEM_FREE };
 
 struct sim_graph {
     struct obj hdr;
     unsigned long long *ns;        /* each kernel node's duration */
     size_t n, cap;
+    unsigned long long foot[SIM_MAX_DEVICES]; /* its allocation nodes' footprint */
+    int mem_nodes;                 /* has allocation or free nodes */
+    int execs;                     /* live executable graphs made from it */
 };
 
 struct sim_graph_node {
     struct obj hdr;
     struct sim_graph *graph;
+    int type;
+    int phys;                      /* allocation node: its device */
+    unsigned long long dptr, bytes, foot; /* allocation: address, size, footprint; free: address */
+    CUDA_MEM_ALLOC_NODE_PARAMS params;
 };
 
 struct sim_graph_exec {
     struct obj hdr;
+    struct sim_graph *graph;       /* while it lives: its graph (NULL once destroyed) */
+    unsigned long long foot[SIM_MAX_DEVICES];
+    int mapped;                    /* its footprint is taken from the graph memory pool */
     size_t n;
     unsigned long long ns[];
 };
+
+/* Each device's graph memory pool: reserved = in use by executable graphs + kept unused. */
+static unsigned long long gmem_used[SIM_MAX_DEVICES], gmem_kept[SIM_MAX_DEVICES];
+static unsigned long long gmem_used_high[SIM_MAX_DEVICES], gmem_reserved_high[SIM_MAX_DEVICES];
+
+/* Take an executable graph's footprint from the pools (drv.mu held). */
+static CUresult gmem_map(struct sim_graph_exec *x)
+{
+    if (x->mapped)
+        return CUDA_SUCCESS;
+    unsigned long long fresh[SIM_MAX_DEVICES] = {0};
+    CUresult rc = CUDA_SUCCESS;
+    int d = 0;
+    for (; d < SIM_MAX_DEVICES && !rc; d++) {
+        unsigned long long need = x->foot[d];
+        fresh[d] = need > gmem_kept[d] ? need - gmem_kept[d] : 0;
+        rc = charge(d, fresh[d]);
+    }
+    if (rc) {
+        for (int u = 0; u < d - 1; u++)
+            uncharge(u, fresh[u]);
+        return rc;
+    }
+    for (d = 0; d < SIM_MAX_DEVICES; d++) {
+        gmem_kept[d] -= x->foot[d] - fresh[d];
+        gmem_used[d] += x->foot[d];
+        if (gmem_used[d] > gmem_used_high[d])
+            gmem_used_high[d] = gmem_used[d];
+        if (gmem_used[d] + gmem_kept[d] > gmem_reserved_high[d])
+            gmem_reserved_high[d] = gmem_used[d] + gmem_kept[d];
+    }
+    x->mapped = 1;
+    return CUDA_SUCCESS;
+}
+
+/* Give an executable graph's footprint back to the pools, which keep it (drv.mu held). */
+static void gmem_unmap(struct sim_graph_exec *x)
+{
+    if (!x->mapped)
+        return;
+    for (int d = 0; d < SIM_MAX_DEVICES; d++) {
+        gmem_used[d] -= x->foot[d];
+        gmem_kept[d] += x->foot[d];
+    }
+    x->mapped = 0;
+}
+
+SIM_API CUresult cuDeviceGraphMemTrim(CUdevice device)
+{
+    NEED_INIT();
+    int phys = dev_phys(device);
+    if (phys < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    LOCK();
+    uncharge(phys, gmem_kept[phys]);
+    gmem_kept[phys] = 0;
+    UNLOCK();
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+    NEED_INIT();
+    int phys = dev_phys(device);
+    if (phys < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
+    LOCK();
+    switch (attr) {
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *(cuuint64_t *)value = gmem_used[phys]; break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: *(cuuint64_t *)value = gmem_used_high[phys]; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: *(cuuint64_t *)value = gmem_used[phys] + gmem_kept[phys]; break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: *(cuuint64_t *)value = gmem_reserved_high[phys]; break;
+    default: rc = CUDA_ERROR_INVALID_VALUE;
+    }
+    UNLOCK();
+    return rc;
+}
+
+/* Only the high watermarks can be set, and only to 0 (which resets them to the current). */
+SIM_API CUresult cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
+{
+    NEED_INIT();
+    int phys = dev_phys(device);
+    if (phys < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!value || *(cuuint64_t *)value != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = CUDA_SUCCESS;
+    LOCK();
+    if (attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH)
+        gmem_used_high[phys] = gmem_used[phys];
+    else if (attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH)
+        gmem_reserved_high[phys] = gmem_used[phys] + gmem_kept[phys];
+    else
+        rc = CUDA_ERROR_INVALID_VALUE;
+    UNLOCK();
+    return rc;
+}
 
 SIM_API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -47,8 +174,18 @@ SIM_API CUresult cuGraphDestroy(CUgraph hGraph)
             if (nd && nd->hdr.type == O_GRAPH_NODE && nd->graph == g)
                 doomed[n++] = nd;
         }
-        for (size_t i = 0; i < n; i++)
-            obj_free(doomed[i]);
+        for (size_t i = 0; i < n; i++) {
+            struct sim_graph_node *nd = doomed[i];
+            /* An allocation's address stays taken while an executable graph may use it. */
+            if (nd->type == NODE_MEM_ALLOC && !g->execs)
+                zone_give(&drv.zone[1], nd->dptr, nd->foot);
+            obj_free(nd);
+        }
+        for (size_t i = 0; i < drv.objs.cap; i++) { /* its executable graphs outlive it */
+            struct sim_graph_exec *x = drv.objs.vals[i];
+            if (x && x->hdr.type == O_GRAPH_EXEC && x->graph == g)
+                x->graph = NULL;
+        }
         free(g->ns);
         obj_free(g);
     }
@@ -92,6 +229,7 @@ static CUresult add_kernel_node(CUgraphNode *ph, CUgraph hGraph, const CUgraphNo
     }
     if (!rc && g->n < g->cap && (nd = obj_new(sizeof *nd, O_GRAPH_NODE, NULL))) {
         nd->graph = g;
+        nd->type = NODE_KERNEL;
         g->ns[g->n++] = ns;
     } else if (!rc) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -130,14 +268,21 @@ static CUresult instantiate(CUgraphExec *ph, CUgraph hGraph)
     LOCK();
     struct sim_graph *g = obj_get(hGraph, O_GRAPH);
     struct sim_graph_exec *x = NULL;
-    if (g && (x = obj_new(sizeof *x + g->n * sizeof *x->ns, O_GRAPH_EXEC, NULL))) {
+    /* A graph with memory nodes has at most one executable graph at a time. */
+    int twice = g && g->mem_nodes && g->execs;
+    if (g && !twice && (x = obj_new(sizeof *x + g->n * sizeof *x->ns, O_GRAPH_EXEC, NULL))) {
         x->n = g->n;
+        x->graph = g;
+        g->execs++;
+        memcpy(x->foot, g->foot, sizeof x->foot);
         if (g->n)
             memcpy(x->ns, g->ns, g->n * sizeof *x->ns);
     }
     UNLOCK();
     if (!g)
         return CUDA_ERROR_INVALID_HANDLE;
+    if (twice)
+        return CUDA_ERROR_INVALID_VALUE;
     if (!x)
         return CUDA_ERROR_OUT_OF_MEMORY;
     *ph = (CUgraphExec)x;
@@ -176,8 +321,12 @@ SIM_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
     NEED_INIT();
     LOCK();
     struct sim_graph_exec *x = obj_get(hGraphExec, O_GRAPH_EXEC);
-    if (x)
+    if (x) {
+        gmem_unmap(x);
+        if (x->graph)
+            x->graph->execs--;
         obj_free(x);
+    }
     UNLOCK();
     return x ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
@@ -187,16 +336,17 @@ static CUresult graph_launch(CUgraphExec hGraphExec, CUstream s)
     NEED_INIT();
     LOCK();
     struct sim_graph_exec *x = obj_get(hGraphExec, O_GRAPH_EXEC);
-    size_t n = x ? x->n : 0;
+    CUresult rc = x ? gmem_map(x) : CUDA_ERROR_INVALID_HANDLE;
+    size_t n = x && !rc ? x->n : 0;
     unsigned long long *ns = n ? malloc(n * sizeof *ns) : NULL;
     if (ns)
         memcpy(ns, x->ns, n * sizeof *ns);
     UNLOCK();
-    if (!x)
-        return CUDA_ERROR_INVALID_HANDLE;
+    if (rc)
+        return rc;
     if (n && !ns)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = stream_check(s);
+    rc = stream_check(s);
     for (size_t i = 0; i < n && !rc; i++)
         rc = launch_work(s, ns[i]);
     free(ns);
@@ -207,3 +357,191 @@ SIM_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 { return graph_launch(hGraphExec, hStream); }
 SIM_API CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 { return graph_launch(hGraphExec, hStream); }
+
+/* Uploading maps the graph's memory ahead of its first launch. */
+static CUresult graph_upload(CUgraphExec hGraphExec, CUstream s)
+{
+    NEED_INIT();
+    CUresult rc = stream_check(s);
+    if (rc)
+        return rc;
+    LOCK();
+    struct sim_graph_exec *x = obj_get(hGraphExec, O_GRAPH_EXEC);
+    rc = x ? gmem_map(x) : CUDA_ERROR_INVALID_HANDLE;
+    UNLOCK();
+    return rc;
+}
+
+SIM_API CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
+{ return graph_upload(hGraphExec, hStream); }
+SIM_API CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
+{ return graph_upload(hGraphExec, hStream); }
+
+/* A new node of `g` after `deps` (drv.mu held); NULL with *rc set. */
+static struct sim_graph_node *node_new(struct sim_graph *g, const CUgraphNode *deps, size_t ndeps,
+                                       CUresult *rc)
+{
+    *rc = CUDA_SUCCESS;
+    if (!g) {
+        *rc = CUDA_ERROR_INVALID_HANDLE;
+        return NULL;
+    }
+    for (size_t i = 0; i < ndeps; i++) {
+        struct sim_graph_node *d = obj_get(deps[i], O_GRAPH_NODE);
+        if (!d || d->graph != g) {
+            *rc = CUDA_ERROR_INVALID_VALUE;
+            return NULL;
+        }
+    }
+    struct sim_graph_node *nd = obj_new(sizeof *nd, O_GRAPH_NODE, NULL);
+    if (!nd)
+        *rc = CUDA_ERROR_OUT_OF_MEMORY;
+    else
+        nd->graph = g;
+    return nd;
+}
+
+SIM_API CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                        const CUgraphNode *dependencies, size_t numDependencies,
+                                        CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    NEED_INIT();
+    if (!phGraphNode || !p || (numDependencies && !dependencies) || !p->bytesize)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Device memory only: pinned, on a device. */
+    if (p->poolProps.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        p->poolProps.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    int phys = dev_phys(p->poolProps.location.id);
+    if (phys < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    unsigned long long gran = drv.cfg.granularity;
+    unsigned long long foot = round_up(p->bytesize, gran), at = 0;
+    LOCK();
+    CUresult rc;
+    struct sim_graph *g = obj_get(hGraph, O_GRAPH);
+    struct sim_graph_node *nd = node_new(g, dependencies, numDependencies, &rc);
+    if (nd && zone_take(&drv.zone[1], foot, gran, 0, &at)) {
+        obj_free(nd);
+        nd = NULL;
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (nd) {
+        nd->type = NODE_MEM_ALLOC;
+        nd->phys = phys;
+        nd->dptr = at;
+        nd->bytes = p->bytesize;
+        nd->foot = foot;
+        nd->params = *p;
+        nd->params.accessDescs = NULL;
+        nd->params.accessDescCount = 0;
+        nd->params.dptr = at;
+        g->foot[phys] += foot;
+        g->mem_nodes = 1;
+        p->dptr = at;
+        *phGraphNode = (CUgraphNode)nd;
+    }
+    UNLOCK();
+    return rc;
+}
+
+SIM_API CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                       const CUgraphNode *dependencies, size_t numDependencies,
+                                       CUdeviceptr dptr)
+{
+    NEED_INIT();
+    if (!phGraphNode || (numDependencies && !dependencies))
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    CUresult rc;
+    struct sim_graph *g = obj_get(hGraph, O_GRAPH);
+    /* Only a graph allocation can be freed by a free node. */
+    int known = 0;
+    for (size_t i = 0; g && i < drv.objs.cap && !known; i++) {
+        struct sim_graph_node *a = drv.objs.vals[i];
+        known = a && a->hdr.type == O_GRAPH_NODE && a->type == NODE_MEM_ALLOC && a->dptr == dptr;
+    }
+    struct sim_graph_node *nd = g && !known ? NULL : node_new(g, dependencies, numDependencies, &rc);
+    if (g && !known)
+        rc = CUDA_ERROR_INVALID_VALUE;
+    if (nd) {
+        nd->type = NODE_MEM_FREE;
+        nd->dptr = dptr;
+        g->mem_nodes = 1;
+        *phGraphNode = (CUgraphNode)nd;
+    }
+    UNLOCK();
+    return rc;
+}
+
+SIM_API CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
+{
+    NEED_INIT();
+    if (!params_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct sim_graph_node *nd = obj_get(hNode, O_GRAPH_NODE);
+    CUresult rc = !nd ? CUDA_ERROR_INVALID_HANDLE : nd->type != NODE_MEM_ALLOC ? CUDA_ERROR_INVALID_VALUE : 0;
+    if (!rc)
+        *params_out = nd->params;
+    UNLOCK();
+    return rc;
+}
+
+SIM_API CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hNode, CUdeviceptr *dptr_out)
+{
+    NEED_INIT();
+    if (!dptr_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct sim_graph_node *nd = obj_get(hNode, O_GRAPH_NODE);
+    CUresult rc = !nd ? CUDA_ERROR_INVALID_HANDLE : nd->type != NODE_MEM_FREE ? CUDA_ERROR_INVALID_VALUE : 0;
+    if (!rc)
+        *dptr_out = nd->dptr;
+    UNLOCK();
+    return rc;
+}
+
+SIM_API CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
+{
+    NEED_INIT();
+    if (!type)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct sim_graph_node *nd = obj_get(hNode, O_GRAPH_NODE);
+    if (nd)
+        *type = nd->type == NODE_MEM_ALLOC ? CU_GRAPH_NODE_TYPE_MEM_ALLOC
+                : nd->type == NODE_MEM_FREE ? CU_GRAPH_NODE_TYPE_MEM_FREE : CU_GRAPH_NODE_TYPE_KERNEL;
+    UNLOCK();
+    return nd ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* The nodes of a graph; with nodes NULL, only their count. */
+SIM_API CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
+{
+    NEED_INIT();
+    if (!numNodes)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct sim_graph *g = obj_get(hGraph, O_GRAPH);
+    size_t n = 0;
+    for (size_t i = 0; g && i < drv.objs.cap; i++) {
+        struct sim_graph_node *nd = drv.objs.vals[i];
+        if (!nd || nd->hdr.type != O_GRAPH_NODE || nd->graph != g)
+            continue;
+        if (nodes && n < *numNodes)
+            nodes[n] = (CUgraphNode)nd;
+        n++;
+    }
+    if (g && nodes) {
+        for (size_t i = n; i < *numNodes; i++)
+            nodes[i] = NULL;
+        if (n > *numNodes)
+            n = *numNodes;
+    }
+    UNLOCK();
+    if (!g)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *numNodes = n;
+    return CUDA_SUCCESS;
+}

@@ -77,6 +77,8 @@ struct sim_ctx {
     int refcount;        /* primary: retains; created: cuCtxAttach usage count */
     unsigned long long id;
     size_t limits[CU_LIMIT_MAX > 16 ? CU_LIMIT_MAX : 16];
+    unsigned long long heap_charge; /* what the stack, malloc heap and printf FIFO take
+                                       beyond their defaults (cuCtxSetLimit) */
     unsigned long long last_end;   /* end of all work queued in the context */
     struct sim_queue q_legacy;     /* NULL and CU_STREAM_LEGACY */
     struct sim_queue q_ptds;       /* CU_STREAM_PER_THREAD (one for all threads) */
