@@ -220,3 +220,82 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     CHARGED_FREE(PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)hMipmappedArray, REAL(cuMipmappedArrayDestroy)(hMipmappedArray));
 }
 
+
+/* ---- pools made with cuMemPoolCreate --------------------------------------------- */
+
+/* A pool reserves device memory as it serves allocations (charged by the allocation
+ * wrappers above) and keeps what is freed into it (charged until the driver gives it
+ * back, charge.h).  Creating a pool makes it known to pool_reconcile, so that what it
+ * keeps is credited once it no longer does; its trim and its destruction give memory
+ * back, and are credited at once. */
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+    CUresult rc = REAL(cuMemPoolCreate)(pool, poolProps);
+    if (rc == CUDA_SUCCESS && pool && mode() == SHIM_LIMITED)
+        pool_seen(*pool);
+    return rc;
+}
+
+EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    CUresult rc = REAL(cuMemPoolDestroy)(pool);
+    if (rc == CUDA_SUCCESS && mode() == SHIM_LIMITED) {
+        pool_forget(pool);
+        (void)pool_reconcile();
+    }
+    return rc;
+}
+
+EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    CUresult rc = REAL(cuMemPoolTrimTo)(pool, minBytesToKeep);
+    if (rc == CUDA_SUCCESS && mode() == SHIM_LIMITED)
+        (void)pool_reconcile();
+    return rc;
+}
+
+/* ---- memory imported over IPC ------------------------------------------------------ */
+
+/* An imported allocation is the exporter's memory, and stays charged to the exporter.
+ * It is charged to the importer too, while the importer holds it open: the driver keeps
+ * the memory alive for as long as any importer maps it, so an exporter that frees first
+ * (credited) and allocates again could otherwise hold an unbounded amount through its
+ * importers (docs/contract.md, "IPC").  The size is known only once the handle is
+ * open: over the slice, the import is closed again and refused. */
+static CUresult charge_import(CUresult rc, CUdeviceptr *pdptr)
+{
+    if (rc != CUDA_SUCCESS || !pdptr || mode() != SHIM_LIMITED)
+        return rc;
+    int dev = current_device();
+    if (dev < 0)
+        return rc;
+    CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr) =
+        (CUresult(*)(CUdeviceptr *, size_t *, CUdeviceptr))shim_driver_sym("cuMemGetAddressRange_v2");
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (!range || range(&base, &size, *pdptr) != CUDA_SUCCESS || !size)
+        return rc; /* cannot tell: the host view shows it */
+    uint64_t charge = charge_of(size);
+    if (reserve(dev, charge) != CUDA_SUCCESS) {
+        (void)REAL(cuIpcCloseMemHandle)(*pdptr);
+        *pdptr = 0;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    track(PT_KIND_IPC ^ *pdptr, dev, charge, current_context());
+    return rc;
+}
+
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return charge_import(REAL(cuIpcOpenMemHandle_v2)(pdptr, handle, Flags), pdptr);
+}
+
+EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return charge_import(REAL(cuIpcOpenMemHandle)(pdptr, handle, Flags), pdptr);
+}
+
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    CHARGED_FREE(PT_KIND_IPC ^ dptr, REAL(cuIpcCloseMemHandle)(dptr));
+}
