@@ -104,10 +104,14 @@ struct sim_event {
 
 /* A module or library; its functions (kernels) are made on request by name. */
 struct sim_func;
+struct sim_global;
 struct sim_module {
     struct obj hdr;                /* ctx: NULL for a library */
     int library;
     struct sim_func *funcs;
+    unsigned long long globals;    /* device address of its globals (a region), or 0 */
+    struct sim_global *syms;       /* its global variables (cuModuleGetGlobal) */
+    size_t nsyms;
 };
 
 struct sim_func {

@@ -87,6 +87,9 @@ class Client:
         self.pool_ptrs: list[int] = []
         self.ptrs: list[int] = []
         self.imports: list[int] = []
+        self.modules: list[ptr] = []
+        self.libraries: list[ptr] = []
+        self.image = b""
 
     def init(self) -> None:
         rc = cuda.cuInit(0)
@@ -229,6 +232,51 @@ class Client:
     def close(self) -> None:
         out("close", cuda.cuIpcCloseMemHandle(u64(self.imports.pop())))
 
+    def module_load(self, path: str) -> None:
+        mod = ptr()
+        rc = cuda.cuModuleLoad(ctypes.byref(mod), path.encode())
+        if rc == 0:
+            self.modules.append(mod)
+        out("module-load", rc)
+
+    def module_load_data(self, path: str) -> None:
+        mod = ptr()
+        with open(path, "rb") as f:
+            self.image = f.read()  # the driver reads it during the call only
+        rc = cuda.cuModuleLoadData(ctypes.byref(mod), self.image)
+        if rc == 0:
+            self.modules.append(mod)
+        out("module-load-data", rc)
+
+    def module_global(self, name: str) -> None:
+        p, size = u64(), ctypes.c_size_t()
+        rc = cuda.cuModuleGetGlobal_v2(
+            ctypes.byref(p), ctypes.byref(size), self.modules[-1], name.encode()
+        )
+        out("module-global", rc, size.value)
+
+    def module_unload(self) -> None:
+        out("module-unload", cuda.cuModuleUnload(self.modules.pop()))
+
+    def library_load(self, path: str) -> None:
+        lib = ptr()
+        rc = cuda.cuLibraryLoadFromFile(
+            ctypes.byref(lib), path.encode(), None, None, 0, None, None, 0
+        )
+        if rc == 0:
+            self.libraries.append(lib)
+        out("library-load", rc)
+
+    def library_global(self, name: str) -> None:
+        p, size = u64(), ctypes.c_size_t()
+        rc = cuda.cuLibraryGetGlobal(
+            ctypes.byref(p), ctypes.byref(size), self.libraries[-1], name.encode()
+        )
+        out("library-global", rc, size.value)
+
+    def library_unload(self) -> None:
+        out("library-unload", cuda.cuLibraryUnload(self.libraries.pop()))
+
     def wait(self) -> None:
         """Block until a line arrives on stdin (another process does its part meanwhile)."""
         out("ready", 0)
@@ -253,6 +301,13 @@ STEPS = {
     "pool-free-all": 0,
     "pool-trim": 0,
     "pool-destroy": 0,
+    "module-load": 1,
+    "module-load-data": 1,
+    "module-global": 1,
+    "module-unload": 0,
+    "library-load": 1,
+    "library-global": 1,
+    "library-unload": 0,
     "alloc": 1,
     "free": 0,
     "export": 0,

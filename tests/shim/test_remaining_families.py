@@ -210,3 +210,45 @@ def test_ipc_imports_are_charged_to_the_importer_while_open(shim_env, ledger_dir
     finally:
         exporter.kill()
         exporter.wait(60)
+
+
+CUBIN = Path(__file__).with_name("data") / "globals_sm90.cubin"
+# Its globals (data/globals.cu): 64 MiB zero-filled, 16 bytes initialised, 1 KiB and 16
+# bytes of constants, laid out with their alignments.
+GLOBALS = pages(64 * MiB + 1056)
+
+
+def test_module_globals_are_charged_at_load_and_given_back(client):
+    """A cubin's globals are allocated when it loads (cuModuleLoad from a file,
+    cuModuleLoadData from memory, cuLibraryLoadFromFile), freed at unload or with the
+    module's context; the shim reads their size from the image's sections."""
+    r = client(
+        "1GiB",
+        "init",
+        "module-load", CUBIN, "usage", "module-global", "big",
+        "module-load-data", CUBIN, "usage",
+        "module-unload", "module-unload", "usage",
+        "library-load", CUBIN, "usage", "library-global", "big", "library-unload", "usage",
+        "module-load", CUBIN, "reset", "usage",
+    )  # fmt: skip
+    assert r.one("module-global") == ["0", str(64 * MiB)]
+    assert r.one("library-global") == ["0", str(64 * MiB)]
+    assert usages(r) == [
+        (GLOBALS, GLOBALS),
+        (2 * GLOBALS, 2 * GLOBALS),
+        (0, 0),
+        (GLOBALS, GLOBALS),
+        (0, 0),
+        (0, 0),  # died with its context
+    ]
+
+
+def test_a_module_whose_globals_do_not_fit_is_refused(client):
+    r = client(
+        "128MiB",
+        "init", "module-load", CUBIN, "module-load-data", CUBIN, "library-load", CUBIN, "usage",
+    )  # fmt: skip
+    assert r.one("module-load") == ["0"]
+    assert r.one("module-load-data") == ["2"] and r.one("library-load") == ["2"]
+    assert usages(r) == [(GLOBALS, GLOBALS)]
+    assert "out of GPU memory slice" in r.stderr
