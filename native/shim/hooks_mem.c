@@ -94,9 +94,32 @@ static inline int pool_may_serve(int dev, size_t bytesize)
     return need > limit && need - kept <= limit;
 }
 
-#define ASYNC_ALLOC(call, free_fn)                                                                  \
+/* Whether `stream` is capturing into a graph: then cuMemAllocAsync allocates nothing but
+ * adds an allocation node, whose memory is charged with the graph's (hooks_graph.c).  The
+ * legacy default stream never captures (no driver call for it). */
+typedef CUresult (*is_capturing_fn)(CUstream, CUstreamCaptureStatus *);
+static is_capturing_fn capturing_fn[2];
+
+static inline int capturing(CUstream stream, int ptsz)
+{
+    if (!ptsz && (!stream || stream == CU_STREAM_LEGACY))
+        return 0;
+    is_capturing_fn fn = __atomic_load_n(&capturing_fn[ptsz], __ATOMIC_RELAXED);
+    if (unlikely(!fn)) {
+        fn = (is_capturing_fn)shim_driver_sym(ptsz ? "cuStreamIsCapturing_ptsz" : "cuStreamIsCapturing");
+        if (!fn)
+            return 0;
+        __atomic_store_n(&capturing_fn[ptsz], fn, __ATOMIC_RELAXED);
+    }
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return fn(stream, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+#define ASYNC_ALLOC(call, free_fn, ptsz)                                                            \
     do {                                                                                           \
         int m_ = mode();                                                                           \
+        if (m_ == SHIM_LIMITED && capturing(hStream, ptsz))                                        \
+            return call; /* a graph's allocation node: charged at instantiation */                 \
         if (m_ == SHIM_LIMITED && (g_shim.single_device == SHIM_MULTI_DEVICE ||                     \
                                    unlikely(pool_may_serve(current_device(), bytesize))))           \
             return charge_async_after(call, dptr, bytesize, hStream, free_fn);                     \
@@ -105,25 +128,25 @@ static inline int pool_may_serve(int dev, size_t bytesize)
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    ASYNC_ALLOC(REAL(cuMemAllocAsync)(dptr, bytesize, hStream), REAL(cuMemFreeAsync));
+    ASYNC_ALLOC(REAL(cuMemAllocAsync)(dptr, bytesize, hStream), REAL(cuMemFreeAsync), 0);
 }
 
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    ASYNC_ALLOC(REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream), REAL(cuMemFreeAsync_ptsz));
+    ASYNC_ALLOC(REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream), REAL(cuMemFreeAsync_ptsz), 1);
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
     pool_seen(pool);
-    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync));
+    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync), 0);
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                              CUstream hStream)
 {
     pool_seen(pool);
-    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync_ptsz));
+    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync_ptsz), 1);
 }
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)

@@ -14,7 +14,11 @@
  * executable graph's footprint on a device is the sum of its allocations, each
  * rounded to the granularity (the driver may reuse memory between allocations
  * whose lifetimes do not overlap; the sum is what it may need).  The bytes of
- * graph memory are not modelled: copies to its addresses fail. */
+ * graph memory are not modelled: copies to its addresses fail.
+ *
+ * Stream capture (cuStreamBeginCapture .. cuStreamEndCapture) on a created stream
+ * records kernels, cuMemAllocAsync and cuMemFreeAsync into the graph instead of
+ * running them: a captured cuMemAllocAsync is an allocation node, as in the driver. */
 #include "cuda_sim.h"
 
 enum { NODE_KERNEL = 1, NODE_MEM_ALLOC, NODE_MEM_FREE };
@@ -401,6 +405,36 @@ static struct sim_graph_node *node_new(struct sim_graph *g, const CUgraphNode *d
     return nd;
 }
 
+/* Add an allocation node of `p->bytesize` bytes on `phys` to `g` (drv.mu held). */
+static CUresult alloc_node_locked(struct sim_graph *g, const CUgraphNode *deps, size_t ndeps, int phys,
+                                  CUDA_MEM_ALLOC_NODE_PARAMS *p, CUgraphNode *out)
+{
+    unsigned long long gran = drv.cfg.granularity;
+    unsigned long long foot = round_up(p->bytesize, gran), at = 0;
+    CUresult rc;
+    struct sim_graph_node *nd = node_new(g, deps, ndeps, &rc);
+    if (nd && zone_take(&drv.zone[1], foot, gran, 0, &at)) {
+        obj_free(nd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!nd)
+        return rc;
+    nd->type = NODE_MEM_ALLOC;
+    nd->phys = phys;
+    nd->dptr = at;
+    nd->bytes = p->bytesize;
+    nd->foot = foot;
+    nd->params = *p;
+    nd->params.accessDescs = NULL;
+    nd->params.accessDescCount = 0;
+    nd->params.dptr = at;
+    g->foot[phys] += foot;
+    g->mem_nodes = 1;
+    p->dptr = at;
+    *out = (CUgraphNode)nd;
+    return CUDA_SUCCESS;
+}
+
 SIM_API CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
                                         const CUgraphNode *dependencies, size_t numDependencies,
                                         CUDA_MEM_ALLOC_NODE_PARAMS *p)
@@ -415,33 +449,34 @@ SIM_API CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph
     int phys = dev_phys(p->poolProps.location.id);
     if (phys < 0)
         return CUDA_ERROR_INVALID_DEVICE;
-    unsigned long long gran = drv.cfg.granularity;
-    unsigned long long foot = round_up(p->bytesize, gran), at = 0;
     LOCK();
-    CUresult rc;
-    struct sim_graph *g = obj_get(hGraph, O_GRAPH);
-    struct sim_graph_node *nd = node_new(g, dependencies, numDependencies, &rc);
-    if (nd && zone_take(&drv.zone[1], foot, gran, 0, &at)) {
-        obj_free(nd);
-        nd = NULL;
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (nd) {
-        nd->type = NODE_MEM_ALLOC;
-        nd->phys = phys;
-        nd->dptr = at;
-        nd->bytes = p->bytesize;
-        nd->foot = foot;
-        nd->params = *p;
-        nd->params.accessDescs = NULL;
-        nd->params.accessDescCount = 0;
-        nd->params.dptr = at;
-        g->foot[phys] += foot;
-        g->mem_nodes = 1;
-        p->dptr = at;
-        *phGraphNode = (CUgraphNode)nd;
-    }
+    CUresult rc = alloc_node_locked(obj_get(hGraph, O_GRAPH), dependencies, numDependencies, phys, p, phGraphNode);
     UNLOCK();
+    return rc;
+}
+
+/* Add a free node of graph allocation `dptr` to `g` (drv.mu held). */
+static CUresult free_node_locked(struct sim_graph *g, const CUgraphNode *deps, size_t ndeps, CUdeviceptr dptr,
+                                 CUgraphNode *out)
+{
+    if (!g)
+        return CUDA_ERROR_INVALID_HANDLE;
+    /* Only a graph allocation can be freed by a free node. */
+    int known = 0;
+    for (size_t i = 0; i < drv.objs.cap && !known; i++) {
+        struct sim_graph_node *a = drv.objs.vals[i];
+        known = a && a->hdr.type == O_GRAPH_NODE && a->type == NODE_MEM_ALLOC && a->dptr == dptr;
+    }
+    if (!known)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc;
+    struct sim_graph_node *nd = node_new(g, deps, ndeps, &rc);
+    if (nd) {
+        nd->type = NODE_MEM_FREE;
+        nd->dptr = dptr;
+        g->mem_nodes = 1;
+        *out = (CUgraphNode)nd;
+    }
     return rc;
 }
 
@@ -453,26 +488,135 @@ SIM_API CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
     if (!phGraphNode || (numDependencies && !dependencies))
         return CUDA_ERROR_INVALID_VALUE;
     LOCK();
-    CUresult rc;
-    struct sim_graph *g = obj_get(hGraph, O_GRAPH);
-    /* Only a graph allocation can be freed by a free node. */
-    int known = 0;
-    for (size_t i = 0; g && i < drv.objs.cap && !known; i++) {
-        struct sim_graph_node *a = drv.objs.vals[i];
-        known = a && a->hdr.type == O_GRAPH_NODE && a->type == NODE_MEM_ALLOC && a->dptr == dptr;
+    CUresult rc = free_node_locked(obj_get(hGraph, O_GRAPH), dependencies, numDependencies, dptr, phGraphNode);
+    UNLOCK();
+    return rc;
+}
+
+/* ---- stream capture ---------------------------------------------------------------- */
+
+/* A captured stream-ordered allocation becomes an allocation node of the device's graph
+ * memory; a captured free, a free node; a captured launch, a kernel node.  Each capture
+ * appends to its graph without dependencies (the simulator runs a graph's nodes in the
+ * order they were added). */
+static CUresult cap_alloc(void *graph, int phys, unsigned long long bytes, CUdeviceptr *out)
+{
+    CUDA_MEM_ALLOC_NODE_PARAMS p = {.bytesize = bytes};
+    p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.poolProps.location.id = drv.ord[phys];
+    CUgraphNode nd;
+    CUresult rc = alloc_node_locked(obj_get(graph, O_GRAPH), NULL, 0, phys, &p, &nd);
+    if (!rc)
+        *out = p.dptr;
+    return rc;
+}
+
+static CUresult cap_free(void *graph, CUdeviceptr dptr)
+{
+    CUgraphNode nd;
+    return free_node_locked(obj_get(graph, O_GRAPH), NULL, 0, dptr, &nd);
+}
+
+static CUresult cap_kernel(void *graph, unsigned long long ns)
+{
+    struct sim_graph *g = obj_get(graph, O_GRAPH);
+    if (!g)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 8;
+        unsigned long long *v = realloc(g->ns, cap * sizeof *v);
+        if (!v)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        g->ns = v;
+        g->cap = cap;
     }
-    struct sim_graph_node *nd = g && !known ? NULL : node_new(g, dependencies, numDependencies, &rc);
-    if (g && !known)
-        rc = CUDA_ERROR_INVALID_VALUE;
+    CUresult rc;
+    struct sim_graph_node *nd = node_new(g, NULL, 0, &rc);
     if (nd) {
-        nd->type = NODE_MEM_FREE;
-        nd->dptr = dptr;
-        g->mem_nodes = 1;
-        *phGraphNode = (CUgraphNode)nd;
+        nd->type = NODE_KERNEL;
+        g->ns[g->n++] = ns;
+    }
+    return rc;
+}
+
+static const struct sim_capture_ops capture_ops_graph = {cap_alloc, cap_free, cap_kernel};
+
+__attribute__((constructor)) static void capture_init(void)
+{
+    capture_register(&capture_ops_graph);
+}
+
+/* Only created streams capture here (the legacy and per-thread streams: unsupported). */
+static CUresult begin_capture(CUstream s, CUgraph into)
+{
+    NEED_INIT();
+    LOCK();
+    struct sim_ctx *c;
+    CUresult rc = stream_ctx(s, &c);
+    struct sim_stream *st = rc ? NULL : obj_get(s, O_STREAM);
+    struct sim_graph *g = NULL;
+    if (!rc && !st)
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    else if (!rc && st->capture)
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    else if (!rc && into && !(g = obj_get(into, O_GRAPH)))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    else if (!rc && !into && !(g = obj_new(sizeof *g, O_GRAPH, NULL)))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (!rc) {
+        st->capture = g;
+        st->capture_id = ++drv.next_id;
     }
     UNLOCK();
     return rc;
 }
+
+SIM_API CUresult cuStreamBeginCapture(CUstream hStream) { return begin_capture(hStream, NULL); }
+SIM_API CUresult cuStreamBeginCapture_ptsz(CUstream hStream) { return begin_capture(hStream, NULL); }
+SIM_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{ return mode > CU_STREAM_CAPTURE_MODE_RELAXED ? CUDA_ERROR_INVALID_VALUE : begin_capture(hStream, NULL); }
+SIM_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
+{ return mode > CU_STREAM_CAPTURE_MODE_RELAXED ? CUDA_ERROR_INVALID_VALUE : begin_capture(hStream, NULL); }
+
+SIM_API CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies,
+                                             const CUgraphEdgeData *dependencyData, size_t numDependencies,
+                                             CUstreamCaptureMode mode)
+{
+    if (!hGraph || (numDependencies && !dependencies) || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return INITED() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_INITIALIZED;
+    return begin_capture(hStream, hGraph);
+}
+
+SIM_API CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
+                                                  const CUgraphNode *dependencies,
+                                                  const CUgraphEdgeData *dependencyData,
+                                                  size_t numDependencies, CUstreamCaptureMode mode)
+{
+    return cuStreamBeginCaptureToGraph(hStream, hGraph, dependencies, dependencyData, numDependencies, mode);
+}
+
+static CUresult end_capture(CUstream s, CUgraph *out)
+{
+    NEED_INIT();
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct sim_ctx *c;
+    CUresult rc = stream_ctx(s, &c);
+    struct sim_stream *st = rc ? NULL : obj_get(s, O_STREAM);
+    if (!rc && (!st || !st->capture))
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    if (!rc) {
+        *out = (CUgraph)st->capture;
+        st->capture = NULL;
+    }
+    UNLOCK();
+    return rc;
+}
+
+SIM_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) { return end_capture(hStream, phGraph); }
+SIM_API CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph) { return end_capture(hStream, phGraph); }
 
 SIM_API CUresult cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {

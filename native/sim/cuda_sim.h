@@ -89,6 +89,8 @@ struct sim_stream {
     unsigned flags;
     int priority;
     unsigned long long id;
+    void *capture;                 /* the graph it is capturing into (cuda_graph.c), or NULL */
+    unsigned long long capture_id;
     struct sim_queue q;            /* q.ends: the array after the struct */
 };
 
@@ -345,6 +347,20 @@ int ctx_queues_init(struct sim_ctx *c);
 void wait_until(unsigned long long t);
 /* Register what wait_until runs after it waits (cuda_transfer.c: mem_settle). */
 void wait_on_settle(void (*settle)(unsigned long long t));
+/* Stream capture: what a call on a capturing stream adds to its graph instead of
+ * running.  cuda_graph.c registers the operations (drv.mu held when they run). */
+struct sim_capture_ops {
+    CUresult (*alloc)(void *graph, int phys, unsigned long long bytes, CUdeviceptr *out);
+    CUresult (*free)(void *graph, CUdeviceptr dptr);
+    CUresult (*kernel)(void *graph, unsigned long long ns);
+};
+void capture_register(const struct sim_capture_ops *ops);
+/* The graph stream `s` captures into, or NULL (drv.mu held). */
+void *stream_capture(CUstream s);
+/* Add to a capturing stream's graph (drv.mu held). */
+CUresult capture_alloc(void *graph, int phys, unsigned long long bytes, CUdeviceptr *out);
+CUresult capture_free(void *graph, CUdeviceptr dptr);
+CUresult capture_kernel(void *graph, unsigned long long ns);
 
 /* ---- Memory, VMM, streams (drv.mu held) ------------------------------------ */
 

@@ -90,6 +90,8 @@ class Client:
         self.modules: list[ptr] = []
         self.libraries: list[ptr] = []
         self.image = b""
+        self.stream = ptr()
+        self.captured: list[int] = []
 
     def init(self) -> None:
         rc = cuda.cuInit(0)
@@ -173,6 +175,26 @@ class Client:
             0, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, ctypes.byref(value)
         )
         out("graph-reserved", rc, value.value)
+
+    def capture_begin(self) -> None:
+        rc = 0
+        if not self.stream:
+            rc = cuda.cuStreamCreate(ctypes.byref(self.stream), 1)  # non-blocking
+        out("capture-begin", rc or cuda.cuStreamBeginCapture_v2(self.stream, 2))  # relaxed
+
+    def capture_alloc(self, size: str) -> None:
+        """cuMemAllocAsync on the capturing stream (cudaMallocAsync in a captured region)."""
+        p = u64()
+        rc = cuda.cuMemAllocAsync(ctypes.byref(p), ctypes.c_size_t(int(size)), self.stream)
+        if rc == 0:
+            self.captured.append(p.value)
+        out("capture-alloc", rc)
+
+    def capture_free(self) -> None:
+        out("capture-free", cuda.cuMemFreeAsync(u64(self.captured.pop()), self.stream))
+
+    def capture_end(self) -> None:
+        out("capture-end", cuda.cuStreamEndCapture(self.stream, ctypes.byref(self.graph)))
 
     def pool_create(self) -> None:
         pool, props = ptr(), pool_props()
@@ -296,6 +318,10 @@ STEPS = {
     "graph-destroy": 0,
     "graph-trim": 0,
     "graph-reserved": 0,
+    "capture-begin": 0,
+    "capture-alloc": 1,
+    "capture-free": 0,
+    "capture-end": 0,
     "pool-create": 0,
     "pool-alloc": 1,
     "pool-free-all": 0,

@@ -122,6 +122,22 @@ def test_graph_memory_is_charged_at_instantiation_and_given_back_by_trim(client)
     ]
 
 
+def test_a_captured_stream_ordered_allocation_is_graph_memory(client):
+    """cudaMallocAsync in a captured region allocates nothing: it adds an allocation node,
+    charged with the graph when it is instantiated, not when it is captured."""
+    foot = pages(100_000_000) + pages(50_000_000)
+    r = client(
+        "1GiB",
+        "init", "capture-begin",
+        "capture-alloc", 100_000_000, "capture-alloc", 50_000_000, "capture-free", "usage",
+        "capture-end", "graph-instantiate", "usage", "graph-launch", "usage",
+        "graph-exec-destroy", "graph-trim", "usage",
+    )  # fmt: skip
+    assert [line[0] for line in r.lines("capture-alloc")] == ["0", "0"]
+    assert r.one("capture-end") == ["0"] and r.one("graph-launch") == ["0"]
+    assert usages(r) == [(0, 0), (foot, 0), (foot, foot), (0, 0)]
+
+
 def test_a_graph_over_the_slice_is_not_instantiated(client, ledger_dir):
     r = client(
         "1GiB",
