@@ -7,9 +7,10 @@
  * bank, .nv.constant0.<kernel>).  The driver allocates them when it loads the module.
  * The shim reads the section headers, charges their total before the driver call (a
  * module that does not fit is refused with CUDA_ERROR_OUT_OF_MEMORY, as on a full GPU),
- * and credits it at unload or with the module's context.  Fatbins and PTX are compiled
- * or picked by the driver and say nothing readable here: their globals are not charged,
- * and show in the host view (NVML's per-process figure above the ledger).  Loads are
+ * and credits it at unload or with the module's context.  From a fatbin the driver picks
+ * the entry for the device (or compiles its PTX), maybe compressed: the shim does not
+ * guess, so a fatbin's globals are not charged and show in the host view (NVML's
+ * per-process figure above the ledger; tests/shim/test_remaining_families.py).  Loads are
  * not on the allocation hot path. */
 #include "charge.h"
 
@@ -33,7 +34,9 @@ static int holds_globals(const char *name, size_t room)
  * taken from its headers).  0 for anything else. */
 static uint64_t cubin_globals(const unsigned char *img, uint64_t len)
 {
-    if (!img || memcmp(img, ELFMAG, SELFMAG) != 0 || img[EI_CLASS] != ELFCLASS64)
+    /* Byte by byte, stopping at the first that differs: a short PTX text ends there. */
+    if (!img || img[0] != ELFMAG0 || img[1] != ELFMAG1 || img[2] != ELFMAG2 || img[3] != ELFMAG3 ||
+        img[EI_CLASS] != ELFCLASS64)
         return 0;
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
     uint64_t shend = eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr);

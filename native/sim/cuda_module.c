@@ -10,7 +10,9 @@
  * memory of the current context's device, charged like any allocation (in whole pages
  * of the granularity) and freed with the module or its context; a load it does not fit
  * in fails with CUDA_ERROR_OUT_OF_MEMORY.  cuModuleGetGlobal and cuLibraryGetGlobal
- * find a variable by its symbol.  Other images (fatbins, PTX) declare nothing here. */
+ * find a variable by its symbol.  A fatbin's globals are those of its cubin for this
+ * device (fatbin_cubin).  PTX, and the CUDA runtime's fatbin wrappers (the private
+ * tables, cuda_export.c), declare nothing here. */
 #include "cuda_sim.h"
 
 #include <elf.h>
@@ -97,7 +99,8 @@ static int image_globals(const unsigned char *img, size_t len, unsigned long lon
 /* The bytes of an ELF image given by address: its headers say how long it is. */
 static size_t elf_length(const unsigned char *img)
 {
-    if (memcmp(img, ELFMAG, SELFMAG) || img[EI_CLASS] != ELFCLASS64)
+    if (img[0] != ELFMAG0 || img[1] != ELFMAG1 || img[2] != ELFMAG2 || img[3] != ELFMAG3 ||
+        img[EI_CLASS] != ELFCLASS64)
         return 0;
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
     if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > (1ULL << 32) || eh->e_shnum == 0)
@@ -109,6 +112,68 @@ static size_t elf_length(const unsigned char *img)
             sh[i].sh_offset + sh[i].sh_size < (1ULL << 32))
             len = sh[i].sh_offset + sh[i].sh_size;
     return len;
+}
+
+/* A fatbin: a header, then entries, each a header and a payload.  The driver picks the
+ * cubin (kind 2) for the device's architecture: this one's is sm_90, so an sm_90 entry, else
+ * the newest sm_9x below it.  Its globals are those of that cubin.  A compressed entry
+ * (flag 0x2000) or a fatbin with none (PTX only) declares nothing here. */
+#define FATBIN_MAGIC 0xBA55ED50u
+#define SIM_ARCH 90u
+
+struct fatbin_header {
+    uint32_t magic;
+    uint16_t version, header_size;
+    uint64_t size;
+};
+
+struct fatbin_entry {
+    uint16_t kind, version;
+    uint32_t header_size;
+    uint64_t payload_size;
+    uint32_t unknown0, unknown1, unknown2;
+    uint32_t arch;
+    uint32_t unknown3, unknown4;
+    uint64_t flags;
+};
+
+/* The cubin of fatbin `img` for this device, or NULL (*len: its length). */
+static const unsigned char *fatbin_cubin(const unsigned char *img, size_t len, size_t *out_len)
+{
+    struct fatbin_header h;
+    if (len < sizeof h)
+        return NULL;
+    memcpy(&h, img, sizeof h);
+    if (h.magic != FATBIN_MAGIC || h.header_size < sizeof h || h.size > len - h.header_size)
+        return NULL;
+    const unsigned char *best = NULL;
+    unsigned best_arch = 0;
+    size_t at = h.header_size, end = h.header_size + h.size;
+    while (at + sizeof(struct fatbin_entry) <= end) {
+        struct fatbin_entry e;
+        memcpy(&e, img + at, sizeof e);
+        if (e.header_size < sizeof e || e.header_size > end - at || e.payload_size > end - at - e.header_size)
+            break;
+        if (e.kind == 2 && !(e.flags & 0x2000) && e.arch <= SIM_ARCH && e.arch / 10 == SIM_ARCH / 10 &&
+            e.arch >= best_arch) {
+            best = img + at + e.header_size;
+            best_arch = e.arch;
+            *out_len = e.payload_size;
+        }
+        at += e.header_size + e.payload_size;
+    }
+    return best;
+}
+
+/* The length of a fatbin given by address. */
+static size_t fatbin_length(const unsigned char *img)
+{
+    struct fatbin_header h;
+    /* Byte by byte, stopping at the first that differs: a short text image ends there. */
+    if (img[0] != 0x50 || img[1] != 0xed || img[2] != 0x55 || img[3] != 0xba)
+        return 0;
+    memcpy(&h, img, sizeof h);
+    return h.magic == FATBIN_MAGIC && h.size < (1ULL << 32) ? h.header_size + h.size : 0;
 }
 
 /* A new module or library from `image` (`len` bytes; 0: an image in memory whose length
@@ -127,8 +192,12 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const
     struct sim_global *syms = NULL;
     size_t nsyms = 0;
     if (image && !len)
-        len = elf_length(image);
-    if (image && image_globals(image, len, &total, &syms, &nsyms))
+        len = fatbin_length(image) ? fatbin_length(image) : elf_length(image);
+    size_t cubin_len = len;
+    const unsigned char *cubin = image ? fatbin_cubin(image, len, &cubin_len) : NULL;
+    if (!cubin)
+        cubin = image, cubin_len = len;
+    if (cubin && image_globals(cubin, cubin_len, &total, &syms, &nsyms))
         return CUDA_ERROR_INVALID_IMAGE;
     /* A library's globals go to the current context's device (the driver loads a
      * library into the contexts that use it). */

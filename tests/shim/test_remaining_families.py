@@ -268,3 +268,13 @@ def test_a_module_whose_globals_do_not_fit_is_refused(client):
     assert r.one("module-load-data") == ["2"] and r.one("library-load") == ["2"]
     assert usages(r) == [(GLOBALS, GLOBALS)]
     assert "out of GPU memory slice" in r.stderr
+
+
+def test_fatbin_globals_show_in_the_host_view(client):
+    """From a fatbin the driver picks the cubin for the device (or compiles PTX, maybe from a
+    compressed entry): the shim does not guess, so those globals are not charged. NVML's
+    per-process figure, which the exporter's host view compares with the ledger, shows them."""
+    fatbin = CUBIN.with_suffix(".fatbin")
+    r = client("1GiB", "init", "module-load", fatbin, "usage", "module-unload", "usage")
+    assert r.one("module-load") == ["0"]
+    assert usages(r) == [(0, GLOBALS), (0, 0)]
