@@ -96,6 +96,9 @@ int pool_reconcile(void);
 void pool_seen(CUmemoryPool pool);
 void pool_forget(CUmemoryPool pool);
 
+/* In a forked child: forget the parent's graph memory (hooks_graph.c). */
+void graph_forget_process(void);
+
 /* The common shape of every allocation wrapper. */
 #define CHARGED_ALLOC(dev_expr, bytes_expr, call, key_expr, ctx_expr)           \
     do {                                                                       \

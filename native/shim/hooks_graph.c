@@ -16,11 +16,20 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 static pthread_mutex_t graph_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t live[CGPU_MAX_DEVICES];    /* footprints of live executable graphs */
 static uint64_t charged[CGPU_MAX_DEVICES]; /* what the ledger holds for graph memory */
 static int ordinal_of[CGPU_MAX_DEVICES];   /* a CUDA ordinal of each ledger device, + 1 */
+
+void graph_forget_process(void)
+{
+    pthread_mutex_init(&graph_mu, NULL);
+    memset(live, 0, sizeof live);
+    memset(charged, 0, sizeof charged);
+    memset(ordinal_of, 0, sizeof ordinal_of);
+}
 
 static uint64_t graph_pages(uint64_t bytes)
 {
