@@ -289,7 +289,13 @@ static CUresult charge_import(CUresult rc, CUdeviceptr *pdptr)
 {
     if (rc != CUDA_SUCCESS || !pdptr || mode() != SHIM_LIMITED)
         return rc;
-    int dev = current_device();
+    /* The device the memory lives on, which may be a peer of the current one. */
+    CUresult (*attr)(void *, CUpointer_attribute, CUdeviceptr) =
+        (CUresult(*)(void *, CUpointer_attribute, CUdeviceptr))shim_driver_sym("cuPointerGetAttribute");
+    int ordinal = -1;
+    if (!attr || attr(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *pdptr) != CUDA_SUCCESS)
+        ordinal = -1;
+    int dev = ordinal >= 0 ? device_of_ordinal(ordinal) : current_device();
     if (dev < 0)
         return rc;
     CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr) =
