@@ -145,3 +145,9 @@ CUresult capture_kernel(void *graph, unsigned long long ns)
     const struct sim_capture_ops *ops = atomic_load(&capture_ops);
     return ops ? ops->kernel(graph, ns) : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
+
+int graph_mem_address(CUdeviceptr dptr)
+{
+    const struct sim_capture_ops *ops = atomic_load(&capture_ops);
+    return ops && ops->is_graph_mem(dptr);
+}

@@ -540,7 +540,19 @@ static CUresult cap_kernel(void *graph, unsigned long long ns)
     return rc;
 }
 
-static const struct sim_capture_ops capture_ops_graph = {cap_alloc, cap_free, cap_kernel};
+/* A graph allocation outlives its graph's launch until freed in stream order outside the
+ * graph; its memory stays mapped to the executable graph either way. */
+static int is_graph_mem(CUdeviceptr dptr)
+{
+    for (size_t i = 0; i < drv.objs.cap; i++) {
+        struct sim_graph_node *a = drv.objs.vals[i];
+        if (a && a->hdr.type == O_GRAPH_NODE && a->type == NODE_MEM_ALLOC && a->dptr == dptr)
+            return 1;
+    }
+    return 0;
+}
+
+static const struct sim_capture_ops capture_ops_graph = {cap_alloc, cap_free, cap_kernel, is_graph_mem};
 
 __attribute__((constructor)) static void capture_init(void)
 {

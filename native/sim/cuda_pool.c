@@ -346,7 +346,9 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream)
         rc = capture_free(graph, dptr);
     } else if (!rc) {
         struct region *r = live_exact(dptr);
-        if (!r || r->kind != R_ALLOC || r->ipc) {
+        if (!r && graph_mem_address(dptr)) {
+            /* a graph allocation freed outside its graph: nothing to give back here */
+        } else if (!r || r->kind != R_ALLOC || r->ipc) {
             rc = CUDA_ERROR_INVALID_VALUE;
         } else {
             struct sim_pool *p = r->pool;

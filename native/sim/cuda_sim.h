@@ -353,6 +353,7 @@ struct sim_capture_ops {
     CUresult (*alloc)(void *graph, int phys, unsigned long long bytes, CUdeviceptr *out);
     CUresult (*free)(void *graph, CUdeviceptr dptr);
     CUresult (*kernel)(void *graph, unsigned long long ns);
+    int (*is_graph_mem)(CUdeviceptr dptr); /* an allocation node's address */
 };
 void capture_register(const struct sim_capture_ops *ops);
 /* The graph stream `s` captures into, or NULL (drv.mu held). */
@@ -361,6 +362,8 @@ void *stream_capture(CUstream s);
 CUresult capture_alloc(void *graph, int phys, unsigned long long bytes, CUdeviceptr *out);
 CUresult capture_free(void *graph, CUdeviceptr dptr);
 CUresult capture_kernel(void *graph, unsigned long long ns);
+/* Whether `dptr` is a graph allocation's address (drv.mu held). */
+int graph_mem_address(CUdeviceptr dptr);
 
 /* ---- Memory, VMM, streams (drv.mu held) ------------------------------------ */
 

@@ -64,5 +64,5 @@ def test_cudart_graph_memory_is_charged_at_instantiation(run_real: Runner, major
     assert result["alloc"] == 0 and result["inst"] == 0 and result["launch"] == 0, result
     assert result["captured"] == 0, result  # an allocation node: nothing allocated yet
     assert result["instantiated"] == 300 * MiB, result
-    assert result["destroy"] == 0 and result["trim"] == 0, result
+    assert result["freed"] == 0 and result["destroy"] == 0 and result["trim"] == 0, result
     assert result["left"] == 0, result
