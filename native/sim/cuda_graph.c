@@ -50,9 +50,12 @@ struct sim_graph_exec {
     unsigned long long ns[];
 };
 
-/* Each device's graph memory pool: reserved = in use by executable graphs + kept unused. */
-static unsigned long long gmem_used[SIM_MAX_DEVICES], gmem_kept[SIM_MAX_DEVICES];
-static unsigned long long gmem_used_high[SIM_MAX_DEVICES], gmem_reserved_high[SIM_MAX_DEVICES];
+/* Each device's graph memory pool: reserved = in use by executable graphs + kept unused
+ * (in drv, so that a forked child starts without the parent's). */
+#define gmem_used drv.gmem_used
+#define gmem_kept drv.gmem_kept
+#define gmem_used_high drv.gmem_used_high
+#define gmem_reserved_high drv.gmem_reserved_high
 
 /* Take an executable graph's footprint from the pools (drv.mu held). */
 static CUresult gmem_map(struct sim_graph_exec *x)

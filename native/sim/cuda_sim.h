@@ -226,6 +226,10 @@ struct sim_driver {
     unsigned primary_flags[SIM_MAX_DEVICES];
     struct sim_pool *default_pool[SIM_MAX_DEVICES];
     struct sim_pool *current_pool[SIM_MAX_DEVICES];
+    /* each device's graph memory pool (cuda_graph.c): in use by executable graphs, kept
+     * unused, and their high watermarks */
+    unsigned long long gmem_used[SIM_MAX_DEVICES], gmem_kept[SIM_MAX_DEVICES];
+    unsigned long long gmem_used_high[SIM_MAX_DEVICES], gmem_reserved_high[SIM_MAX_DEVICES];
     struct sim_state *st;
     int sdev[SIM_MAX_DEVICES];
     int slot;
