@@ -54,6 +54,15 @@ void pool_seen(CUmemoryPool pool)
     }
 }
 
+void pool_forget(CUmemoryPool pool)
+{
+    for (int i = 0; pool && i < SEEN_POOLS; i++) {
+        CUmemoryPool cur = pool;
+        if (__atomic_compare_exchange_n(&seen[i], &cur, NULL, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+            return;
+    }
+}
+
 typedef CUresult (*pool_attr_fn)(CUmemoryPool, CUmemPool_attribute, void *);
 typedef CUresult (*dev_pool_fn)(CUmemoryPool *, CUdevice);
 

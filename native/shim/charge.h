@@ -91,8 +91,10 @@ extern uint64_t g_pool_kept[CGPU_MAX_DEVICES];
  * it asks the driver about each pool. */
 int pool_reconcile(void);
 
-/* Remember a pool a program allocates from (cuMemAllocFromPoolAsync). */
+/* Remember a pool a program made or allocates from (cuMemPoolCreate,
+ * cuMemAllocFromPoolAsync); forget a destroyed one. */
 void pool_seen(CUmemoryPool pool);
+void pool_forget(CUmemoryPool pool);
 
 /* The common shape of every allocation wrapper. */
 #define CHARGED_ALLOC(dev_expr, bytes_expr, call, key_expr, ctx_expr)           \

@@ -228,3 +228,73 @@ EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
     return primary_gone_if(REAL(cuDevicePrimaryCtxRelease)(dev), dev, 1);
 }
 
+
+/* ---- the per-context heaps (cuCtxSetLimit) --------------------------------------- */
+
+/* The stack, the malloc heap and the printf FIFO are device memory the driver reserves
+ * when the limit is set: the stack for every thread the device can hold at once (its
+ * per-thread size, rounded to 16 bytes, times the resident threads of an SM times the
+ * SMs: 1 KiB is 264 MiB on an H100), the heap and the FIFO their size, each in whole
+ * 2 MiB pages.  Their defaults are part of the context overhead; what a limit takes
+ * beyond its default is charged before the driver call (a size that does not fit is
+ * refused with CUDA_ERROR_OUT_OF_MEMORY, as the driver refuses one that does not fit
+ * the GPU), kept per context and limit, and given back when the limit is lowered or
+ * the context dies. */
+static uint64_t heap_pages(uint64_t bytes)
+{
+    return (bytes + 2 * MiB - 1) & ~(2 * MiB - 1);
+}
+
+static uint64_t heap_beyond_default(CUlimit limit, uint64_t value, CUdevice ordinal)
+{
+    uint64_t dflt;
+    if (limit == CU_LIMIT_STACK_SIZE) {
+        CUresult (*attr)(int *, CUdevice_attribute, CUdevice) =
+            (CUresult(*)(int *, CUdevice_attribute, CUdevice))shim_driver_sym("cuDeviceGetAttribute");
+        int sms = 0, threads = 0;
+        if (!attr || attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal) != CUDA_SUCCESS ||
+            attr(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, ordinal) != CUDA_SUCCESS ||
+            sms <= 0 || threads <= 0)
+            return 0; /* cannot tell: the host view shows it (NVML against the ledger) */
+        uint64_t resident = (uint64_t)sms * (uint64_t)threads;
+        uint64_t have = heap_pages(((value + 15) & ~15ULL) * resident), base = heap_pages(1024 * resident);
+        return have > base ? have - base : 0;
+    }
+    dflt = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? 8 * MiB : MiB;
+    return heap_pages(value) > heap_pages(dflt) ? heap_pages(value) - heap_pages(dflt) : 0;
+}
+
+EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
+{
+    if ((limit != CU_LIMIT_STACK_SIZE && limit != CU_LIMIT_MALLOC_HEAP_SIZE && limit != CU_LIMIT_PRINTF_FIFO_SIZE) ||
+        mode() != SHIM_LIMITED)
+        return REAL(cuCtxSetLimit)(limit, value);
+    void *ctx = current_context();
+    int ordinal = -1;
+    if (!ctx || !g_shim.ctx_get_device || g_shim.ctx_get_device(&ordinal) != 0 || device_of_ordinal(ordinal) < 0)
+        return REAL(cuCtxSetLimit)(limit, value);
+    int dev = device_of_ordinal(ordinal);
+    uint64_t key = PT_KIND_HEAP ^ ((uint64_t)(uintptr_t)ctx + (uint64_t)limit);
+    uint64_t want = heap_beyond_default(limit, value, ordinal);
+    struct untracked had = {.charge = 0};
+    int known = untrack(key, &had);
+    uint64_t held = known ? had.charge : 0;
+    if (want > held && reserve(dev, want - held) != CUDA_SUCCESS) {
+        if (known)
+            track(key, dev, held, ctx);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult rc = REAL(cuCtxSetLimit)(limit, value);
+    if (rc != CUDA_SUCCESS) { /* the old size stays */
+        if (want > held)
+            unreserve(dev, want - held);
+        if (known)
+            track(key, dev, held, ctx);
+        return rc;
+    }
+    if (want < held)
+        unreserve(dev, held - want);
+    if (want)
+        track(key, dev, want, ctx);
+    return rc;
+}

@@ -151,6 +151,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 static void after_fork_child(void)
 {
     pt_reset(&g_table);
+    memset(g_pool_kept, 0, sizeof g_pool_kept);
     shim_forget_process();
     compute_forget_process();
 }

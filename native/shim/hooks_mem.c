@@ -94,9 +94,32 @@ static inline int pool_may_serve(int dev, size_t bytesize)
     return need > limit && need - kept <= limit;
 }
 
-#define ASYNC_ALLOC(call, free_fn)                                                                  \
+/* Whether `stream` is capturing into a graph: then cuMemAllocAsync allocates nothing but
+ * adds an allocation node, whose memory is charged with the graph's (hooks_graph.c).  The
+ * legacy default stream never captures (no driver call for it). */
+typedef CUresult (*is_capturing_fn)(CUstream, CUstreamCaptureStatus *);
+static is_capturing_fn capturing_fn[2];
+
+static inline int capturing(CUstream stream, int ptsz)
+{
+    if (!ptsz && (!stream || stream == CU_STREAM_LEGACY))
+        return 0;
+    is_capturing_fn fn = __atomic_load_n(&capturing_fn[ptsz], __ATOMIC_RELAXED);
+    if (unlikely(!fn)) {
+        fn = (is_capturing_fn)shim_driver_sym(ptsz ? "cuStreamIsCapturing_ptsz" : "cuStreamIsCapturing");
+        if (!fn)
+            return 0;
+        __atomic_store_n(&capturing_fn[ptsz], fn, __ATOMIC_RELAXED);
+    }
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return fn(stream, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+#define ASYNC_ALLOC(call, free_fn, ptsz)                                                            \
     do {                                                                                           \
         int m_ = mode();                                                                           \
+        if (m_ == SHIM_LIMITED && capturing(hStream, ptsz))                                        \
+            return call; /* a graph's allocation node: charged at instantiation */                 \
         if (m_ == SHIM_LIMITED && (g_shim.single_device == SHIM_MULTI_DEVICE ||                     \
                                    unlikely(pool_may_serve(current_device(), bytesize))))           \
             return charge_async_after(call, dptr, bytesize, hStream, free_fn);                     \
@@ -105,25 +128,25 @@ static inline int pool_may_serve(int dev, size_t bytesize)
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    ASYNC_ALLOC(REAL(cuMemAllocAsync)(dptr, bytesize, hStream), REAL(cuMemFreeAsync));
+    ASYNC_ALLOC(REAL(cuMemAllocAsync)(dptr, bytesize, hStream), REAL(cuMemFreeAsync), 0);
 }
 
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
-    ASYNC_ALLOC(REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream), REAL(cuMemFreeAsync_ptsz));
+    ASYNC_ALLOC(REAL(cuMemAllocAsync_ptsz)(dptr, bytesize, hStream), REAL(cuMemFreeAsync_ptsz), 1);
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
     pool_seen(pool);
-    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync));
+    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync), 0);
 }
 
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                              CUstream hStream)
 {
     pool_seen(pool);
-    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync_ptsz));
+    ASYNC_ALLOC(REAL(cuMemAllocFromPoolAsync_ptsz)(dptr, bytesize, pool, hStream), REAL(cuMemFreeAsync_ptsz), 1);
 }
 
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -220,3 +243,88 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     CHARGED_FREE(PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)hMipmappedArray, REAL(cuMipmappedArrayDestroy)(hMipmappedArray));
 }
 
+
+/* ---- pools made with cuMemPoolCreate --------------------------------------------- */
+
+/* A pool reserves device memory as it serves allocations (charged by the allocation
+ * wrappers above) and keeps what is freed into it (charged until the driver gives it
+ * back, charge.h).  Creating a pool makes it known to pool_reconcile, so that what it
+ * keeps is credited once it no longer does; its trim and its destruction give memory
+ * back, and are credited at once. */
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+    CUresult rc = REAL(cuMemPoolCreate)(pool, poolProps);
+    if (rc == CUDA_SUCCESS && pool && mode() == SHIM_LIMITED)
+        pool_seen(*pool);
+    return rc;
+}
+
+EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    CUresult rc = REAL(cuMemPoolDestroy)(pool);
+    if (rc == CUDA_SUCCESS && mode() == SHIM_LIMITED) {
+        pool_forget(pool);
+        (void)pool_reconcile();
+    }
+    return rc;
+}
+
+EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    CUresult rc = REAL(cuMemPoolTrimTo)(pool, minBytesToKeep);
+    if (rc == CUDA_SUCCESS && mode() == SHIM_LIMITED)
+        (void)pool_reconcile();
+    return rc;
+}
+
+/* ---- memory imported over IPC ------------------------------------------------------ */
+
+/* An imported allocation is the exporter's memory, and stays charged to the exporter.
+ * It is charged to the importer too, while the importer holds it open: the driver keeps
+ * the memory alive for as long as any importer maps it, so an exporter that frees first
+ * (credited) and allocates again could otherwise hold an unbounded amount through its
+ * importers (docs/contract.md, "IPC").  The size is known only once the handle is
+ * open: over the slice, the import is closed again and refused. */
+static CUresult charge_import(CUresult rc, CUdeviceptr *pdptr)
+{
+    if (rc != CUDA_SUCCESS || !pdptr || mode() != SHIM_LIMITED)
+        return rc;
+    /* The device the memory lives on, which may be a peer of the current one. */
+    CUresult (*attr)(void *, CUpointer_attribute, CUdeviceptr) =
+        (CUresult(*)(void *, CUpointer_attribute, CUdeviceptr))shim_driver_sym("cuPointerGetAttribute");
+    int ordinal = -1;
+    if (!attr || attr(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *pdptr) != CUDA_SUCCESS)
+        ordinal = -1;
+    int dev = ordinal >= 0 ? device_of_ordinal(ordinal) : current_device();
+    if (dev < 0)
+        return rc;
+    CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr) =
+        (CUresult(*)(CUdeviceptr *, size_t *, CUdeviceptr))shim_driver_sym("cuMemGetAddressRange_v2");
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (!range || range(&base, &size, *pdptr) != CUDA_SUCCESS || !size)
+        return rc; /* cannot tell: the host view shows it */
+    uint64_t charge = charge_of(size);
+    if (reserve(dev, charge) != CUDA_SUCCESS) {
+        (void)REAL(cuIpcCloseMemHandle)(*pdptr);
+        *pdptr = 0;
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    track(PT_KIND_IPC ^ *pdptr, dev, charge, current_context());
+    return rc;
+}
+
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return charge_import(REAL(cuIpcOpenMemHandle_v2)(pdptr, handle, Flags), pdptr);
+}
+
+EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+    return charge_import(REAL(cuIpcOpenMemHandle)(pdptr, handle, Flags), pdptr);
+}
+
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    CHARGED_FREE(PT_KIND_IPC ^ dptr, REAL(cuIpcCloseMemHandle)(dptr));
+}

@@ -18,6 +18,10 @@
 #define PT_KIND_CONTEXT 0x3C3C000000000004ULL /* a device's context overhead (key: device) */
 #define PT_KIND_CTXDEV 0x6969000000000005ULL  /* a live context and its device (no charge) */
 #define PT_KIND_MAP 0x9696000000000006ULL     /* a VMM mapping: bytes = its size, aux = handle */
+#define PT_KIND_HEAP 0x7878000000000007ULL    /* a context's heap beyond its default (key: ctx + CUlimit) */
+#define PT_KIND_GRAPH 0x8787000000000008ULL   /* a live executable graph: bytes = its memory nodes' footprint */
+#define PT_KIND_IPC 0x1E1E000000000009ULL     /* an opened IPC memory handle (key: the address) */
+#define PT_KIND_MODULE 0xE1E100000000000AULL  /* a module's or library's globals */
 
 struct pt_entry {
     uint64_t key;   /* 0 = empty */

@@ -4,6 +4,7 @@
  * below calls anything above it (tests/core/test_layers.py checks it, with this table):
  *
  *   hooks_mem.c hooks_vmm.c hooks_ctx.c hooks_info.c   the exported CUDA/NVML wrappers
+ *   hooks_graph.c hooks_module.c                       graph memory, module globals
  *   hooks_launch.c                                     launch entry points (compute limit)
  *   entry.c                                            dlsym and cuGetProcAddress: the
  *        |                                             hooks.def table -> the wrappers

@@ -109,3 +109,45 @@ void wait_until(unsigned long long t)
     if (settle)
         settle(t); /* copies and sets queued up to t */
 }
+
+/* ------------------------------------------------------------------------ */
+/* Stream capture                                                            */
+
+static const struct sim_capture_ops *_Atomic capture_ops;
+
+void capture_register(const struct sim_capture_ops *ops)
+{
+    atomic_store(&capture_ops, ops);
+}
+
+void *stream_capture(CUstream s)
+{
+    if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return NULL;
+    struct sim_stream *st = obj_get(s, O_STREAM);
+    return st ? st->capture : NULL;
+}
+
+CUresult capture_alloc(void *graph, int phys, unsigned long long bytes, CUdeviceptr *out)
+{
+    const struct sim_capture_ops *ops = atomic_load(&capture_ops);
+    return ops ? ops->alloc(graph, phys, bytes, out) : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+CUresult capture_free(void *graph, CUdeviceptr dptr)
+{
+    const struct sim_capture_ops *ops = atomic_load(&capture_ops);
+    return ops ? ops->free(graph, dptr) : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+CUresult capture_kernel(void *graph, unsigned long long ns)
+{
+    const struct sim_capture_ops *ops = atomic_load(&capture_ops);
+    return ops ? ops->kernel(graph, ns) : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
+int graph_mem_address(CUdeviceptr dptr)
+{
+    const struct sim_capture_ops *ops = atomic_load(&capture_ops);
+    return ops && ops->is_graph_mem(dptr);
+}

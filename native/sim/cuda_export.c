@@ -60,7 +60,6 @@ STUB(rttools, 51)
 /* The runtime's interface: modules from fat binaries, primary contexts      */
 
 #define FATBINC_MAGIC 0x466243b1u /* __fatBinC_Wrapper_t, versions 1 and 2 */
-#define FATBIN_MAGIC 0xba55ed50u  /* the fat binary's own header */
 
 struct fatbinc_wrapper {
     unsigned magic, version;

@@ -29,7 +29,10 @@ CUresult launch_work(CUstream s, unsigned long long ns)
         struct sim_queue *q;
         LOCK();
         CUresult rc = stream_queue(s, &c, &q);
-        if (rc) {
+        void *graph = rc ? NULL : stream_capture(s);
+        if (rc || graph) { /* a capturing stream records the kernel in its graph */
+            if (graph)
+                rc = capture_kernel(graph, ns);
             UNLOCK();
             return rc;
         }

@@ -1,14 +1,183 @@
 /* The simulated CUDA driver (libcuda.so.1).  Modules, libraries and their
  * functions: any image loads, and any name gives a function.  A function
  * named cgpu_sim_busy (or whose mangled name holds it) runs for the number of
- * nanoseconds in its first parameter; any other runs CGPU_SIM_KERNEL_NS. */
+ * nanoseconds in its first parameter; any other runs CGPU_SIM_KERNEL_NS.
+ *
+ * Globals: a cubin (an ELF image, as nvcc -cubin or a JIT writes it) declares its
+ * global variables in sections: .nv.global (zero-filled), .nv.global.init (with
+ * initial values) and the user constant banks .nv.constant1.. (not .nv.constant0.*,
+ * each kernel's parameter bank).  Loading it allocates them, all together, as device
+ * memory of the current context's device, charged like any allocation (in whole pages
+ * of the granularity) and freed with the module or its context; a load it does not fit
+ * in fails with CUDA_ERROR_OUT_OF_MEMORY.  cuModuleGetGlobal and cuLibraryGetGlobal
+ * find a variable by its symbol.  A fatbin's globals are those of its cubin for this
+ * device (fatbin_cubin).  PTX, and the CUDA runtime's fatbin wrappers (the private
+ * tables, cuda_export.c), declare nothing here. */
 #include "cuda_sim.h"
 
+#include <elf.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out)
+struct sim_global {
+    unsigned long long off, size; /* within the module's globals */
+    char name[64];
+};
+
+/* Whether a section named `name` holds globals. */
+static int globals_section(const char *name)
+{
+    if (!strncmp(name, ".nv.global", 10))
+        return name[10] == 0 || name[10] == '.';
+    return !strncmp(name, ".nv.constant", 12) && name[12] >= '1' && name[12] <= '9';
+}
+
+/* The globals of ELF image `img` (`len` bytes): their total size with each section
+ * aligned, and their symbols (malloc'd; *nsyms of them).  0 for an image that is not a
+ * 64-bit ELF or declares none; -1 for a malformed one. */
+static int image_globals(const unsigned char *img, size_t len, unsigned long long *total,
+                         struct sim_global **syms, size_t *nsyms)
+{
+    *total = 0;
+    *syms = NULL;
+    *nsyms = 0;
+    if (len < sizeof(Elf64_Ehdr) || memcmp(img, ELFMAG, SELFMAG) || img[EI_CLASS] != ELFCLASS64)
+        return 0;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > len ||
+        (len - eh->e_shoff) / sizeof(Elf64_Shdr) < eh->e_shnum || eh->e_shstrndx >= eh->e_shnum)
+        return eh->e_shnum ? -1 : 0;
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
+    const Elf64_Shdr *names = &sh[eh->e_shstrndx];
+    if (names->sh_offset > len || names->sh_size > len - names->sh_offset)
+        return -1;
+    unsigned long long *at = calloc(eh->e_shnum ? eh->e_shnum : 1, sizeof *at);
+    if (!at)
+        return -1;
+    const Elf64_Shdr *symtab = NULL;
+    for (unsigned i = 0; i < eh->e_shnum; i++) {
+        at[i] = ~0ULL;
+        if (sh[i].sh_type == SHT_SYMTAB)
+            symtab = &sh[i];
+        if (sh[i].sh_name >= names->sh_size)
+            continue;
+        const char *nm = (const char *)img + names->sh_offset + sh[i].sh_name;
+        if (!memchr(nm, 0, names->sh_size - sh[i].sh_name) || !globals_section(nm) || !sh[i].sh_size)
+            continue;
+        unsigned long long align = sh[i].sh_addralign ? sh[i].sh_addralign : 1;
+        if (align & (align - 1) || sh[i].sh_size > (1ULL << 40))
+            continue;
+        at[i] = round_up(*total, align);
+        *total = at[i] + sh[i].sh_size;
+    }
+    /* The variables: symbols defined in those sections. */
+    if (symtab && symtab->sh_link < eh->e_shnum && symtab->sh_offset <= len &&
+        symtab->sh_size <= len - symtab->sh_offset && symtab->sh_entsize == sizeof(Elf64_Sym)) {
+        const Elf64_Shdr *str = &sh[symtab->sh_link];
+        size_t n = symtab->sh_size / sizeof(Elf64_Sym);
+        const Elf64_Sym *sym = (const Elf64_Sym *)(img + symtab->sh_offset);
+        *syms = calloc(n ? n : 1, sizeof **syms);
+        for (size_t i = 0; *syms && i < n && str->sh_offset <= len && str->sh_size <= len - str->sh_offset; i++) {
+            if (sym[i].st_shndx >= eh->e_shnum || at[sym[i].st_shndx] == ~0ULL || sym[i].st_name >= str->sh_size)
+                continue;
+            const char *nm = (const char *)img + str->sh_offset + sym[i].st_name;
+            size_t nlen = strnlen(nm, str->sh_size - sym[i].st_name);
+            if (nlen == str->sh_size - sym[i].st_name || nlen >= sizeof(*syms)->name || !nlen)
+                continue;
+            struct sim_global *g = &(*syms)[(*nsyms)++];
+            g->off = at[sym[i].st_shndx] + sym[i].st_value;
+            g->size = sym[i].st_size;
+            memcpy(g->name, nm, nlen + 1);
+        }
+    }
+    free(at);
+    return 0;
+}
+
+/* The bytes of an ELF image given by address: its headers say how long it is. */
+static size_t elf_length(const unsigned char *img)
+{
+    if (img[0] != ELFMAG0 || img[1] != ELFMAG1 || img[2] != ELFMAG2 || img[3] != ELFMAG3 ||
+        img[EI_CLASS] != ELFCLASS64)
+        return 0;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > (1ULL << 32) || eh->e_shnum == 0)
+        return sizeof *eh;
+    size_t len = eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr);
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
+    for (unsigned i = 0; i < eh->e_shnum; i++)
+        if (sh[i].sh_type != SHT_NOBITS && sh[i].sh_offset + sh[i].sh_size > len &&
+            sh[i].sh_offset + sh[i].sh_size < (1ULL << 32))
+            len = sh[i].sh_offset + sh[i].sh_size;
+    return len;
+}
+
+/* A fatbin: a header, then entries, each a header and a payload.  The driver picks the
+ * cubin (kind 2) for the device's architecture: this one's is sm_90, so an sm_90 entry, else
+ * the newest sm_9x below it.  Its globals are those of that cubin.  A compressed entry
+ * (flag 0x2000) or a fatbin with none (PTX only) declares nothing here. */
+#define SIM_ARCH 90u
+
+struct fatbin_header {
+    uint32_t magic;
+    uint16_t version, header_size;
+    uint64_t size;
+};
+
+struct fatbin_entry {
+    uint16_t kind, version;
+    uint32_t header_size;
+    uint64_t payload_size;
+    uint32_t unknown0, unknown1, unknown2;
+    uint32_t arch;
+    uint32_t unknown3, unknown4;
+    uint64_t flags;
+};
+
+/* The cubin of fatbin `img` for this device, or NULL (*len: its length). */
+static const unsigned char *fatbin_cubin(const unsigned char *img, size_t len, size_t *out_len)
+{
+    struct fatbin_header h;
+    if (len < sizeof h)
+        return NULL;
+    memcpy(&h, img, sizeof h);
+    if (h.magic != FATBIN_MAGIC || h.header_size < sizeof h || h.size > len - h.header_size)
+        return NULL;
+    const unsigned char *best = NULL;
+    unsigned best_arch = 0;
+    size_t at = h.header_size, end = h.header_size + h.size;
+    while (at + sizeof(struct fatbin_entry) <= end) {
+        struct fatbin_entry e;
+        memcpy(&e, img + at, sizeof e);
+        if (e.header_size < sizeof e || e.header_size > end - at || e.payload_size > end - at - e.header_size)
+            break;
+        if (e.kind == 2 && !(e.flags & 0x2000) && e.arch <= SIM_ARCH && e.arch / 10 == SIM_ARCH / 10 &&
+            e.arch >= best_arch) {
+            best = img + at + e.header_size;
+            best_arch = e.arch;
+            *out_len = e.payload_size;
+        }
+        at += e.header_size + e.payload_size;
+    }
+    return best;
+}
+
+/* The length of a fatbin given by address. */
+static size_t fatbin_length(const unsigned char *img)
+{
+    struct fatbin_header h;
+    /* Byte by byte, stopping at the first that differs: a short text image ends there. */
+    if (img[0] != 0x50 || img[1] != 0xed || img[2] != 0x55 || img[3] != 0xba)
+        return 0;
+    memcpy(&h, img, sizeof h);
+    return h.magic == FATBIN_MAGIC && h.size < (1ULL << 32) ? h.header_size + h.size : 0;
+}
+
+/* A new module or library from `image` (`len` bytes; 0: an image in memory whose length
+ * its headers give). */
+static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const void *image, size_t len)
 {
     struct sim_ctx *c = NULL;
     if (!library) {
@@ -18,13 +187,43 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out)
     } else if (!INITED()) {
         return CUDA_ERROR_NOT_INITIALIZED;
     }
+    unsigned long long total = 0;
+    struct sim_global *syms = NULL;
+    size_t nsyms = 0;
+    if (image && !len)
+        len = fatbin_length(image) ? fatbin_length(image) : elf_length(image);
+    size_t cubin_len = len;
+    const unsigned char *cubin = image ? fatbin_cubin(image, len, &cubin_len) : NULL;
+    if (!cubin)
+        cubin = image, cubin_len = len;
+    if (cubin && image_globals(cubin, cubin_len, &total, &syms, &nsyms))
+        return CUDA_ERROR_INVALID_IMAGE;
+    /* A library's globals go to the current context's device (the driver loads a
+     * library into the contexts that use it). */
+    struct sim_ctx *home = c;
+    if (total && !home && cur_ctx(&home)) {
+        free(syms);
+        return CUDA_ERROR_INVALID_CONTEXT;
+    }
     LOCK();
-    struct sim_module *m = obj_new(sizeof *m, O_MODULE, c);
-    if (m)
+    CUdeviceptr globals = 0;
+    CUresult rc = total ? mem_alloc_locked(c, home->phys, total, 0, 0, NULL, &globals) : CUDA_SUCCESS;
+    struct sim_module *m = rc ? NULL : obj_new(sizeof *m, O_MODULE, c);
+    if (m) {
         m->library = library;
+        m->globals = globals;
+        m->syms = syms;
+        m->nsyms = nsyms;
+    } else if (!rc) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (rc && globals)
+        region_free(live_exact(globals));
     UNLOCK();
-    if (!m)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc) {
+        free(syms);
+        return rc;
+    }
     if (library)
         *lib_out = (CUlibrary)m;
     else
@@ -37,16 +236,37 @@ CUresult module_load_image(CUmodule *out, const void *image)
     NEED_INIT();
     if (!out || !image)
         return CUDA_ERROR_INVALID_VALUE;
-    return module_new(out, 0, NULL);
+    return module_new(out, 0, NULL, image, 0);
 }
 
-static int file_readable(const char *path)
+/* The contents of file `path` (malloc'd, *len bytes), or NULL. */
+static unsigned char *file_read(const char *path, size_t *len)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return NULL;
+    struct stat st;
+    unsigned char *buf = NULL;
+    if (fstat(fd, &st) == 0 && st.st_size >= 0 && (buf = malloc((size_t)st.st_size + 1))) {
+        size_t got = 0;
+        ssize_t n;
+        while (got < (size_t)st.st_size && (n = read(fd, buf + got, (size_t)st.st_size - got)) > 0)
+            got += (size_t)n;
+        *len = got;
+    }
     close(fd);
-    return 1;
+    return buf;
+}
+
+static CUresult load_file(CUmodule *module, int library, CUlibrary *lib_out, const char *fname)
+{
+    size_t len = 0;
+    unsigned char *img = file_read(fname, &len);
+    if (!img)
+        return CUDA_ERROR_FILE_NOT_FOUND;
+    CUresult rc = module_new(module, library, lib_out, img, len);
+    free(img);
+    return rc;
 }
 
 SIM_API CUresult cuModuleLoad(CUmodule *module, const char *fname)
@@ -54,9 +274,7 @@ SIM_API CUresult cuModuleLoad(CUmodule *module, const char *fname)
     NEED_INIT();
     if (!module || !fname)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!file_readable(fname))
-        return CUDA_ERROR_FILE_NOT_FOUND;
-    return module_new(module, 0, NULL);
+    return load_file(module, 0, NULL, fname);
 }
 
 SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
@@ -64,7 +282,7 @@ SIM_API CUresult cuModuleLoadData(CUmodule *module, const void *image)
     NEED_INIT();
     if (!module || !image)
         return CUDA_ERROR_INVALID_VALUE;
-    return module_new(module, 0, NULL);
+    return module_new(module, 0, NULL, image, 0);
 }
 
 SIM_API CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
@@ -85,6 +303,10 @@ static void module_free(struct sim_module *m)
         next = f->next;
         obj_free(f);
     }
+    struct region *r = m->globals ? live_exact(m->globals) : NULL;
+    if (r) /* else its context freed it */
+        region_free(r);
+    free(m->syms);
     obj_free(m);
 }
 
@@ -154,9 +376,9 @@ static CUresult library_load(CUlibrary *library, const char *file, const void *c
     NEED_INIT();
     if (!library || (!file && !code))
         return CUDA_ERROR_INVALID_VALUE;
-    if (file && !file_readable(file))
-        return CUDA_ERROR_FILE_NOT_FOUND;
-    return module_new(NULL, 1, library);
+    if (file)
+        return load_file(NULL, 1, library, file);
+    return module_new(NULL, 1, library, code, 0);
 }
 
 SIM_API CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
@@ -229,4 +451,59 @@ SIM_API CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode *mode)
     const char *e = getenv("CUDA_MODULE_LOADING");
     *mode = e && !strcmp(e, "EAGER") ? CU_MODULE_EAGER_LOADING : CU_MODULE_LAZY_LOADING;
     return CUDA_SUCCESS;
+}
+
+/* The global `name` of module or library `h`. */
+static CUresult get_global(unsigned long long *dptr, size_t *bytes, void *h, int library, const char *name)
+{
+    NEED_INIT();
+    if (!name)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct sim_module *m = obj_get(h, O_MODULE);
+    CUresult rc = !m || m->library != library ? CUDA_ERROR_INVALID_HANDLE : CUDA_ERROR_NOT_FOUND;
+    for (size_t i = 0; m && m->library == library && i < m->nsyms; i++)
+        if (!strcmp(m->syms[i].name, name)) {
+            if (dptr)
+                *dptr = m->globals + m->syms[i].off;
+            if (bytes)
+                *bytes = m->syms[i].size;
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    UNLOCK();
+    return rc;
+}
+
+SIM_API CUresult cuModuleGetGlobal_v2(CUdeviceptr *dptr, size_t *bytes, CUmodule hmod, const char *name)
+{
+    unsigned long long p = 0;
+    CUresult rc = get_global(&p, bytes, hmod, 0, name);
+    if (!rc && dptr)
+        *dptr = p;
+    return rc;
+}
+
+/* The 32-bit form: globals live above 4 GiB, where it cannot point. */
+SIM_API CUresult cuModuleGetGlobal(CUdeviceptr_v1 *dptr, unsigned int *bytes, CUmodule hmod, const char *name)
+{
+    unsigned long long p = 0;
+    size_t n = 0;
+    CUresult rc = get_global(&p, &n, hmod, 0, name);
+    if (!rc && (p > UINT_MAX || n > UINT_MAX))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!rc && dptr)
+        *dptr = (CUdeviceptr_v1)p;
+    if (!rc && bytes)
+        *bytes = (unsigned int)n;
+    return rc;
+}
+
+SIM_API CUresult cuLibraryGetGlobal(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name)
+{
+    unsigned long long p = 0;
+    CUresult rc = get_global(&p, bytes, library, 1, name);
+    if (!rc && dptr)
+        *dptr = p;
+    return rc;
 }

@@ -286,6 +286,15 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool poo
     CUresult rc = stream_ctx(hStream, &c);
     if (rc)
         goto out;
+    void *graph = stream_capture(hStream);
+    if (graph && from_pool) { /* captured: only the device's graph memory */
+        rc = CUDA_ERROR_NOT_SUPPORTED;
+        goto out;
+    }
+    if (graph) { /* captured: an allocation node of the graph, memory at its launch */
+        rc = bytesize ? capture_alloc(graph, c->phys, bytesize, dptr) : CUDA_ERROR_INVALID_VALUE;
+        goto out;
+    }
     struct sim_pool *p;
     if (from_pool) {
         p = obj_get(pool, O_POOL);
@@ -332,9 +341,14 @@ static CUresult free_async(CUdeviceptr dptr, CUstream hStream)
     LOCK();
     struct sim_ctx *c;
     CUresult rc = stream_ctx(hStream, &c);
-    if (!rc) {
+    void *graph = rc ? NULL : stream_capture(hStream);
+    if (graph) {
+        rc = capture_free(graph, dptr);
+    } else if (!rc) {
         struct region *r = live_exact(dptr);
-        if (!r || r->kind != R_ALLOC || r->ipc) {
+        if (!r && graph_mem_address(dptr)) {
+            /* a graph allocation freed outside its graph: nothing to give back here */
+        } else if (!r || r->kind != R_ALLOC || r->ipc) {
             rc = CUDA_ERROR_INVALID_VALUE;
         } else {
             struct sim_pool *p = r->pool;

@@ -77,6 +77,8 @@ struct sim_ctx {
     int refcount;        /* primary: retains; created: cuCtxAttach usage count */
     unsigned long long id;
     size_t limits[CU_LIMIT_MAX > 16 ? CU_LIMIT_MAX : 16];
+    unsigned long long heap_charge; /* what the stack, malloc heap and printf FIFO take
+                                       beyond their defaults (cuCtxSetLimit) */
     unsigned long long last_end;   /* end of all work queued in the context */
     struct sim_queue q_legacy;     /* NULL and CU_STREAM_LEGACY */
     struct sim_queue q_ptds;       /* CU_STREAM_PER_THREAD (one for all threads) */
@@ -87,6 +89,8 @@ struct sim_stream {
     unsigned flags;
     int priority;
     unsigned long long id;
+    void *capture;                 /* the graph it is capturing into (cuda_graph.c), or NULL */
+    unsigned long long capture_id;
     struct sim_queue q;            /* q.ends: the array after the struct */
 };
 
@@ -99,13 +103,18 @@ struct sim_event {
 
 /* Dynamic shared memory a function may use before it opts in to more. */
 #define SIM_SMEM_PER_BLOCK 49152
+#define FATBIN_MAGIC 0xba55ed50u /* a fat binary's own header (cuda_module.c, cuda_export.c) */
 
 /* A module or library; its functions (kernels) are made on request by name. */
 struct sim_func;
+struct sim_global;
 struct sim_module {
     struct obj hdr;                /* ctx: NULL for a library */
     int library;
     struct sim_func *funcs;
+    unsigned long long globals;    /* device address of its globals (a region), or 0 */
+    struct sim_global *syms;       /* its global variables (cuModuleGetGlobal) */
+    size_t nsyms;
 };
 
 struct sim_func {
@@ -218,6 +227,10 @@ struct sim_driver {
     unsigned primary_flags[SIM_MAX_DEVICES];
     struct sim_pool *default_pool[SIM_MAX_DEVICES];
     struct sim_pool *current_pool[SIM_MAX_DEVICES];
+    /* each device's graph memory pool (cuda_graph.c): in use by executable graphs, kept
+     * unused, and their high watermarks */
+    unsigned long long gmem_used[SIM_MAX_DEVICES], gmem_kept[SIM_MAX_DEVICES];
+    unsigned long long gmem_used_high[SIM_MAX_DEVICES], gmem_reserved_high[SIM_MAX_DEVICES];
     struct sim_state *st;
     int sdev[SIM_MAX_DEVICES];
     int slot;
@@ -339,6 +352,23 @@ int ctx_queues_init(struct sim_ctx *c);
 void wait_until(unsigned long long t);
 /* Register what wait_until runs after it waits (cuda_transfer.c: mem_settle). */
 void wait_on_settle(void (*settle)(unsigned long long t));
+/* Stream capture: what a call on a capturing stream adds to its graph instead of
+ * running.  cuda_graph.c registers the operations (drv.mu held when they run). */
+struct sim_capture_ops {
+    CUresult (*alloc)(void *graph, int phys, unsigned long long bytes, CUdeviceptr *out);
+    CUresult (*free)(void *graph, CUdeviceptr dptr);
+    CUresult (*kernel)(void *graph, unsigned long long ns);
+    int (*is_graph_mem)(CUdeviceptr dptr); /* an allocation node's address */
+};
+void capture_register(const struct sim_capture_ops *ops);
+/* The graph stream `s` captures into, or NULL (drv.mu held). */
+void *stream_capture(CUstream s);
+/* Add to a capturing stream's graph (drv.mu held). */
+CUresult capture_alloc(void *graph, int phys, unsigned long long bytes, CUdeviceptr *out);
+CUresult capture_free(void *graph, CUdeviceptr dptr);
+CUresult capture_kernel(void *graph, unsigned long long ns);
+/* Whether `dptr` is a graph allocation's address (drv.mu held). */
+int graph_mem_address(CUdeviceptr dptr);
 
 /* ---- Memory, VMM, streams (drv.mu held) ------------------------------------ */
 

@@ -291,7 +291,7 @@ static CUresult stream_device(CUstream s, CUdevice *dev)
     return CUDA_SUCCESS;
 }
 
-/* No stream is ever capturing (graphs are not modelled). */
+/* Whether a stream is capturing (cuda_graph.c begins and ends it). */
 static CUresult stream_capturing(CUstream s, CUstreamCaptureStatus *status, cuuint64_t *id,
                                  CUgraph *graph, const CUgraphNode **deps,
                                  const CUgraphEdgeData **edges, size_t *ndeps)
@@ -299,11 +299,11 @@ static CUresult stream_capturing(CUstream s, CUstreamCaptureStatus *status, cuui
     STREAM_INFO(s);
     if (!status)
         return CUDA_ERROR_INVALID_VALUE;
-    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    *status = info.capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
     if (id)
-        *id = 0;
+        *id = info.capture ? info.capture_id : 0;
     if (graph)
-        *graph = NULL;
+        *graph = (CUgraph)info.capture;
     if (deps)
         *deps = NULL;
     if (edges)

@@ -161,7 +161,16 @@ NATIVE = Path(__file__).resolve().parents[2] / "native"
 # libcgpu.so's files from the top (the entry points) down; a file includes and calls only files
 # of a lower layer (native/shim/README.md and docs/architecture.md keep the same table).
 SHIM_LAYERS: list[set[str]] = [
-    {"hooks_mem", "hooks_vmm", "hooks_ctx", "hooks_info", "hooks_launch", "entry"},
+    {
+        "hooks_mem",
+        "hooks_vmm",
+        "hooks_ctx",
+        "hooks_graph",
+        "hooks_module",
+        "hooks_info",
+        "hooks_launch",
+        "entry",
+    },
     {"charge", "compute"},
     {"token"},
     {"shim"},  # the shim's set-up

@@ -1,0 +1,153 @@
+/* Module and library globals: the device memory a loaded image declares for its global
+ * variables.
+ *
+ * A cubin (an ELF image: what nvcc -cubin, a JIT or Triton hands to cuModuleLoadData)
+ * declares its globals in sections: .nv.global (zero-filled), .nv.global.init
+ * (initialised) and the user constant banks .nv.constant1..9 (not a kernel's parameter
+ * bank, .nv.constant0.<kernel>).  The driver allocates them when it loads the module.
+ * The shim reads the section headers, charges their total before the driver call (a
+ * module that does not fit is refused with CUDA_ERROR_OUT_OF_MEMORY, as on a full GPU),
+ * and credits it at unload or with the module's context.  From a fatbin the driver picks
+ * the entry for the device (or compiles its PTX), maybe compressed: the shim does not
+ * guess, so a fatbin's globals are not charged and show in the host view (NVML's
+ * per-process figure above the ledger; tests/shim/test_remaining_families.py).  Loads are
+ * not on the allocation hot path. */
+#include "charge.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define IMAGE_MAX (1ULL << 30) /* a cubin larger than this is not read */
+
+static int holds_globals(const char *name, size_t room)
+{
+    if (room > 10 && !strncmp(name, ".nv.global", 10))
+        return name[10] == 0 || name[10] == '.';
+    return room > 13 && !strncmp(name, ".nv.constant", 12) && name[12] >= '1' && name[12] <= '9';
+}
+
+/* The bytes of globals ELF image `img` declares, its length bounded by `len` (0: unknown,
+ * taken from its headers).  0 for anything else. */
+static uint64_t cubin_globals(const unsigned char *img, uint64_t len)
+{
+    /* Byte by byte, stopping at the first that differs: a short PTX text ends there. */
+    if (!img || img[0] != ELFMAG0 || img[1] != ELFMAG1 || img[2] != ELFMAG2 || img[3] != ELFMAG3 ||
+        img[EI_CLASS] != ELFCLASS64)
+        return 0;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    uint64_t shend = eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr);
+    if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > IMAGE_MAX || eh->e_shstrndx >= eh->e_shnum ||
+        (len && shend > len))
+        return 0;
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff), *names = &sh[eh->e_shstrndx];
+    if (names->sh_offset > IMAGE_MAX || names->sh_size > IMAGE_MAX ||
+        (len && names->sh_offset + names->sh_size > len))
+        return 0;
+    uint64_t total = 0;
+    for (unsigned i = 0; i < eh->e_shnum; i++) {
+        if (sh[i].sh_name >= names->sh_size || sh[i].sh_size > IMAGE_MAX * 64)
+            continue;
+        const char *nm = (const char *)img + names->sh_offset + sh[i].sh_name;
+        if (!holds_globals(nm, names->sh_size - sh[i].sh_name))
+            continue;
+        uint64_t align = sh[i].sh_addralign > 1 && sh[i].sh_addralign <= 4096 ? sh[i].sh_addralign : 1;
+        total = ((total + align - 1) & ~(align - 1)) + sh[i].sh_size;
+    }
+    return total;
+}
+
+/* The globals of the cubin in file `path`. */
+static uint64_t file_globals(const char *path)
+{
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0)
+        return 0;
+    unsigned char head[EI_NIDENT];
+    struct stat st;
+    uint64_t total = 0;
+    unsigned char *img = NULL;
+    if (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && !memcmp(head, ELFMAG, SELFMAG) &&
+        fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= IMAGE_MAX &&
+        (img = malloc((size_t)st.st_size))) {
+        size_t got = 0;
+        ssize_t n;
+        while (got < (size_t)st.st_size && (n = pread(fd, img + got, (size_t)st.st_size - got, (off_t)got)) > 0)
+            got += (size_t)n;
+        if (got == (size_t)st.st_size)
+            total = cubin_globals(img, got);
+    }
+    free(img);
+    close(fd);
+    return total;
+}
+
+/* Charge `bytes` of globals, load, and remember the module by `key_of` its handle. */
+#define LOADED(bytes_expr, call, handle_ptr, ctx_expr)                                                      \
+    do {                                                                                                   \
+        if (mode() != SHIM_LIMITED)                                                                        \
+            return call;                                                                                   \
+        uint64_t bytes_ = (bytes_expr);                                                                    \
+        if (!bytes_)                                                                                       \
+            return call;                                                                                   \
+        CHARGED_ALLOC(current_device(), charge_of(bytes_), call,                                           \
+                      PT_KIND_MODULE ^ (uint64_t)(uintptr_t)*(handle_ptr), (ctx_expr));                   \
+    } while (0)
+
+EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
+{
+    LOADED(file_globals(fname), REAL(cuModuleLoad)(module, fname), module, current_context());
+}
+
+EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    LOADED(cubin_globals(image, 0), REAL(cuModuleLoadData)(module, image), module, current_context());
+}
+
+EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
+                                   CUjit_option *options, void **optionValues)
+{
+    LOADED(cubin_globals(image, 0), REAL(cuModuleLoadDataEx)(module, image, numOptions, options, optionValues),
+           module, current_context());
+}
+
+EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
+{
+    LOADED(cubin_globals(fatCubin, 0), REAL(cuModuleLoadFatBinary)(module, fatCubin), module, current_context());
+}
+
+EXPORT CUresult cuModuleUnload(CUmodule hmod)
+{
+    CHARGED_FREE(PT_KIND_MODULE ^ (uint64_t)(uintptr_t)hmod, REAL(cuModuleUnload)(hmod));
+}
+
+/* A library's globals outlive any one context: they go with the library. */
+EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions,
+                                  void **jitOptionsValues, unsigned int numJitOptions,
+                                  CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                  unsigned int numLibraryOptions)
+{
+    LOADED(cubin_globals(code, 0),
+           REAL(cuLibraryLoadData)(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
+                                   libraryOptionValues, numLibraryOptions),
+           library, NULL);
+}
+
+EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, CUjit_option *jitOptions,
+                                      void **jitOptionsValues, unsigned int numJitOptions,
+                                      CUlibraryOption *libraryOptions, void **libraryOptionValues,
+                                      unsigned int numLibraryOptions)
+{
+    LOADED(file_globals(fileName),
+           REAL(cuLibraryLoadFromFile)(library, fileName, jitOptions, jitOptionsValues, numJitOptions,
+                                       libraryOptions, libraryOptionValues, numLibraryOptions),
+           library, NULL);
+}
+
+EXPORT CUresult cuLibraryUnload(CUlibrary library)
+{
+    CHARGED_FREE(PT_KIND_MODULE ^ (uint64_t)(uintptr_t)library, REAL(cuLibraryUnload)(library));
+}

@@ -1,0 +1,10 @@
+// The module of tests/shim/data/globals_sm90.cubin (test_remaining_families.py):
+//   nvcc -cubin -arch=sm_90 -o globals_sm90.cubin globals.cu   (CUDA 13.0)
+// and of globals_sm90.fatbin:
+//   nvcc -fatbin -arch=sm_90 -Xfatbin -compress=false -o globals_sm90.fatbin globals.cu
+// 64 MiB of zero-filled globals, 16 bytes with initial values, 1 KiB of constants.
+__device__ char big[64 << 20];
+__device__ int small_init[4] = {1, 2, 3, 4};
+__constant__ float coef[256];
+
+extern "C" __global__ void touch() { big[threadIdx.x] = coef[0] + small_init[0]; }

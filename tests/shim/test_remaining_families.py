@@ -1,0 +1,280 @@
+"""The families of device memory beyond plain allocations: each is charged when the driver
+reserves it, agrees with NVML's per-process figure, stops at the slice, and is given back.
+
+Each test runs tests/shim/family_client.py on the simulator under the shim.  `usage` lines
+carry what the process holds by the shim's account (the slice less what cuMemGetInfo calls
+free) and by NVML's per-process figure.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from conftest import Result
+
+from cgpu.core.ledger import read_ledger
+
+MiB = 1 << 20
+CLIENT = Path(__file__).with_name("family_client.py")
+# The simulated H100: 132 SMs of 2048 resident threads each.
+RESIDENT_THREADS = 132 * 2048
+
+
+def pages(n: int) -> int:
+    """n bytes in whole 2 MiB pages."""
+    return -(-n // (2 * MiB)) * 2 * MiB
+
+
+@pytest.fixture
+def client(shim_env: Callable[..., dict[str, str]]) -> Callable[..., Result]:
+    """Run the client with a slice: client(limit, *steps)."""
+
+    def run(limit: str, *steps: object) -> Result:
+        env = shim_env({"CGPU_MEM_LIMIT": limit})
+        proc = subprocess.run(
+            [sys.executable, "-P", str(CLIENT), *map(str, steps)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 0, proc.stderr
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+def usages(r: Result) -> list[tuple[int, int]]:
+    """Each usage line: (the shim's figure, NVML's per-process figure)."""
+    found = []
+    for line in r.lines("usage"):
+        assert line[0] == "0", line
+        found.append((int(line[1]), int(line[2])))
+    return found
+
+
+def test_context_heaps_are_charged_as_the_driver_reserves_them(client):
+    """cuCtxSetLimit: the stack is reserved for every resident thread, the heap and the
+    FIFO for their size; a size over the slice is refused and the old one stays."""
+    stack = pages(2048 * RESIDENT_THREADS) - pages(1024 * RESIDENT_THREADS)
+    heap = pages(200 * MiB) - 8 * MiB
+    r = client(
+        "1GiB",
+        "init", "usage",
+        "setlimit", "stack", 2048, "usage",
+        "setlimit", "heap", 200 * MiB, "usage",
+        "setlimit", "printf", 64 * MiB, "usage",
+        "setlimit", "stack", 16384, "getlimit", "stack", "usage",  # 3.2 GiB of stack: over
+        "setlimit", "stack", 1024, "setlimit", "heap", 8 * MiB, "setlimit", "printf", MiB, "usage",
+    )  # fmt: skip
+    assert [line[0] for line in r.lines("setlimit")] == ["0", "0", "0", "2", "0", "0", "0"]
+    assert r.one("getlimit") == ["0", "2048"]
+    fifo = 64 * MiB - 2 * MiB
+    assert usages(r) == [
+        (0, 0),
+        (stack, stack),
+        (stack + heap, stack + heap),
+        (stack + heap + fifo, stack + heap + fifo),
+        (stack + heap + fifo, stack + heap + fifo),  # the refused size changed nothing
+        (0, 0),  # back to the defaults: given back
+    ]
+    assert "out of GPU memory slice" in r.stderr
+
+
+def test_heaps_die_with_their_context(client):
+    """A reset context starts again from the default sizes: what the heaps took is given back."""
+    r = client(
+        "1GiB", "init", "setlimit", "heap", 300 * MiB, "usage", "reset", "usage", "getlimit", "heap"
+    )
+    assert usages(r) == [(pages(300 * MiB) - 8 * MiB,) * 2, (0, 0)]
+    assert r.one("reset") == ["0"] and r.one("getlimit") == ["0", str(8 * MiB)]
+
+
+def test_graph_memory_is_charged_at_instantiation_and_given_back_by_trim(client):
+    """Graph memory nodes: the footprint is charged when the graph is instantiated (before the
+    driver maps it at launch); the driver's pool keeps it after the executable graph is
+    destroyed, and so does the charge, until cuDeviceGraphMemTrim."""
+    foot = pages(300_000_000) + pages(100_000_000)
+    r = client(
+        "1GiB",
+        "init",
+        "graph-alloc", 300_000_000, "graph-alloc", 100_000_000,
+        "graph-instantiate", "usage",
+        "graph-launch", "graph-reserved", "usage",
+        "graph-exec-destroy", "usage",
+        "graph-instantiate", "graph-launch", "usage",  # the pool's memory serves it again
+        "graph-exec-destroy", "graph-trim", "usage",
+        "graph-destroy",
+    )  # fmt: skip
+    assert [line[0] for line in r.lines("graph-instantiate")] == ["0", "0"]
+    assert r.one("graph-reserved") == ["0", str(foot)]
+    assert usages(r) == [
+        (foot, 0),  # charged ahead of the launch that maps it
+        (foot, foot),
+        (foot, foot),  # destroyed: still reserved by the pool
+        (foot, foot),
+        (0, 0),  # trimmed
+    ]
+
+
+def test_a_captured_stream_ordered_allocation_is_graph_memory(client):
+    """cudaMallocAsync in a captured region allocates nothing: it adds an allocation node,
+    charged with the graph when it is instantiated, not when it is captured."""
+    foot = pages(100_000_000) + pages(50_000_000)
+    r = client(
+        "1GiB",
+        "init", "capture-begin",
+        "capture-alloc", 100_000_000, "capture-alloc", 50_000_000, "capture-free", "usage",
+        "capture-end", "graph-instantiate", "usage", "graph-launch", "usage",
+        "graph-exec-destroy", "graph-trim", "usage",
+    )  # fmt: skip
+    assert [line[0] for line in r.lines("capture-alloc")] == ["0", "0"]
+    assert r.one("capture-end") == ["0"] and r.one("graph-launch") == ["0"]
+    assert usages(r) == [(0, 0), (foot, 0), (foot, foot), (0, 0)]
+
+
+def test_a_graph_over_the_slice_is_not_instantiated(client, ledger_dir):
+    r = client(
+        "1GiB",
+        "init", "alloc", 512 * MiB,
+        "graph-alloc", 600 * MiB, "graph-instantiate", "usage",
+        "free", "graph-instantiate", "graph-launch", "usage",
+    )  # fmt: skip
+    assert [line[0] for line in r.lines("graph-instantiate")] == ["2", "0"]
+    assert r.one("graph-launch") == ["0"]
+    assert usages(r) == [(512 * MiB, 512 * MiB), (600 * MiB, 600 * MiB)]
+    assert "out of GPU memory slice" in r.stderr
+    assert read_ledger(ledger_dir / "cgpu.ledger").devices[0].used == 0
+
+
+def test_created_pools_are_charged_and_given_back_by_trim_and_destroy(client):
+    """A pool made with cuMemPoolCreate keeps what is freed into it (its release threshold
+    here keeps all): charged until trimmed or destroyed, and it cannot grow past the slice."""
+    r = client(
+        "1GiB",
+        "init", "pool-create",
+        "pool-alloc", 300 * MiB, "pool-alloc", 300 * MiB, "pool-alloc", 600 * MiB, "usage",
+        "pool-free-all", "usage",
+        "pool-trim", "usage",
+        "pool-alloc", 500 * MiB, "pool-free-all", "usage",
+        "pool-destroy", "usage",
+    )  # fmt: skip
+    assert [line[0] for line in r.lines("pool-alloc")] == ["0", "0", "2", "0"]
+    assert usages(r) == [
+        (600 * MiB, 600 * MiB),
+        (600 * MiB, 600 * MiB),  # freed into the pool: kept
+        (0, 0),  # trimmed
+        (500 * MiB, 500 * MiB),
+        (0, 0),  # destroyed
+    ]
+
+
+def test_ipc_imports_are_charged_to_the_importer_while_open(shim_env, ledger_dir, tmp_path):
+    """The exporter holds the memory (NVML shows it there); the importer is charged too while it
+    holds the import open, so a pair cannot hold more than the slice by freeing exported memory
+    (docs/contract.md, IPC).  An import that does not fit is refused."""
+    exporter_env = shim_env({"CGPU_MEM_LIMIT": "4GiB"})
+    exporter_env["CGPU_LEDGER_DIR"] = str(tmp_path / "exporter")
+    (tmp_path / "exporter").mkdir()
+    exporter = subprocess.Popen(
+        [
+            sys.executable,
+            "-P",
+            str(CLIENT),
+            "init",
+            "alloc",
+            str(400 * MiB),
+            "export",
+            "wait",
+            "usage",
+        ],
+        env=exporter_env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert exporter.stdout.readline().split() == ["init", "0"]
+        assert exporter.stdout.readline().split() == ["alloc", "0"]
+        rc, handle = exporter.stdout.readline().split()[1:]
+        assert rc == "0"
+        assert exporter.stdout.readline().split() == ["ready", "0"]
+        importer = subprocess.run(
+            [sys.executable, "-P", str(CLIENT), "init", "usage", "import", handle, "usage",
+             "close", "usage", "alloc", str(700 * MiB), "import", handle, "usage"],
+            env=shim_env({"CGPU_MEM_LIMIT": "1GiB"}),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert importer.returncode == 0, importer.stderr
+        r = Result(0, importer.stdout, importer.stderr)
+        assert [line[0] for line in r.lines("import")] == ["0", "2"]
+        assert r.one("close") == ["0"]
+        # NVML: the memory is the exporter's; the slice: the importer pays while it holds it.
+        assert usages(r) == [(0, 0), (400 * MiB, 0), (0, 0), (700 * MiB, 700 * MiB)]
+        assert read_ledger(ledger_dir / "cgpu.ledger").devices[0].used == 0
+        exporter.stdin.write("\n")
+        exporter.stdin.close()
+        assert exporter.stdout.readline().split() == ["usage", "0", str(400 * MiB), str(400 * MiB)]
+        assert exporter.wait(60) == 0
+    finally:
+        exporter.kill()
+        exporter.wait(60)
+
+
+CUBIN = Path(__file__).with_name("data") / "globals_sm90.cubin"
+# Its globals (data/globals.cu): 64 MiB zero-filled, 16 bytes initialised, 1 KiB and 16
+# bytes of constants, laid out with their alignments.
+GLOBALS = pages(64 * MiB + 1056)
+
+
+def test_module_globals_are_charged_at_load_and_given_back(client):
+    """A cubin's globals are allocated when it loads (cuModuleLoad from a file,
+    cuModuleLoadData from memory, cuLibraryLoadFromFile), freed at unload or with the
+    module's context; the shim reads their size from the image's sections."""
+    r = client(
+        "1GiB",
+        "init",
+        "module-load", CUBIN, "usage", "module-global", "big",
+        "module-load-data", CUBIN, "usage",
+        "module-unload", "module-unload", "usage",
+        "library-load", CUBIN, "usage", "library-global", "big", "library-unload", "usage",
+        "module-load", CUBIN, "reset", "usage",
+    )  # fmt: skip
+    assert r.one("module-global") == ["0", str(64 * MiB)]
+    assert r.one("library-global") == ["0", str(64 * MiB)]
+    assert usages(r) == [
+        (GLOBALS, GLOBALS),
+        (2 * GLOBALS, 2 * GLOBALS),
+        (0, 0),
+        (GLOBALS, GLOBALS),
+        (0, 0),
+        (0, 0),  # died with its context
+    ]
+
+
+def test_a_module_whose_globals_do_not_fit_is_refused(client):
+    r = client(
+        "128MiB",
+        "init", "module-load", CUBIN, "module-load-data", CUBIN, "library-load", CUBIN, "usage",
+    )  # fmt: skip
+    assert r.one("module-load") == ["0"]
+    assert r.one("module-load-data") == ["2"] and r.one("library-load") == ["2"]
+    assert usages(r) == [(GLOBALS, GLOBALS)]
+    assert "out of GPU memory slice" in r.stderr
+
+
+def test_fatbin_globals_show_in_the_host_view(client):
+    """From a fatbin the driver picks the cubin for the device (or compiles PTX, maybe from a
+    compressed entry): the shim does not guess, so those globals are not charged. NVML's
+    per-process figure, which the exporter's host view compares with the ledger, shows them."""
+    fatbin = CUBIN.with_suffix(".fatbin")
+    r = client("1GiB", "init", "module-load", fatbin, "usage", "module-unload", "usage")
+    assert r.one("module-load") == ["0"]
+    assert usages(r) == [(0, GLOBALS), (0, 0)]
