@@ -4,7 +4,7 @@
 # NVIDIA's own CUDA runtime (PyTorch below runs unchanged) and NVIDIA's nvidia-smi.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh >/dev/null
+bash scripts/setup.sh --demo >/dev/null
 export PATH="$(pwd)/.venv/bin:$PATH"
 
 echo "# nvidia-smi's view (NVML) inside a 4 GiB slice:"
@@ -16,11 +16,8 @@ echo
 echo "# PyTorch (PyPI's CUDA build, NVIDIA's libcudart) allocating 512 MiB at a time in a 4 GiB slice:"
 cgpu run --gpu-mem 4GiB -- python examples/torch_fill.py --chunk-mib 512 2>&1 | grep -v '^\[W'
 
-# --- NVIDIA's nvidia-smi inside the slice. It runs when scripts/install-nvidia-smi.sh has
-# --- unpacked it into build/nvidia-smi/<version>/ (Debian's non-free package, never installed).
-if [ -f scripts/install-nvidia-smi.sh ]; then
-  bash scripts/install-nvidia-smi.sh >/dev/null 2>&1 || true
-fi
+# --- NVIDIA's nvidia-smi inside the slice: setup.sh --demo unpacked it into
+# --- build/nvidia-smi/<version>/ (Debian's non-free package, never installed).
 for smi in build/nvidia-smi/*/nvidia-smi; do
   [ -x "$smi" ] || continue
   release="$(basename "$(dirname "$smi")")"

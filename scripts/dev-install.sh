@@ -11,7 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-$PY -m pip install -q -e ".[test]"
+# CGPU_EXTRAS: the extras to install with it (default: test; empty: none, as scripts/demo.sh).
+extras="${CGPU_EXTRAS-test}"
+$PY -m pip install -q -e ".${extras:+[$extras]}"
 site="$($PY -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 rm -f "$site/_editable_skbc_cgpu.pth"
 sed "s|@CHECKOUT@|$(pwd)|" scripts/dev_finder.py > "$site/_cgpu_dev.py"

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Install everything cgpu and its tests need on a fresh Debian/Ubuntu machine, then build
 # and install cgpu into .venv.  Safe to run again: it skips what is already there.
+#   --demo  only what scripts/demo.sh shows: the build tools, cgpu, PyTorch and nvidia-smi.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+demo=0
+[ "${1:-}" = "--demo" ] && demo=1
 
+packages=(cmake gcc g++ make)
+((demo)) || packages+=(runc busybox-static podman prometheus)
 need=()
-for pkg in runc busybox-static podman prometheus cmake gcc g++ make; do
+for pkg in "${packages[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if ((${#need[@]})); then
@@ -24,8 +29,16 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-# The dependencies, then cgpu itself as an editable install (scripts/dev-install.sh): the
-# checkout's Python files are what runs; rerun dev-install.sh after a C edit.
+# cgpu and its dependencies, as an editable install (scripts/dev-install.sh): the checkout's
+# Python files are what runs; rerun dev-install.sh after a C edit.
+if ((demo)); then
+  CGPU_EXTRAS="" bash scripts/dev-install.sh
+  # PyTorch, at the version tests/realstack pins, and NVIDIA's nvidia-smi: what the demo runs.
+  torch="$(grep -E '^torch==' tests/realstack/requirements.txt)"
+  .venv/bin/python -m pip install -q "$torch"
+  bash scripts/install-nvidia-smi.sh
+  exit 0
+fi
 bash scripts/dev-install.sh
 
 # tests/deploy: kubernetes-validate (offline schemas; 1.37 has resource.k8s.io/v1 with consumable

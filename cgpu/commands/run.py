@@ -15,7 +15,13 @@ from pathlib import Path
 from cgpu.core import context_cost, gpus
 from cgpu.core.config import ConfigError, parse_size
 from cgpu.core.containers import create_container_dir, default_state_dir
-from cgpu.core.layout import ENV_LEDGER_DIR, ENV_VISIBLE_DEVICES, SOURCE_RUN
+from cgpu.core.layout import (
+    ENV_LEDGER_DIR,
+    ENV_SIM_STATE,
+    ENV_VISIBLE_DEVICES,
+    SIM_STATE_FILE,
+    SOURCE_RUN,
+)
 from cgpu.core.paths import shim_path, with_simulator
 
 
@@ -83,10 +89,19 @@ def _select(all_gpus: list[gpus.GPU], spec: str | None) -> list[gpus.GPU]:
     return chosen
 
 
+def _simulator_env(state_dir: Path) -> dict[str, str]:
+    """This environment with the simulated GPU: its libraries, and one state file that every
+    `cgpu run` of this state dir shares (unless CGPU_SIM_STATE names another), so its processes
+    see each other as on one real GPU: NVML's used memory and process list (nvidia-smi's)."""
+    env = with_simulator()
+    env.setdefault(ENV_SIM_STATE, str(state_dir / SIM_STATE_FILE))
+    return env
+
+
 def _child_env(
-    run_dir: Path, simulate: bool, chosen: list[gpus.GPU], all_count: int
+    run_dir: Path, base: dict[str, str], chosen: list[gpus.GPU], all_count: int
 ) -> dict[str, str]:
-    env = with_simulator() if simulate else dict(os.environ)
+    env = dict(base)
     env[ENV_LEDGER_DIR] = str(run_dir)
     preload = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = f"{shim_path()}:{preload}" if preload else str(shim_path())
@@ -127,13 +142,14 @@ def run_sliced(config: Config) -> int:
         print("cgpu run: no GPU found", file=sys.stderr)
         return 2
     state_dir = config.state_dir or default_state_dir()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    base = _simulator_env(state_dir) if simulate else dict(os.environ)
     key = f"run-{os.getpid()}-{secrets.token_hex(4)}"
     limits = {g.uuid: size for g in chosen}
     meta = {"source": SOURCE_RUN, "container": key, "command": command, "pid": os.getpid()}
-    probe_env = with_simulator() if simulate else None
-    contexts = context_cost.ensure(state_dir, probe_env)
+    contexts = context_cost.ensure(state_dir, base if simulate else None)
     run_dir = create_container_dir(state_dir, key, limits, meta, contexts=contexts)
-    env = _child_env(run_dir, simulate, chosen, len(all_gpus))
+    env = _child_env(run_dir, base, chosen, len(all_gpus))
     try:
         return _run_child(command, env)
     finally:

@@ -225,5 +225,5 @@ def ensure(
     except OSError as exc:
         log.warning("cannot cache the context costs in %s: %s", cache_path(state_dir), exc)
     if not costs:
-        log.warning("NVML showed no context's memory; the shim will measure contexts itself")
+        log.info("NVML showed no context's memory; the shim will measure contexts itself")
     return costs

@@ -56,6 +56,8 @@ ENV_CDI_DEVICE_PREFIX = "CGPU_CDI_DEVICE_"  # CGPU_CDI_DEVICE_<index>=<uuid>, fr
 # Prefixes of the variable families the limit parser and the context measurement look at.
 ENV_PREFIX = "CGPU_"
 ENV_SIM_PREFIX = "CGPU_SIM_"  # the simulator's own
+ENV_SIM_STATE = "CGPU_SIM_STATE"  # the simulated GPU's state file, shared by its processes
+SIM_STATE_FILE = "sim-gpu.state"  # `cgpu run`'s, in the state dir
 ENV_GPU_MEM_PREFIX = "ALIYUN_COM_GPU_MEM_"
 ENV_VOLCANO_PREFIX = "VOLCANO_GPU_"
 

@@ -7,6 +7,7 @@ container's processes hold. Without the shim it shows the whole simulated GPU.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -207,3 +208,33 @@ def test_the_private_table_answers_its_known_slots_only(sim_env, sim_dir):
     assert out["handle_matches"]
     assert out["procs"] == [0, 0]  # no process on the GPU: success, an empty list
     assert out["other_id"] == 3  # an unknown table id is not supported
+
+
+def test_a_plain_cgpu_run_lists_a_pytorch_holder(smi, tmp_path):
+    """As a user runs it (no simulator variables): the slice's PyTorch process is in the list.
+
+    `cgpu run` gives the simulated GPU one state file for all its processes, as one real GPU
+    has; without it, each process had a GPU of its own and nvidia-smi listed none.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CGPU_")}
+    script = f"""
+import json, subprocess, sys
+holder = subprocess.Popen([sys.executable, {str(REPO / "examples" / "torch_hold.py")!r},
+                           "--mib", "1024"], stdout=subprocess.PIPE, text=True)
+ready = holder.stdout.readline().strip()
+env = dict(CGPU_SIM_DRIVER_RELEASE={RELEASE!r}, CGPU_SIM_DRIVER_VERSION={CUDA!r})
+table = subprocess.run([{str(smi)!r}], capture_output=True, text=True,
+                       env={{**__import__("os").environ, **env}}).stdout
+holder.kill()
+holder.wait()
+print(json.dumps({{"ready": ready, "pid": holder.pid, "table": table}}))
+"""
+    done = run([sys.executable, "-m", "cgpu.cli", "run", "--gpu-mem", "4GiB", "--state-dir",
+                str(tmp_path / "state"), "--", sys.executable, "-c", script], env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["ready"].startswith("ready"), out
+    row = re.search(rf"\|\s+0\s+N/A\s+N/A\s+{out['pid']}\s+C\s+\S+\s+(\d+)MiB \|", out["table"])
+    assert row, out["table"]
+    assert int(row.group(1)) >= 1024
+    assert memory_row(out["table"])[0] >= 1024
