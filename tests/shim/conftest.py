@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from probe_result import Result
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -23,23 +23,6 @@ def sanitizer_runtime() -> str | None:
     return subprocess.run(
         ["cc", f"-print-file-name={lib}"], capture_output=True, text=True, check=True
     ).stdout.strip()
-
-
-@dataclass
-class Result:
-    """What a probe run printed, parsed by command name."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-    def lines(self, name: str) -> list[list[str]]:
-        return [line.split()[1:] for line in self.stdout.splitlines() if line.split()[:1] == [name]]
-
-    def one(self, name: str) -> list[str]:
-        found = self.lines(name)
-        assert found, f"no '{name}' line in output:\n{self.stdout}\n{self.stderr}"
-        return found[-1]
 
 
 @pytest.fixture

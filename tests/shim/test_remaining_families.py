@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import Result
+from probe_result import Result
 
 from cgpu.core.ledger import read_ledger
 

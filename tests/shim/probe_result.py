@@ -1,0 +1,22 @@
+"""What a probe run printed: the tests' shared result type (imported, never from conftest)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Result:
+    """What a probe run printed, parsed by command name."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def lines(self, name: str) -> list[list[str]]:
+        return [line.split()[1:] for line in self.stdout.splitlines() if line.split()[:1] == [name]]
+
+    def one(self, name: str) -> list[str]:
+        found = self.lines(name)
+        assert found, f"no '{name}' line in output:\n{self.stdout}\n{self.stderr}"
+        return found[-1]
