@@ -1,10 +1,14 @@
 """Shim overhead: the same driver calls with and without libcgpu.so, measured in one run.
 
-    python benchmarks/shim_overhead.py [--real] [--rounds 7] [--n 200000] [--other PATH]
-                                       [--env-limit]
+    python benchmarks/shim_overhead.py [--driver simulator|standin|real] [--rounds 7]
+                                       [--n 200000] [--other PATH] [--env-limit] [--cpu N]
 
-Without --real it runs on the simulator (the tests' driver); with --real, on the machine's
-NVIDIA driver.  Rounds alternate bare and shimmed runs; the figures are medians of the rounds,
+--driver picks the driver under the benchmark: the simulator (the tests' driver, the default),
+the stand-in (benchmarks/standin/standin.c: a tiny libcuda.so.1 whose own alloc+free pair is
+about as cheap as a driver's can be, built differently from the simulator), or the machine's
+NVIDIA driver (--real is the same as --driver real).  --cpu pins every run to one CPU.
+
+Rounds alternate bare and shimmed runs; the figures are medians of the rounds,
 each round reporting its fastest batch of 1000 calls.  --other adds another build of
 libcgpu.so (an older one, say), alternated in the same rounds.  Each shimmed run is limited as
 the device plugin limits a container: a cgpu.conf with the slice and the context cost measured
@@ -32,8 +36,37 @@ from cgpu.core.paths import shim_path, sim_lib_dir
 HERE = Path(__file__).resolve().parent
 
 
-def build(out: Path, real: bool) -> Path:
-    include = next(
+STANDIN_UUID = "GPU-57a1d100-be0c-4a11-9e5e-000000000001"  # the stand-in's one device
+
+
+def build_standin(out: Path, include: str) -> Path:
+    """The stand-in driver, as `out`/standin/libcuda.so.1; returns its directory."""
+    lib_dir = out / "standin"
+    lib_dir.mkdir()
+    subprocess.run(
+        [
+            "cc",
+            "-O2",
+            "-std=gnu11",
+            "-shared",
+            "-fPIC",
+            "-fvisibility=hidden",
+            "-ftls-model=initial-exec",
+            "-I",
+            include,
+            str(HERE / "standin" / "standin.c"),
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            str(lib_dir / "libcuda.so.1"),
+        ],
+        check=True,
+    )
+    return lib_dir
+
+
+def cuda_include() -> str:
+    """The directory of cuda.h."""
+    return next(
         p
         for p in [
             os.environ.get("CUDA_HOME", "") + "/include",
@@ -42,8 +75,19 @@ def build(out: Path, real: bool) -> Path:
         ]
         if Path(p, "cuda.h").is_file()
     )
+
+
+def build(out: Path, driver: str) -> tuple[Path, Path | None]:
+    """shim_bench linked against `driver`'s libcuda.so.1, and the directory that holds that
+    library (None for the machine's own driver)."""
+    include = cuda_include()
+    lib_dir = None
+    if driver == "simulator":
+        lib_dir = sim_lib_dir()
+    elif driver == "standin":
+        lib_dir = build_standin(out, include)
     exe = out / "shim_bench"
-    lib = [] if real else ["-L", str(sim_lib_dir())]
+    lib = ["-L", str(lib_dir)] if lib_dir else []
     subprocess.run(
         [
             "cc",
@@ -59,13 +103,16 @@ def build(out: Path, real: bool) -> Path:
         ],
         check=True,
     )
-    return exe
+    return exe, lib_dir
 
 
-def container_config(real: bool, bare: dict[str, str], state: Path) -> tuple[dict, dict]:
+def container_config(driver: str, bare: dict[str, str], state: Path) -> tuple[dict, dict]:
     """What the device plugin writes into a container's cgpu.conf: a 40 GiB slice of each GPU,
-    and what a CUDA context costs on it, measured once on the host."""
-    if not real:
+    and what a CUDA context costs on it, measured once on the host (the stand-in has no NVML:
+    its context cost is set, 0)."""
+    if driver == "standin":
+        return {STANDIN_UUID: 40 << 30}, {STANDIN_UUID: 0}
+    if driver == "simulator":
         gpus.use_simulator()
     uuids = [g.uuid for g in gpus.list_gpus()]
     costs = context_cost.ensure(state, dict(bare, CGPU_SIM_STATE=str(state / "sim.state")))
@@ -73,16 +120,18 @@ def container_config(real: bool, bare: dict[str, str], state: Path) -> tuple[dic
 
 
 def environments(
-    real: bool, ledger: Path, shims: dict[str, Path], env_limit: bool
+    driver: str, lib_dir: Path | None, ledger: Path, shims: dict[str, Path], env_limit: bool
 ) -> dict[str, dict[str, str]]:
     """The bare environment, and one per shim, each with its own ledger directory: limited by
     a cgpu.conf as the device plugin writes it, or (env_limit) by CGPU_MEM_LIMIT alone, where
     the shim measures each context itself."""
     bare = {k: v for k, v in os.environ.items() if not k.startswith(("CGPU_", "LD_PRELOAD"))}
-    if not real:
-        bare["LD_LIBRARY_PATH"] = str(sim_lib_dir())
+    if lib_dir:
+        bare["LD_LIBRARY_PATH"] = str(lib_dir)
         bare["CGPU_SIM_MEMORY"] = "80GiB"
-    limits, costs = ({}, {}) if env_limit else container_config(real, bare, ledger)
+    if driver == "standin":
+        bare["CGPU_CONTEXT_OVERHEAD"] = "0"  # with --env-limit: it has no NVML to measure with
+    limits, costs = ({}, {}) if env_limit else container_config(driver, bare, ledger)
     envs = {"bare": bare}
     for name, path in shims.items():
         (ledger / name).mkdir()
@@ -94,8 +143,11 @@ def environments(
     return envs
 
 
-def measure(exe: Path, env: dict[str, str], *args: str) -> float:
-    out = subprocess.run([str(exe), *args], env=env, capture_output=True, text=True, check=True)
+def measure(exe: Path, env: dict[str, str], *args: str, cpu: int | None = None) -> float:
+    pin = ["taskset", "-c", str(cpu)] if cpu is not None else []
+    out = subprocess.run(
+        [*pin, str(exe), *args], env=env, capture_output=True, text=True, check=True
+    )
     return float(out.stdout.strip())
 
 
@@ -106,6 +158,11 @@ def init_storm(exe: Path, env: dict[str, str], processes: int) -> list[float]:
         for _ in range(processes)
     ]
     return sorted(float(p.communicate()[0]) for p in procs)
+
+
+def spread(values: list[float]) -> str:
+    """min / median / max of the rounds."""
+    return f"{min(values):8.1f} / {statistics.median(values):6.1f} / {max(values):6.1f}"
 
 
 def rotated(names: list[str], r: int) -> list[str]:
@@ -119,7 +176,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--real", action="store_true", help="use the machine's NVIDIA driver")
+    parser.add_argument(
+        "--driver",
+        choices=("simulator", "standin", "real"),
+        default="simulator",
+        help="the driver under the benchmark (default: the simulator)",
+    )
+    parser.add_argument("--real", action="store_true", help="the same as --driver real")
+    parser.add_argument("--cpu", type=int, help="pin the timed runs to this CPU (taskset)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--n", type=int, default=200000)
     parser.add_argument("--processes", type=int, default=64)
@@ -131,21 +195,22 @@ def main() -> None:
         help="limit by CGPU_MEM_LIMIT alone (no cgpu.conf: the shim measures each context)",
     )
     args = parser.parse_args()
+    driver = "real" if args.real else args.driver
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
-        exe = build(tmpdir, args.real)
+        exe, lib_dir = build(tmpdir, driver)
         ledger = tmpdir / "ledger"
         ledger.mkdir()
         shims = {"shim": shim_path(), **({"other": args.other} if args.other else {})}
-        envs = environments(args.real, ledger, shims, args.env_limit)
+        envs = environments(driver, lib_dir, ledger, shims, args.env_limit)
         rows: dict[str, dict[str, list[float]]] = {"pairs": {}, "meminfo": {}}
         names = list(envs)
         for r in range(args.rounds):
             for name in rotated(names, r):
                 env = envs[name]
-                pairs = measure(exe, env, "pairs", str(args.n), str(2 << 20))
+                pairs = measure(exe, env, "pairs", str(args.n), str(2 << 20), cpu=args.cpu)
                 rows["pairs"].setdefault(name, []).append(pairs)
-                meminfo = measure(exe, env, "meminfo", str(args.n))
+                meminfo = measure(exe, env, "meminfo", str(args.n), cpu=args.cpu)
                 rows["meminfo"].setdefault(name, []).append(meminfo)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
         storms: dict[str, list[list[float]]] = {name: [] for name in envs}
@@ -154,11 +219,11 @@ def main() -> None:
                 storms[name].append(init_storm(exe, envs[name], args.processes))
         shutil.rmtree(ledger, ignore_errors=True)
     machine = platform.processor() or platform.machine()
-    driver = "real" if args.real else "simulator"
     print(
         f"# {time.strftime('%Y-%m-%d')} {platform.node()} {machine}"
         f" driver={driver} rounds={args.rounds} n={args.n}"
         f" limit={'CGPU_MEM_LIMIT' if args.env_limit else 'cgpu.conf'}"
+        f" cpu={'any' if args.cpu is None else args.cpu}"
     )
     print(
         f"{'what':38}"
@@ -172,6 +237,16 @@ def main() -> None:
             + "".join(f"{m:10.1f}" for m in med)
             + "".join(f"{m - med[0]:10.1f}" for m in med[1:])
         )
+    print("spread of the rounds (min / median / max); added: each round's shim - its bare")
+    for label, key in (("pair", "pairs"), ("cuMemGetInfo", "meminfo")):
+        bare_runs = rows[key][names[0]]
+        for n in names:
+            print(f"  {label + ' ' + n:36}{spread(rows[key][n])}")
+        for n in names[1:]:
+            added = [s - b for s, b in zip(rows[key][n], bare_runs, strict=True)]
+            print(f"  {label + ' added, ' + n:36}{spread(added)}")
+    if not args.storms:
+        return
     for q, idx in (("p50", 0.5), ("p99", 0.99)):
         med = [statistics.median(s[int(idx * (len(s) - 1))] for s in storms[n]) for n in names]
         label = f"init, {args.processes} at once, {q} [us]"

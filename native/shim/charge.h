@@ -41,6 +41,34 @@ static inline void unreserve(int dev, uint64_t charge)
     ledger_credit(&g_shim.ledger, (unsigned)dev, charge);
 }
 
+/* reserve, and in the same locked step a pending slot of the pointer table for the new
+ * object (*pending; -1 when none was taken: track_pending then inserts under the lock).
+ * One lock round trip where reserve and track took two. */
+static inline __attribute__((always_inline)) CUresult reserve_pending(int dev, uint64_t charge, int *pending)
+{
+    *pending = -1;
+    if (unlikely(__atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) < 0) && shim_claim_slot() != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ledger_lock(&g_shim.ledger);
+    int rc = ledger_charge_locked(&g_shim.ledger, (unsigned)dev, charge, 0);
+    if (likely(rc == CGPU_OK))
+        *pending = pt_reserve(&g_table);
+    ledger_unlock(&g_shim.ledger);
+    if (likely(rc == CGPU_OK))
+        return CUDA_SUCCESS;
+    return charge_reserve_slow(dev, charge);
+}
+
+/* The driver refused: credit the charge and give the pending slot back. */
+static inline void unreserve_pending(int dev, uint64_t charge, int pending)
+{
+    ledger_lock(&g_shim.ledger);
+    ledger_credit_locked(&g_shim.ledger, (unsigned)dev, charge);
+    if (pending >= 0)
+        pt_release(&g_table, pending);
+    ledger_unlock(&g_shim.ledger);
+}
+
 /* The calling thread's context: the driver frees a context's memory with it. */
 static inline void *current_context(void)
 {
@@ -55,6 +83,22 @@ static inline void *current_context(void)
 static inline __attribute__((always_inline)) void track(uint64_t key, int dev, uint64_t charge, void *ctx)
 {
     ledger_lock_private(&g_shim.ledger); /* the table only: no write section in the file */
+    pt_settle(&g_table); /* what is pending is older: it goes first */
+    (void)pt_insert_fast(&g_table, key, (unsigned)dev, charge, ctx);
+    ledger_unlock_private(&g_shim.ledger);
+}
+
+/* track, into the pending slot that reserve_pending took: no lock, unless there was none or
+ * an entry of the same key is pending (then under the lock, after it). */
+static inline __attribute__((always_inline)) void track_pending(int pending, uint64_t key, int dev, uint64_t charge,
+                                                                void *ctx)
+{
+    if (likely(pending >= 0) && likely(pt_publish(&g_table, pending, key, (unsigned)dev, charge, ctx) == 0))
+        return;
+    ledger_lock_private(&g_shim.ledger);
+    if (pending >= 0)
+        pt_release(&g_table, pending);
+    pt_settle(&g_table);
     (void)pt_insert_fast(&g_table, key, (unsigned)dev, charge, ctx);
     ledger_unlock_private(&g_shim.ledger);
 }
@@ -96,7 +140,9 @@ int pool_reconcile(void);
 void pool_seen(CUmemoryPool pool);
 void pool_forget(CUmemoryPool pool);
 
-/* The common shape of every allocation wrapper. */
+/* The common shape of every allocation wrapper: one locked step charges and takes a pending
+ * slot in the pointer table before the driver call; after it, the slot is filled without
+ * the lock (see ptrtable.h). */
 #define CHARGED_ALLOC(dev_expr, bytes_expr, call, key_expr, ctx_expr)           \
     do {                                                                       \
         int m_ = mode();                                                       \
@@ -106,14 +152,15 @@ void pool_forget(CUmemoryPool pool);
         if (dev_ < 0)                                                          \
             return call;                                                       \
         uint64_t charge_ = (bytes_expr);                                       \
-        CUresult rc_ = reserve(dev_, charge_);                                 \
+        int pending_;                                                          \
+        CUresult rc_ = reserve_pending(dev_, charge_, &pending_);              \
         if (rc_ != CUDA_SUCCESS)                                               \
             return rc_;                                                        \
         rc_ = call;                                                            \
-        if (rc_ == CUDA_SUCCESS)                                               \
-            track((key_expr), dev_, charge_, (ctx_expr));                      \
+        if (likely(rc_ == CUDA_SUCCESS))                                       \
+            track_pending(pending_, (key_expr), dev_, charge_, (ctx_expr));    \
         else                                                                   \
-            unreserve(dev_, charge_);                                          \
+            unreserve_pending(dev_, charge_, pending_);                        \
         return rc_;                                                            \
     } while (0)
 

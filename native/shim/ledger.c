@@ -626,32 +626,32 @@ void ledger_release_slot(struct ledger_handle *h)
 
 /* ---- charge / credit -------------------------------------------------------- */
 
-int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int force)
+int ledger_charge_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes, int force)
 {
     struct ledger *l = h->l;
     struct ledger_device *d = &l->devices[dev];
-    ledger_lock(h);
     int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
-    if (slot < 0) { /* the slot was given back (exit): nothing may be charged any more */
-        ledger_unlock(h);
+    if (slot < 0) /* the slot was given back (exit): nothing may be charged any more */
         return CGPU_ERR_FULL;
-    }
     uint64_t used, limit = h->limit[dev];
-    if (unlikely(!checked_used(h, slot, dev, &used))) {
-        ledger_unlock(h);
+    if (unlikely(!checked_used(h, slot, dev, &used)))
         return CGPU_ERR_LIMIT; /* fail closed */
-    }
-    if (!force && (bytes > limit || used > limit - bytes)) {
-        ledger_unlock(h);
+    if (!force && (bytes > limit || used > limit - bytes))
         return CGPU_ERR_LIMIT;
-    }
     set_used(d, used + bytes);
     l->slots[slot].used[dev] += bytes;
     h->held[dev] += bytes;
     if (used + bytes > d->peak)
         d->peak = used + bytes;
-    ledger_unlock(h);
     return CGPU_OK;
+}
+
+int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int force)
+{
+    ledger_lock(h);
+    int rc = ledger_charge_locked(h, dev, bytes, force);
+    ledger_unlock(h);
+    return rc;
 }
 
 static inline __attribute__((always_inline)) void credit_under_lock(struct ledger_handle *h, unsigned dev, uint64_t bytes)

@@ -246,6 +246,8 @@ unsigned ledger_try_sweep(struct ledger_handle *h);
 /* Charge `bytes` to device `dev` for the caller's slot; fails with
  * CGPU_ERR_LIMIT when it would exceed h->limit[dev].  `force` skips the check. */
 int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int force);
+/* The same, with the lock already held. */
+int ledger_charge_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes, int force);
 void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes);
 /* The same, with the lock already held. */
 void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes);

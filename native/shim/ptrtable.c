@@ -43,15 +43,34 @@ static int grow(struct ptrtable *t)
     return 0;
 }
 
-int pt_insert(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes, void *ctx)
+int pt_insert_grow(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes, void *ctx)
 {
     if ((!t->slots || (t->count + 1) * 2 > t->mask + 1) && grow(t) != 0)
         return -1;
     return pt_insert_fast(t, key, dev, bytes, ctx); /* no growing needed now */
 }
 
+int pt_insert(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes, void *ctx)
+{
+    pt_settle(t);
+    return pt_insert_grow(t, key, dev, bytes, ctx);
+}
+
+void pt_fold(struct ptrtable *t, unsigned i)
+{
+    struct pt_entry *e = &t->pending[i];
+    uint64_t key = __atomic_load_n(&e->key, __ATOMIC_ACQUIRE);
+    /* Should the table not grow, the entry is lost and its charge stays: over-counted. */
+    (void)pt_insert_grow(t, key, (unsigned)(e->bytes >> PT_DEV_SHIFT), e->bytes & ((1ULL << PT_DEV_SHIFT) - 1),
+                         e->ctx);
+    __atomic_store_n(&e->key, 0, __ATOMIC_RELAXED);
+    uint64_t r = __atomic_load_n(&t->reserved, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->reserved, r & ~(1ULL << i), __ATOMIC_RELAXED);
+}
+
 struct pt_entry *pt_find(struct ptrtable *t, uint64_t key)
 {
+    pt_settle(t);
     if (!t->slots || key == 0)
         return NULL;
     for (size_t i = pt_home(key, t->mask);; i = (i + 1) & t->mask) {
@@ -64,6 +83,7 @@ struct pt_entry *pt_find(struct ptrtable *t, uint64_t key)
 
 uint64_t pt_find_range(struct ptrtable *t, uint64_t kind, uint64_t lo, uint64_t hi)
 {
+    pt_settle(t);
     for (size_t i = 0; t->slots && i <= t->mask; i++) {
         uint64_t key = t->slots[i].key;
         if (key && (key & 0xFFFF000000000000ULL) == (kind & 0xFFFF000000000000ULL)) {
@@ -78,6 +98,7 @@ uint64_t pt_find_range(struct ptrtable *t, uint64_t kind, uint64_t lo, uint64_t 
 int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes, void **ctx)
 {
     void *c;
+    pt_settle(t);
     int found = pt_remove_fast(t, key, dev, bytes, &c);
     if (found && ctx)
         *ctx = c;
@@ -107,6 +128,7 @@ void pt_remove_at(struct ptrtable *t, size_t i)
 
 void pt_remove_context(struct ptrtable *t, void *ctx, void (*credit)(uint64_t key, unsigned dev, uint64_t bytes))
 {
+    pt_settle(t);
     if (!t->slots || !ctx)
         return;
     /* Backward-shift deletion only moves entries into the hole at i or after it, so

@@ -3,6 +3,15 @@
  * Open addressing with linear probing and backward-shift deletion (no tombstones).
  * It is private to the process and always used under the ledger lock, so it
  * needs no lock of its own.  It grows (a rare mmap) at half load.
+ *
+ * Pending entries: an allocation takes a pending slot in the locked step that charges it,
+ * before the driver call, and fills it after the call without the lock (pt_publish: plain
+ * stores, the key last with release).  The next locked step that touches the table folds
+ * what was published into it (pt_settle), and a free finds its entry there or still pending.
+ * So an alloc+free pair takes the lock twice, not three times.  Order: a published entry is
+ * newer than every table entry of its key (each locked step folds all that was published
+ * before it), and pt_publish refuses when an entry of the same key is pending already (the
+ * caller then inserts under the lock), so at most one entry of a key is ever pending.
  */
 #ifndef CGPU_PTRTABLE_H
 #define CGPU_PTRTABLE_H
@@ -42,14 +51,22 @@ static inline uint64_t pt_entry_bytes(const struct pt_entry *e)
     return e->bytes & ((1ULL << PT_DEV_SHIFT) - 1);
 }
 
+#define PT_PENDING 64
+
 struct ptrtable {
     struct pt_entry *slots;
     size_t mask;
     size_t count;
+    uint64_t reserved; /* pending slots taken: set and cleared under the lock, read by publishers */
+    struct pt_entry pending[PT_PENDING]; /* key 0: reserved, not yet published */
 };
 
 /* Returns 0, or -1 if the table could not grow (the entry is then not kept). */
 int pt_insert(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes, void *ctx);
+/* pt_insert without folding the pending entries first (pt_insert_fast's slow path). */
+int pt_insert_grow(struct ptrtable *t, uint64_t key, unsigned dev, uint64_t bytes, void *ctx);
+/* Moves published pending entry `i` into the table. */
+void pt_fold(struct ptrtable *t, unsigned i);
 /* Removes `key`; returns 1 and fills *dev, *bytes, *ctx if it was there. */
 int pt_remove(struct ptrtable *t, uint64_t key, unsigned *dev, uint64_t *bytes, void **ctx);
 /* Takes out the entry at index `i` and closes the gap (backward shift). */
@@ -60,12 +77,87 @@ static inline size_t pt_home(uint64_t key, size_t mask)
     return (size_t)((key * 0x9E3779B97F4A7C15ULL) >> 32) & mask;
 }
 
-/* pt_insert for the allocation path: inline while the table needs no growing. */
+/* Fold every published pending entry into the table.  Under the lock; before any use of
+ * the table but pt_remove_fast (the out-of-line functions below do it themselves). */
+static inline __attribute__((always_inline)) void pt_settle(struct ptrtable *t)
+{
+    uint64_t r = __atomic_load_n(&t->reserved, __ATOMIC_RELAXED);
+    while (__builtin_expect(r != 0, 0)) {
+        unsigned i = (unsigned)__builtin_ctzll(r);
+        r &= r - 1;
+        if (__atomic_load_n(&t->pending[i].key, __ATOMIC_ACQUIRE))
+            pt_fold(t, i);
+    }
+}
+
+/* A pending slot for an allocation about to be made; -1 when all are taken.  Under the lock. */
+static inline __attribute__((always_inline)) int pt_reserve(struct ptrtable *t)
+{
+    pt_settle(t);
+    uint64_t r = __atomic_load_n(&t->reserved, __ATOMIC_RELAXED);
+    if (__builtin_expect(r == ~0ULL, 0))
+        return -1;
+    unsigned i = (unsigned)__builtin_ctzll(~r);
+    __atomic_store_n(&t->reserved, r | (1ULL << i), __ATOMIC_RELAXED);
+    return (int)i;
+}
+
+/* Gives back reserved slot `i` unpublished (the allocation failed).  Under the lock. */
+static inline void pt_release(struct ptrtable *t, int i)
+{
+    uint64_t r = __atomic_load_n(&t->reserved, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->reserved, r & ~(1ULL << i), __ATOMIC_RELAXED);
+}
+
+/* Fill reserved slot `i`, without the lock; -1 (nothing written) when an entry of `key` is
+ * pending already: the caller releases the slot and inserts under the lock, after settling,
+ * so that the older entry stays first.  (The driver hands an address out again only after
+ * its free, which came after that entry's publication: this check sees it.) */
+static inline __attribute__((always_inline)) int pt_publish(struct ptrtable *t, int i, uint64_t key, unsigned dev,
+                                                            uint64_t bytes, void *ctx)
+{
+    uint64_t r = __atomic_load_n(&t->reserved, __ATOMIC_RELAXED) & ~(1ULL << i);
+    while (__builtin_expect(r != 0, 0)) {
+        unsigned j = (unsigned)__builtin_ctzll(r);
+        r &= r - 1;
+        if (__atomic_load_n(&t->pending[j].key, __ATOMIC_ACQUIRE) == key)
+            return -1;
+    }
+    struct pt_entry *e = &t->pending[i];
+    e->bytes = bytes | ((uint64_t)dev << PT_DEV_SHIFT);
+    e->ctx = ctx;
+    e->aux = 0;
+    __atomic_store_n(&e->key, key, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Takes the published pending entry of `key` out; 1 if there was one.  Under the lock. */
+static inline __attribute__((always_inline)) int pt_take_pending(struct ptrtable *t, uint64_t key, unsigned *dev,
+                                                                 uint64_t *bytes, void **ctx)
+{
+    uint64_t all = __atomic_load_n(&t->reserved, __ATOMIC_RELAXED);
+    for (uint64_t r = all; r; r &= r - 1) {
+        unsigned i = (unsigned)__builtin_ctzll(r);
+        struct pt_entry *e = &t->pending[i];
+        if (__atomic_load_n(&e->key, __ATOMIC_ACQUIRE) == key) {
+            *ctx = e->ctx;
+            *dev = (unsigned)(e->bytes >> PT_DEV_SHIFT);
+            *bytes = e->bytes & ((1ULL << PT_DEV_SHIFT) - 1);
+            __atomic_store_n(&e->key, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&t->reserved, all & ~(1ULL << i), __ATOMIC_RELAXED);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Insert for the allocation path: inline while the table needs no growing.  Does not
+ * settle: the caller does, first, where pending entries may exist. */
 static inline __attribute__((always_inline)) int pt_insert_fast(struct ptrtable *t, uint64_t key, unsigned dev,
                                                                 uint64_t bytes, void *ctx)
 {
     if (__builtin_expect(!t->slots || (t->count + 1) * 2 > t->mask + 1, 0))
-        return pt_insert(t, key, dev, bytes, ctx);
+        return pt_insert_grow(t, key, dev, bytes, ctx);
     size_t i = pt_home(key, t->mask);
     while (t->slots[i].key != 0)
         i = (i + 1) & t->mask;
@@ -78,16 +170,18 @@ static inline __attribute__((always_inline)) int pt_insert_fast(struct ptrtable 
  * entries with one key (an address the driver handed out again before the free of its
  * previous holder was accounted), the older is found first: an insert takes the first
  * empty slot after every entry of the key's chain, and the backward shift and growing keep
- * their order. */
+ * their order; a pending entry is newer than the table's, so the table is asked first. */
 static inline __attribute__((always_inline)) int pt_remove_fast(struct ptrtable *t, uint64_t key, unsigned *dev,
                                                                 uint64_t *bytes, void **ctx)
 {
-    if (__builtin_expect(!t->slots || key == 0, 0))
+    if (__builtin_expect(key == 0, 0))
         return 0;
+    if (__builtin_expect(!t->slots, 0))
+        return pt_take_pending(t, key, dev, bytes, ctx);
     size_t mask = t->mask, i = pt_home(key, mask);
     while (t->slots[i].key != key) {
         if (t->slots[i].key == 0)
-            return 0;
+            return pt_take_pending(t, key, dev, bytes, ctx);
         i = (i + 1) & mask;
     }
     struct pt_entry *e = &t->slots[i];

@@ -2,7 +2,11 @@
  * each key's entries in insertion order.  A remove must give back the key's oldest entry
  * (the free path relies on it when the driver hands an address out again before the free
  * of its previous holder was accounted), the fast and the general remove alike, and the
- * table must keep every entry.  Prints "ok" or what went wrong; exit status 0 only if ok. */
+ * table must keep every entry.  Half the inserts go the allocation path's way: a pending slot
+ * reserved (the charge's locked step), published later in any order among up to 8 in flight
+ * (after the driver call), falling back to a locked insert where pt_publish refuses; the
+ * model's order is the order of publication.  Prints "ok" or what went wrong; exit status 0
+ * only if ok. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -13,6 +17,13 @@
 
 static uint64_t model[KEYS][DEPTH]; /* each key's values, oldest first */
 static int depth[KEYS];
+
+#define FLIGHT 8
+static struct {
+    int slot;
+    unsigned k;
+} flight[FLIGHT]; /* reserved, not yet published */
+static int nflight;
 
 static uint64_t rng = 88172645463325252ULL;
 static uint64_t next(void)
@@ -45,8 +56,38 @@ int main(void)
         }
         unsigned k = (unsigned)(next() % KEYS);
         uint64_t key = keys[k];
-        if (next() % 2 && depth[k] < DEPTH && count < 1000) {
+        unsigned way = (unsigned)(next() % 4);
+        if (way == 0 && nflight < FLIGHT && depth[k] + FLIGHT < DEPTH && count < 1000) { /* reserve */
+            int slot = pt_reserve(&t);
+            if (slot < 0) {
+                printf("step %ld: no pending slot with %d in flight\n", step, nflight);
+                return 1;
+            }
+            flight[nflight].slot = slot;
+            flight[nflight++].k = k;
+            continue;
+        }
+        if (way == 1 && nflight > 0) { /* publish one in flight, any of them */
+            int f = (int)(next() % (uint64_t)nflight);
+            unsigned fk = flight[f].k;
+            int slot = flight[f].slot;
+            flight[f] = flight[--nflight];
             uint64_t value = serial++ & 0xFFFFFFFFFFFFULL;
+            if (pt_publish(&t, slot, keys[fk], fk % 8, value, (void *)(uintptr_t)fk) != 0) {
+                pt_release(&t, slot); /* an entry of this key is pending: insert after it */
+                pt_settle(&t);
+                if (pt_insert_fast(&t, keys[fk], fk % 8, value, (void *)(uintptr_t)fk) != 0) {
+                    printf("insert failed at step %ld\n", step);
+                    return 1;
+                }
+            }
+            model[fk][depth[fk]++] = value;
+            count++;
+            continue;
+        }
+        if (way == 2 && depth[k] + FLIGHT < DEPTH && count < 1000) {
+            uint64_t value = serial++ & 0xFFFFFFFFFFFFULL;
+            pt_settle(&t); /* as track() does */
             if (pt_insert_fast(&t, key, k % 8, value, (void *)(uintptr_t)k) != 0) {
                 printf("insert failed at step %ld\n", step);
                 return 1;
@@ -74,6 +115,13 @@ int main(void)
             model[k][i - 1] = model[k][i];
         depth[k]--;
         count--;
+    }
+    for (int f = 0; f < nflight; f++)
+        pt_release(&t, flight[f].slot);
+    pt_settle(&t);
+    if (t.reserved != 0) {
+        printf("pending slots left taken: %llx\n", (unsigned long long)t.reserved);
+        return 1;
     }
     if (t.count != count + fillers || t.mask != 8191) { /* grown once, at the fillers */
         printf("table holds %zu entries in %zu slots, the model %llu\n", t.count, t.mask + 1,
