@@ -59,7 +59,8 @@ class Informer:
     def _relist(self) -> str:
         listing = self.api.list(self.resource)
         if self.resource == "pods":
-            self.state.replace_pods(listing)
+            # Before the first list no verb reads the state (they wait for `synced`).
+            self.state.replace_pods(listing, offline=not self.synced.is_set())
         else:
             self.state.replace_nodes(listing)
         self.relists += 1

@@ -17,6 +17,8 @@ from kubernetes import client
 from cgpu.core import kube
 from cgpu.core.kube import KubeError
 
+from .pages import read_ahead
+
 __all__ = ["KubeApi", "KubeError", "ListResult", "load_configuration"]
 
 WATCH_SECONDS = 300
@@ -108,21 +110,18 @@ class ListResult:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         core = self.api.core
         fn = core.list_pod_for_all_namespaces if self.resource == "pods" else core.list_node
-        token = None
-        while True:
+        what = f"list {self.resource}"
+
+        def fetch(token: str | None) -> bytes:
             kwargs: dict[str, Any] = {"limit": self.page}
             if token:
                 kwargs["_continue"] = token
-            body = self.api._json(f"list {self.resource}", fn, **kwargs)
-            meta = body.get("metadata") or {}
+            return self.api._call(what, fn, **kwargs).data
+
+        for page in read_ahead(what, fetch):
             if not self.resource_version:
-                self.resource_version = str(meta.get("resourceVersion") or "")
-            items = body.get("items") or []
-            del body
-            yield from items
-            token = meta.get("continue")
-            if not token:
-                return
+                self.resource_version = str(page.metadata.get("resourceVersion") or "")
+            yield from page.items()
 
 
 def _events(response: Any) -> Iterator[dict[str, Any]]:
