@@ -37,12 +37,23 @@ BACKOFF_MAX_S = 2.0  # also the most a server's Retry-After is honoured
 
 class KubeError(Exception):
     """An API call failed: `status` is its HTTP status (0 when the server was not reached,
-    or sent something that is not JSON) and `reason` the server's reason ("NotFound")."""
+    or sent something that is not JSON) and `reason` the server's reason ("NotFound");
+    `retry_after` the seconds a 429 or 503 asked to wait, `unsent` whether the request failed
+    before it reached the server (no connection)."""
 
-    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 0,
+        reason: str = "",
+        retry_after: float | None = None,
+        unsent: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.retry_after = retry_after
+        self.unsent = unsent
 
     @property
     def retryable(self) -> bool:
@@ -189,23 +200,19 @@ def _retry_after(err: Any) -> float | None:
 
 
 def _attempt(what: str, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """One call; KubeError on any failure, with `.retry_after` when the server asked."""
+    """One call; KubeError on any failure."""
     from kubernetes.client.exceptions import ApiException
 
     try:
         return fn(*args, **kwargs)
     except ApiException as err:
         status = int(err.status or 0)
-        failure = KubeError(
-            f"{what}: HTTP {status} {_server_message(err)}", status, _server_reason(err)
-        )
-        failure.retry_after = _retry_after(err)  # type: ignore[attr-defined]
-        raise failure from err
+        message = f"{what}: HTTP {status} {_server_message(err)}"
+        raise KubeError(message, status, _server_reason(err), _retry_after(err)) from err
     except Exception as err:  # urllib3 and socket errors: the server was not reached
         reason = getattr(err, "reason", None) or err
-        failure = KubeError(f"{what}: {_one_line(reason)}")
-        failure.unsent = _never_sent(reason)  # type: ignore[attr-defined]
-        raise failure from err
+        message = f"{what}: {_one_line(reason)}"
+        raise KubeError(message, unsent=_never_sent(reason)) from err
 
 
 def _never_sent(err: object) -> bool:
@@ -239,12 +246,12 @@ def call(
         try:
             return _attempt(what, fn, args, kwargs)
         except KubeError as err:
-            unsent = getattr(err, "unsent", False)
-            again = err.status == 429 or unsent or (idempotent and err.retryable)
+            again = err.status == 429 or err.unsent or (idempotent and err.retryable)
             if not again or attempt >= attempts:
                 raise
-            wait = getattr(err, "retry_after", None)
-            wait = delay * (0.5 + random.random()) if wait is None else wait
+            wait = err.retry_after
+            if wait is None:
+                wait = delay * (0.5 + random.random())
             log.debug("%s; try %d of %d in %.2fs", err, attempt + 1, attempts, wait)
             sleep(wait)
             delay = min(delay * 2, BACKOFF_MAX_S)

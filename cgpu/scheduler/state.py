@@ -261,17 +261,19 @@ class ClusterState:
         """
         seen = set()
         stale: set[str] | None = set() if offline else None
-        for obj in items:
-            meta = obj.get("metadata") or {}
-            seen.add(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-            self._observe_pod(obj, stale)
-        for uid in list(self.pods):
-            if uid not in seen:
-                self.forget_pod(uid)
-        for name in stale or ():
-            node = self.nodes[name]
-            with node.lock:
-                node.refresh()
+        try:
+            for obj in items:
+                meta = obj.get("metadata") or {}
+                seen.add(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+                self._observe_pod(obj, stale)
+            for uid in list(self.pods):
+                if uid not in seen:
+                    self.forget_pod(uid)
+        finally:  # a list that failed half-way leaves no view behind its holdings
+            for name in stale or ():
+                node = self.nodes[name]
+                with node.lock:
+                    node.refresh()
 
     def _drop_record(self, uid: str) -> None:
         old = self.pods.pop(uid, None)

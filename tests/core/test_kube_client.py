@@ -233,3 +233,27 @@ def test_every_component_loads_its_configuration_through_the_core(tmp_path, monk
         sched_kubeapi.load_configuration(None)
     with pytest.raises(inspect_cli.InspectError, match=r"\$KUBECONFIG not set"):
         inspect_cli._core()
+
+
+def throttled_once(header: str):
+    """A client method that answers 429 with `Retry-After: header` once, then "ok"."""
+    from kubernetes.client.exceptions import ApiException
+
+    calls: list[int] = []
+
+    def method(**kwargs: object) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            err = ApiException(status=429, reason="Too Many Requests")
+            err.headers = {"Retry-After": header}
+            raise err
+        return "ok"
+
+    return method
+
+
+@pytest.mark.parametrize("header, expected", [("1", 1.0), ("30", kube.BACKOFF_MAX_S)])
+def test_a_retry_after_is_honoured_up_to_a_cap(header, expected):
+    waits: list[float] = []
+    assert kube.call("list", throttled_once(header), sleep=waits.append) == "ok"
+    assert waits == [expected]
