@@ -257,3 +257,21 @@ def test_a_retry_after_is_honoured_up_to_a_cap(header, expected):
     waits: list[float] = []
     assert kube.call("list", throttled_once(header), sleep=waits.append) == "ok"
     assert waits == [expected]
+
+
+def test_no_other_module_loads_a_configuration_or_wraps_the_clients_errors():
+    """One loader, one error type: a fifth way to the API server fails this test."""
+    import cgpu
+
+    package = Path(cgpu.__file__).resolve().parent
+    own = package / "core" / "kube.py"
+    markers = ("load_kube_config", "InClusterConfigLoader", "ApiException", "class KubeError")
+    found = [
+        f"{path.relative_to(package)}: {marker}"
+        for path in sorted(package.rglob("*.py"))
+        if path != own
+        for marker in (*markers, "load_incluster_config")
+        if marker in path.read_text()
+    ]
+    assert found == []
+    assert all(marker in own.read_text() for marker in markers)
