@@ -3,8 +3,10 @@
 Serves a simulated cluster (N nodes x G GPUs, P running pods with gpushare annotations) from the
 test suite's fake API server (tests/kube), starts `cgpu scheduler-extender` as its own process
 against it, and measures:
-- rebuild: process start until /healthz says the first list is done (a restart's cost), and
-  the list alone (nodes and pods into a fresh cache, in this process);
+- rebuild: process start until /healthz says the first list is done (a restart's cost), the
+  CPU seconds the restarted extender and the fake API server (this process) spent on it, the
+  list alone (nodes and pods into a fresh cache, in this process), and the fake server's own
+  JSON encoding of the pod list (its share, which a real API server does in Go);
 - memory: the extender process's RSS once it holds the whole cluster;
 - filter: p50/p99 of POST /filter with a NodeNames list of 1,000 names (client side, over HTTP);
 - bind: p50/p99 of the extender's own work per bind (choose GPUs, assume, build the patch; the API
@@ -116,8 +118,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_extender(kubeconfig: Path, port: int) -> tuple[subprocess.Popen, float]:
-    """Start the extender process; return it and the seconds until /healthz answered 200."""
+def start_extender(kubeconfig: Path, port: int) -> tuple[subprocess.Popen, float, float]:
+    """Start the extender process; return it, the seconds until /healthz answered 200, and
+    the CPU seconds the extender had used by then (less sensitive to a busy machine)."""
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
     command = [sys.executable, "-m", "cgpu.cli", "scheduler-extender", "--kubeconfig",
                str(kubeconfig), "--address", "127.0.0.1", "--port", str(port)]  # fmt: skip
@@ -128,7 +131,9 @@ def start_extender(kubeconfig: Path, port: int) -> tuple[subprocess.Popen, float
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as reply:
                 if reply.status == 200:
-                    return proc, time.perf_counter() - started
+                    ready = time.perf_counter() - started
+                    cpu = psutil.Process(proc.pid).cpu_times()
+                    return proc, ready, cpu.user + cpu.system
         except OSError:
             pass
         if proc.poll() is not None:
@@ -140,15 +145,26 @@ def start_extender(kubeconfig: Path, port: int) -> tuple[subprocess.Popen, float
 
 def bench_relist(kubeconfig: Path) -> float:
     """Seconds for the extender's informers to list nodes and pods into a fresh ClusterState
-    (what a restart costs once the interpreter has started)."""
+    (what a restart costs once the interpreter has started), one after the other."""
+    from cgpu.scheduler.informer import Informer
     from cgpu.scheduler.kubeapi import KubeApi, load_configuration
     from cgpu.scheduler.state import ClusterState
 
     api = KubeApi(load_configuration(str(kubeconfig)))
     started = time.perf_counter()
     state = ClusterState()
-    state.replace_nodes(api.list("nodes"))
-    state.replace_pods(api.list("pods"))
+    Informer(api, "nodes", state)._relist()
+    Informer(api, "pods", state)._relist()
+    return time.perf_counter() - started
+
+
+def bench_server_encoding(api: FakeApiServer, page: int = 500) -> float:
+    """Seconds the fake API server spends encoding the pod list as JSON pages of `page`: its
+    own share of a relist (a real API server encodes in Go, from its watch cache)."""
+    pods, _ = api.store.snapshot("pods")
+    started = time.perf_counter()
+    for first in range(0, len(pods), page):
+        json.dumps({"kind": "PodList", "items": pods[first : first + page]}).encode()
     return time.perf_counter() - started
 
 
@@ -237,7 +253,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         kubeconfig = api.kubeconfig(Path(tmp) / "kubeconfig")
         port = free_port()
-        proc, rebuild = start_extender(kubeconfig, port)
+        proc, rebuild, _ = start_extender(kubeconfig, port)
         try:
             client = Client(port)
             filters = bench_filter(client, api, args.nodes, args.filters)
@@ -245,7 +261,9 @@ def main() -> int:
             http_binds = bench_bind_http(client, api, args.http_binds, args.nodes)
             rss_mb = max(rss_mb, psutil.Process(proc.pid).memory_info().rss / 1e6)
             # A second process: the time a restart takes with the whole cluster to list.
-            proc2, rebuild2 = start_extender(kubeconfig, free_port())
+            server_cpu = time.process_time()  # this process: the fake API server
+            proc2, rebuild2, rebuild_cpu = start_extender(kubeconfig, free_port())
+            server_cpu = time.process_time() - server_cpu
             proc2.terminate()
             proc2.wait(timeout=30)
             relist = bench_relist(kubeconfig)
@@ -253,6 +271,7 @@ def main() -> int:
             proc.terminate()
             proc.wait(timeout=30)
     binds = bench_bind_in_memory(api, args.binds, args.nodes)
+    server_encoding = bench_server_encoding(api)
     api.close()
 
     figures = {
@@ -262,7 +281,9 @@ def main() -> int:
         "cluster_build_s": round(built, 2),
         "rebuild_s": round(max(rebuild, rebuild2), 2),
         "rebuild_first_and_restart_s": [round(rebuild, 2), round(rebuild2, 2)],
+        "restart_cpu_s": {"extender": round(rebuild_cpu, 2), "fake_server": round(server_cpu, 2)},
         "relist_in_process_s": round(relist, 2),
+        "fake_server_encoding_s": round(server_encoding, 2),
         "load_average": round(os.getloadavg()[0], 1),
         "rss_mb": round(rss_mb, 1),
         "filter_1000_names_ms": {

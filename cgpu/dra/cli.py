@@ -38,7 +38,8 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--cdi-dir", default=DEFAULT_CDI_DIR, help="CDI specs of claims (default %(default)s)"
     )
     parser.add_argument(
-        "--kubeconfig", help="API-server access (default: $KUBECONFIG, else in-cluster)"
+        "--kubeconfig",
+        help="API-server access; wins when given (else $KUBECONFIG, in-cluster, ~/.kube/config)",
     )
     parser.add_argument(
         "--health-recovery",

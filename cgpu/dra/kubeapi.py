@@ -1,29 +1,24 @@
 """The thin API-server layer for `resource.k8s.io/v1`: ResourceClaims and ResourceSlices.
 
-Uses the official `kubernetes` client (in-cluster config, else --kubeconfig or $KUBECONFIG)
-and exchanges plain JSON, so fields newer than the client's models survive a round trip.
+Reaches the API server through cgpu.core.kube (one precedence of configuration sources, one
+error type, retried calls) and exchanges plain JSON, so fields newer than the client's models
+survive a round trip.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from typing import Any
 
+from cgpu.core import kube
+from cgpu.core.kube import KubeConfigError, KubeError
 from cgpu.dra.names import DRIVER
+
+__all__ = ["KubeError", "ResourceApi", "connect"]
 
 log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
-
-
-class KubeError(Exception):
-    """The API server could not be reached or refused a call; `status` is its HTTP status."""
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class ResourceApi:
@@ -37,17 +32,7 @@ class ResourceApi:
         self._api = client.ResourceV1Api(api_client)
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Obj:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            response = fn(*args, _request_timeout=self.timeout, _preload_content=False, **kwargs)
-            return json.loads(response.data or b"{}")
-        except ApiException as err:
-            raise KubeError(f"{what}: HTTP {err.status} {err.reason}", err.status) from err
-        except ValueError as err:
-            raise KubeError(f"{what}: malformed response: {err}") from err
-        except Exception as err:  # urllib3 and socket errors: unreachable
-            raise KubeError(f"{what}: {err}") from err
+        return kube.call_json(what, fn, *args, timeout=self.timeout, **kwargs)
 
     def get_claim(self, namespace: str, name: str) -> Obj:
         """One ResourceClaim, with its status."""
@@ -70,7 +55,9 @@ class ResourceApi:
 
     def create_slice(self, body: Obj) -> Obj:
         """Create a ResourceSlice."""
-        return self._call("create resourceslice", self._api.create_resource_slice, body)
+        return self._call(
+            "create resourceslice", self._api.create_resource_slice, body, idempotent=False
+        )
 
     def replace_slice(self, body: Obj) -> Obj:
         """Replace a ResourceSlice (body carries the resourceVersion it replaces)."""
@@ -94,22 +81,17 @@ def _owned(obj: Obj, node: str) -> bool:
 
 
 def connect(kubeconfig: str | None, node: str) -> ResourceApi:
-    """A client from --kubeconfig, $KUBECONFIG or in-cluster config; KubeError without one.
+    """A client from the first configuration source present (cgpu.core.kube.load_config:
+    --kubeconfig, $KUBECONFIG, in-cluster, ~/.kube/config); KubeError without one.
 
     A DRA driver cannot work standalone: the claims and the slices live in the API server.
     """
-    from kubernetes import client, config
+    from kubernetes import client
 
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    configuration = client.Configuration()
     try:
-        if path:
-            config.load_kube_config(config_file=path, client_configuration=configuration)
-        else:
-            config.load_incluster_config(client_configuration=configuration)
-    except Exception as err:  # the loaders raise several unrelated types
-        raise KubeError(
-            f"no API-server configuration ({err}): run in-cluster, or pass --kubeconfig"
+        configuration = kube.load_config(kubeconfig)
+    except KubeConfigError as err:
+        raise KubeConfigError(
+            f"{err}: run in-cluster, or pass --kubeconfig", found=err.found
         ) from err
-    configuration.retries = 0
     return ResourceApi(client.ApiClient(configuration), node)

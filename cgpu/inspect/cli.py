@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from cgpu.core import kube
+from cgpu.core.kube import KubeConfigError, KubeError
 
 from .dra import DraGpu, usage
 from .model import build_nodes
@@ -32,18 +34,14 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 
 def _core() -> Any:
-    from kubernetes import client, config
+    """An ApiClient from cgpu.core.kube.load_config (as kubectl: $KUBECONFIG, in-cluster,
+    ~/.kube/config), and the API server's address."""
+    from kubernetes import client
 
-    path = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    path = path.split(os.pathsep)[0]
-    if not Path(path).is_file():
-        raise InspectError(f"kubeconfig {path} not found; set KUBECONFIG")
-    configuration = client.Configuration()
     try:
-        config.load_kube_config(config_file=path, client_configuration=configuration)
-    except Exception as err:  # the loader raises several unrelated types
-        raise InspectError(f"kubeconfig {path} is not usable: {err}") from None
-    configuration.retries = 0
+        configuration = kube.load_config()
+    except KubeConfigError as err:
+        raise InspectError(str(err)) from None
     return client.ApiClient(configuration), configuration.host
 
 
@@ -54,26 +52,21 @@ def _fetch(node: str | None) -> Fetched:
     """Nodes, pods, and the DRA driver's GPUs with their claims (none where the cluster has no
     resource.k8s.io/v1)."""
     from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
 
     api_client, host = _core()
     core, resource = client.CoreV1Api(api_client), client.ResourceV1Api(api_client)
 
     def call(fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            reply = fn(*args, _preload_content=False, _request_timeout=TIMEOUT, **kwargs)
-            return json.loads(reply.data)
-        except ApiException as err:
+            return kube.call_json(fn.__name__, fn, *args, timeout=TIMEOUT, **kwargs)
+        except KubeError as err:
             if err.status == 404 and node and fn == core.read_node:
                 raise InspectError(f'node "{node}" not found') from None
-            raise InspectError(
-                f"API server {host} refused: HTTP {err.status} {err.reason}"
-            ) from None
-        except ValueError as err:
-            raise InspectError(f"API server {host} sent malformed JSON: {err}") from None
-        except Exception as err:  # urllib3 and socket errors
-            reason = getattr(err, "reason", None) or err
-            raise InspectError(f"cannot reach the API server {host}: {reason}") from None
+            if err.status:
+                raise InspectError(f"API server {host} refused: {err}") from None
+            if "malformed response" in str(err):
+                raise InspectError(f"API server {host} sent {err}") from None
+            raise InspectError(f"cannot reach the API server {host}: {err}") from None
 
     if node:
         nodes = [call(core.read_node, node)]

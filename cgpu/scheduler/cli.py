@@ -28,7 +28,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="listen port (32766)")
     parser.add_argument(
         "--kubeconfig",
-        help="kubeconfig; wins when given (else in-cluster, $KUBECONFIG, ~/.kube/config)",
+        help="kubeconfig; wins when given (else $KUBECONFIG, in-cluster, ~/.kube/config)",
     )
     parser.add_argument("--node-policy", choices=POLICIES, default="binpack")
     parser.add_argument("--gpu-policy", choices=POLICIES, default="binpack")

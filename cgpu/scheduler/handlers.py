@@ -17,6 +17,11 @@ from .podspec import MEM_RESOURCE, SpecError, gpu_request
 from .state import ClusterState
 
 UNKNOWN_NODE = f"node is unknown to the cgpu extender (no {MEM_RESOURCE} node seen)"
+NOT_SYNCED = "the extender has not finished listing the cluster yet; retry"
+
+
+class NotSynced(Exception):
+    """A verb that needs the whole cluster arrived before the first full list."""
 
 
 class BadRequest(ValueError):
@@ -109,7 +114,7 @@ class Handlers:
             passed = list(names)
         elif request is not None:
             if not self.synced():
-                result["Error"] = "the extender has not finished listing the cluster yet"
+                result["Error"] = NOT_SYNCED
                 return result
             nodes = self.state.nodes
             for name in names:
@@ -136,7 +141,9 @@ class Handlers:
         return result
 
     def prioritize(self, args: Any) -> list[dict[str, Any]]:
-        """ExtenderArgs -> HostPriorityList (0..10). Raises BadRequest on a malformed body."""
+        """ExtenderArgs -> HostPriorityList (0..10). Raises BadRequest on a malformed body,
+        NotSynced for a GPU pod before the first full list (scores from part of the cluster
+        would mislead; kube-scheduler ignores a failed prioritize)."""
         try:
             pod = _pod(args)
             names, _, _ = _candidates(args)
@@ -147,6 +154,8 @@ class Handlers:
             request = gpu_request(pod)
         except SpecError:
             return [{"Host": name, "Score": 0} for name in names]
+        if request.wants_gpu and not self.synced():
+            raise NotSynced(NOT_SYNCED)
         node_policy = request.node_policy or self.node_policy
         out = []
         for name in names:
@@ -173,6 +182,11 @@ class Handlers:
             self.metrics.bad_requests.labels("bind").inc()
             self.metrics.bind_failures.labels("bad_request").inc()
             return {"Error": str(err)}
+        if not self.synced():
+            # The binder would choose GPUs from part of the cluster. kube-scheduler puts a
+            # pod whose bind failed back in its queue and tries it again.
+            self.metrics.bind_failures.labels("not_synced").inc()
+            return {"Error": NOT_SYNCED}
         try:
             self.binder.bind(namespace, name, uid, node)
         except BindError as err:

@@ -1,50 +1,34 @@
 """The API-server calls the extender makes, through the official `kubernetes` client.
 
-Responses are read as raw JSON (`_preload_content=False`): it is much faster than building
-client models for tens of thousands of pods, and it keeps every field the server sent.
+Calls go through cgpu.core.kube (one precedence of configuration sources, one error type,
+retried calls). Responses are read as raw JSON (`_preload_content=False`): it is much faster
+than building client models for tens of thousands of pods, and it keeps every field the
+server sent.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
+
+from cgpu.core import kube
+from cgpu.core.kube import KubeError
+
+from .pages import read_ahead
+
+__all__ = ["KubeApi", "KubeError", "ListResult", "load_configuration"]
 
 WATCH_SECONDS = 300
 LIST_PAGE = 500
 
 
-class KubeError(Exception):
-    """An API call failed; `status` is the HTTP status, 0 when the server was not reached."""
-
-    def __init__(self, message: str, status: int = 0) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def load_configuration(kubeconfig: str | None) -> client.Configuration:
-    """`kubeconfig` when given (an explicit flag is never ignored, even in a pod), else the
-    in-cluster config, else $KUBECONFIG, else ~/.kube/config."""
-    configuration = client.Configuration()
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and not kubeconfig:
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube/config")
-        config.load_kube_config(config_file=path, client_configuration=configuration)
-    configuration.retries = 0
-    return configuration
-
-
-def _message(err: ApiException) -> str:
-    try:
-        return str(json.loads(err.body or "{}").get("message") or err.reason)
-    except (ValueError, AttributeError):
-        return str(err.reason)
+    """cgpu.core.kube.load_config: `kubeconfig` when given, else $KUBECONFIG, else in-cluster,
+    else ~/.kube/config (KubeConfigError when none is present or the one present is bad)."""
+    return kube.load_config(kubeconfig)
 
 
 class KubeApi:
@@ -56,20 +40,12 @@ class KubeApi:
         self.timeout = timeout
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("_request_timeout", self.timeout)
-        try:
-            return fn(*args, _preload_content=False, **kwargs)
-        except ApiException as err:
-            raise KubeError(f"{what}: HTTP {err.status}: {_message(err)}", err.status) from err
-        except Exception as err:  # urllib3 and socket errors: not reached
-            raise KubeError(f"{what}: {err}") from err
+        kwargs.setdefault("timeout", self.timeout)
+        return kube.call(what, fn, *args, **kwargs)
 
     def _json(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        response = self._call(what, fn, *args, **kwargs)
-        try:
-            return json.loads(response.data)
-        except ValueError as err:
-            raise KubeError(f"{what}: malformed response: {err}") from err
+        kwargs.setdefault("timeout", self.timeout)
+        return kube.call_json(what, fn, *args, **kwargs)
 
     def list(self, resource: str, page: int = LIST_PAGE) -> ListResult:
         """The full list of `pods` or `nodes`, read in pages as client-go's reflector does."""
@@ -85,7 +61,7 @@ class KubeApi:
             resource_version=since,
             timeout_seconds=WATCH_SECONDS,
             allow_watch_bookmarks=True,
-            _request_timeout=(self.timeout, WATCH_SECONDS + 30),
+            timeout=(self.timeout, WATCH_SECONDS + 30),
         )
         return response, _events(response)
 
@@ -118,6 +94,7 @@ class KubeApi:
             name,
             namespace,
             body,
+            idempotent=False,
         )
 
 
@@ -133,21 +110,18 @@ class ListResult:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         core = self.api.core
         fn = core.list_pod_for_all_namespaces if self.resource == "pods" else core.list_node
-        token = None
-        while True:
+        what = f"list {self.resource}"
+
+        def fetch(token: str | None) -> bytes:
             kwargs: dict[str, Any] = {"limit": self.page}
             if token:
                 kwargs["_continue"] = token
-            body = self.api._json(f"list {self.resource}", fn, **kwargs)
-            meta = body.get("metadata") or {}
+            return self.api._call(what, fn, **kwargs).data
+
+        for page in read_ahead(what, fetch):
             if not self.resource_version:
-                self.resource_version = str(meta.get("resourceVersion") or "")
-            items = body.get("items") or []
-            del body
-            yield from items
-            token = meta.get("continue")
-            if not token:
-                return
+                self.resource_version = str(page.metadata.get("resourceVersion") or "")
+            yield from page.items()
 
 
 def _events(response: Any) -> Iterator[dict[str, Any]]:

@@ -12,7 +12,7 @@ from urllib.parse import unquote, urlparse
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from .handlers import BadRequest, Handlers
+from .handlers import BadRequest, Handlers, NotSynced
 from .metrics import Metrics
 from .state import ClusterState
 
@@ -143,6 +143,8 @@ class ExtenderServer:
                     return 200, server.handlers.bind(args)
                 except BadRequest as err:
                     return 400, _error_body(verb, str(err))
+                except NotSynced as err:
+                    return 503, _error_body(verb, str(err))
                 except Exception as err:  # a bug must not take the server down
                     log.exception("%s failed", verb)
                     return 500, _error_body(verb, f"internal error: {err}")

@@ -196,6 +196,11 @@ class ClusterState:
     # --- pods ----------------------------------------------------------------------------
     def observe_pod(self, obj: dict[str, Any]) -> None:
         """A pod was added or changed; pods asking for no GPU memory or compute are ignored."""
+        self._observe_pod(obj, None)
+
+    def _observe_pod(self, obj: dict[str, Any], stale: set[str] | None) -> None:
+        """observe_pod; with `stale`, the nodes whose holdings changed are added to it and
+        their views are left for the caller to refresh."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
         try:
@@ -233,7 +238,10 @@ class ClusterState:
                 node = self._node(record.node)
                 with node.lock:
                     node.holdings[uid] = _holding_of(obj, units, compute)
-                    node.refresh()
+                    if stale is None:
+                        node.refresh()
+                if stale is not None:
+                    stale.add(record.node)
                 self._confirm(uid, record.node)
 
     def forget_pod(self, uid: str) -> None:
@@ -245,16 +253,27 @@ class ClusterState:
                 self._release(old.node, uid, confirmed_too=True)
             self._release_assumed(uid)
 
-    def replace_pods(self, items: Iterable[dict[str, Any]]) -> None:
-        """A full pod list (after a re-list): pods absent from it are forgotten."""
+    def replace_pods(self, items: Iterable[dict[str, Any]], offline: bool = False) -> None:
+        """A full pod list (after a re-list): pods absent from it are forgotten.
+
+        `offline`: nothing reads the state until this returns (the first list, before the
+        extender is ready), so each node's view is computed once at the end, not per pod.
+        """
         seen = set()
-        for obj in items:
-            meta = obj.get("metadata") or {}
-            seen.add(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-            self.observe_pod(obj)
-        for uid in list(self.pods):
-            if uid not in seen:
-                self.forget_pod(uid)
+        stale: set[str] | None = set() if offline else None
+        try:
+            for obj in items:
+                meta = obj.get("metadata") or {}
+                seen.add(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+                self._observe_pod(obj, stale)
+            for uid in list(self.pods):
+                if uid not in seen:
+                    self.forget_pod(uid)
+        finally:  # a list that failed half-way leaves no view behind its holdings
+            for name in stale or ():
+                node = self.nodes[name]
+                with node.lock:
+                    node.refresh()
 
     def _drop_record(self, uid: str) -> None:
         old = self.pods.pop(uid, None)

@@ -69,8 +69,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     add(
         "--kubeconfig",
         default=None,
-        help="kubeconfig for the API server (default: $KUBECONFIG, else in-cluster config, "
-        "else standalone)",
+        help="kubeconfig for the API server; wins when given (else $KUBECONFIG, in-cluster, "
+        "~/.kube/config; with none, standalone)",
     )
     add(
         "--node-name",

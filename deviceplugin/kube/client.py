@@ -1,22 +1,22 @@
 """The thin API-server layer: pending pods on this node, pod annotations, node status.
 
-Uses the official `kubernetes` client with in-cluster config or a kubeconfig. Every call
-has a short timeout; callers treat a failure as "no pod information" (standalone).
+Reaches the API server through cgpu.core.kube (one precedence of configuration sources, one
+error type, retried calls). Every call has a short timeout; callers treat a failure as "no
+pod information" (standalone).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-from pathlib import Path
 from typing import Any
 
+from cgpu.core import kube
+from cgpu.core.kube import KubeConfigError, KubeError
+
+__all__ = ["KubeClient", "KubeError", "connect", "node_name"]
+
 log = logging.getLogger(__name__)
-
-
-class KubeError(Exception):
-    """The API server could not be reached or refused a call."""
 
 
 class KubeClient:
@@ -30,27 +30,19 @@ class KubeClient:
         self._core = client.CoreV1Api(api_client)
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return fn(*args, _request_timeout=self.timeout, **kwargs)
-        except ApiException as err:
-            raise KubeError(f"{what}: HTTP {err.status} {err.reason}") from err
-        except Exception as err:  # urllib3 and socket errors: unreachable
-            raise KubeError(f"{what}: {err}") from err
+        return kube.call_json(what, fn, *args, timeout=self.timeout, **kwargs)
 
     def pending_pods(self) -> list[dict[str, Any]]:
         """Raw JSON of the pods bound to this node that are still Pending."""
-        response = self._call(
+        listing = self._call(
             "list pods",
             self._core.list_pod_for_all_namespaces,
             field_selector=f"spec.nodeName={self.node_name},status.phase=Pending",
-            _preload_content=False,
         )
-        try:
-            return list(json.loads(response.data).get("items") or [])
-        except ValueError as err:
-            raise KubeError(f"list pods: malformed response: {err}") from err
+        items = listing.get("items") or []
+        if not isinstance(items, list):
+            raise KubeError("list pods: malformed response: items is not a list")
+        return list(items)
 
     def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         """Merge `annotations` into a pod's annotations."""
@@ -79,25 +71,15 @@ def node_name(explicit: str | None) -> str:
 
 
 def connect(kubeconfig: str | None, node: str, timeout: float = 5.0) -> KubeClient | None:
-    """A client from in-cluster config or a kubeconfig file, or None (standalone).
-
-    The kubeconfig is the option, else $KUBECONFIG. With neither, and outside a pod, the
-    plugin runs standalone.
+    """A client from the first configuration source present (cgpu.core.kube.load_config:
+    --kubeconfig, $KUBECONFIG, in-cluster, ~/.kube/config), or None: the plugin runs
+    standalone when there is none, or when the one present does not load (with a warning).
     """
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    in_cluster = bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
-    if not path and not in_cluster:
-        return None
-    from kubernetes import client, config
+    from kubernetes import client
 
-    configuration = client.Configuration()
     try:
-        if path:
-            config.load_kube_config(config_file=str(Path(path)), client_configuration=configuration)
-        else:
-            config.load_incluster_config(client_configuration=configuration)
-    except Exception as err:  # the loaders raise several unrelated types
-        log.warning("no usable API-server configuration (%s); running standalone", err)
+        configuration = kube.load_config(kubeconfig)
+    except KubeConfigError as err:
+        (log.warning if err.found else log.info)("%s; running standalone", err)
         return None
-    configuration.retries = 0
     return KubeClient(client.ApiClient(configuration), node, timeout)

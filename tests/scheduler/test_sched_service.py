@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from kube.objects import gpu_node, gpu_pod
@@ -135,6 +136,65 @@ def test_before_the_first_list_it_is_not_ready_and_refuses_to_guess(tmp_path):
         assert status == 200 and "not finished listing" in body["Error"]
         assert body["NodeNames"] is None
     finally:
+        ext.stop()
+
+
+def test_while_the_first_list_is_under_way_no_verb_uses_the_partial_view(kube_api, tmp_path):
+    """Pods arriving during a restart's list are refused (kube-scheduler retries them), never
+    placed from the part of the cluster listed so far."""
+    from cgpu.scheduler.cli import build
+    from cgpu.scheduler.kubeapi import KubeApi, load_configuration
+
+    class OnePodAPage(KubeApi):
+        def list(self, resource: str, page: int = 1):  # type: ignore[override]
+            return super().list(resource, 1)
+
+    kube_api.create("nodes", gpu_node("n1", 1, 8))
+    for name in ("a", "b"):  # n1's only GPU is full: a then b, 4 units each
+        kube_api.create("pods", gpu_pod(name, 4, node="n1", annotations={IDX: "0"},
+                                        phase="Running"))  # fmt: skip
+    pending = kube_api.create("pods", gpu_pod("p", 4))
+    release = threading.Event()
+    pod_lists = []
+
+    def hold_the_second_page(method: str, path: str) -> None:
+        if method == "GET" and path == "/api/v1/pods":
+            pod_lists.append(path)
+            if len(pod_lists) == 2:
+                release.wait(30)
+
+    kube_api.hooks.append(hold_the_second_page)
+    api = OnePodAPage(load_configuration(str(kube_api.kubeconfig(tmp_path / "kc"))))
+    ext = build(api)
+    try:
+        url = url_of(ext)
+        wait_until(lambda: len(pod_lists) >= 2, what="the second page of pods asked for")
+        wait_until(lambda: ext.state.pods, what="the first page applied")
+        assert set(ext.state.pods) == {kube_api.get("pods", "a")["metadata"]["uid"]}
+        assert get(f"{url}/healthz") == (503, "not synced")
+        args = {"Pod": pending, "NodeNames": ["n1"]}
+        status, body = post(f"{url}{PREFIX}/filter", args)
+        assert status == 200 and "not finished listing" in body["Error"], body
+        assert body["NodeNames"] is None
+        status, body = post(f"{url}{PREFIX}/prioritize", args)
+        assert status == 503 and "not finished listing" in body["Error"], body
+        binding = {"PodName": "p", "PodNamespace": "default",
+                   "PodUID": pending["metadata"]["uid"], "Node": "n1"}  # fmt: skip
+        status, body = post(f"{url}{PREFIX}/bind", binding)
+        assert status == 200 and "not finished listing" in body["Error"], body
+        unbound = kube_api.get("pods", "p")
+        assert not unbound["spec"].get("nodeName")
+        assert IDX not in unbound["metadata"]["annotations"]
+        assert not kube_api.recorded_patches("/pods/p")
+
+        release.set()
+        wait_until(lambda: get(f"{url}/healthz")[0] == 200, what="ready after the list")
+        status, body = post(f"{url}{PREFIX}/filter", args)
+        assert body["NodeNames"] == [] and "n1" in body["FailedNodes"], body  # n1 is full
+        status, body = post(f"{url}{PREFIX}/bind", binding)
+        assert "node n1" in body["Error"], body
+    finally:
+        release.set()
         ext.stop()
 
 
