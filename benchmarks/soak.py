@@ -42,7 +42,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the soak's modules, also under -P
 from soak_lifecycles import DevicePool, LifecycleError, Plan, PodList, plans, run_one
-from soak_report import Series, growth, leftovers, percentiles, sample, table, verdict
+from soak_report import (
+    Series,
+    growth,
+    leftovers,
+    percentiles,
+    sample,
+    schedstat,
+    table,
+    verdict,
+)
 from soak_stack import Node, start_node
 
 # The exporter's own account of a scrape: reading ledgers, NVML and pod-resources.
@@ -73,10 +82,15 @@ class Sampler(threading.Thread):
                 found = sample(daemon.proc.pid, tick - self.start_time, self.progress[0])
                 if found is not None:
                     self.series.daemons[daemon.name].append(found)
+            exporter = self.node.daemons[-1].proc.pid
+            ran, waited = schedstat(exporter)
             begin = time.perf_counter()
             try:
                 body = scrape(self.node.exporter_url)
                 self.series.scrapes_ms.append((time.perf_counter() - begin) * 1e3)
+                ran_after, waited_after = schedstat(exporter)
+                self.series.cpu_ms.append((ran_after - ran) / 1e6)
+                self.series.queued_ms.append((waited_after - waited) / 1e6)
                 collect = COLLECT_RE.search(body)
                 if collect is not None:
                     self.series.collect_ms.append(float(collect.group(1)) * 1e3)
@@ -184,6 +198,8 @@ def soak(lifecycles: int, seed: int, workers: int, keep: bool) -> dict[str, Any]
         "first_scrape_ms": first_scrape_ms,
         "scrape_ms": percentiles(series.scrapes_ms),
         "exporter_collect_ms": percentiles(series.collect_ms),
+        "exporter_cpu_ms": percentiles(series.cpu_ms),
+        "exporter_queued_ms": percentiles(series.queued_ms),
         "scrape_failures": series.scrape_failures[:20],
         "scrape_series": [
             [round(t, 1), round(ms, 2)]

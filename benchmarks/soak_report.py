@@ -31,6 +31,23 @@ def sample(pid: int, t: float, done: int) -> Sample | None:
         return None
 
 
+def schedstat(pid: int) -> tuple[int, int]:
+    """Nanoseconds `pid`'s threads have run on a CPU, and waited on a run queue for one."""
+    ran = waited = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0, 0
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/schedstat") as stat:
+                fields = stat.read().split()
+        except OSError:
+            continue  # a thread that just ended
+        ran, waited = ran + int(fields[0]), waited + int(fields[1])
+    return ran, waited
+
+
 @dataclass
 class Series:
     """Everything sampled during the run."""
@@ -39,6 +56,8 @@ class Series:
     scrapes_ms: list[float] = field(default_factory=list)
     scrape_times: list[float] = field(default_factory=list)  # seconds since the start
     collect_ms: list[float] = field(default_factory=list)  # the exporter's own figure
+    cpu_ms: list[float] = field(default_factory=list)  # the exporter's CPU time per scrape
+    queued_ms: list[float] = field(default_factory=list)  # its wait for a CPU per scrape
     scrape_failures: list[str] = field(default_factory=list)
 
 
@@ -123,13 +142,16 @@ def table(report: dict[str, Any]) -> str:
             f"{fds['growth'] * 100:6.1f}% {threads['end']:7.0f} {threads['growth'] * 100:6.1f}%"
         )
     s, c = report["scrape_ms"], report["exporter_collect_ms"]
+    u, q = report["exporter_cpu_ms"], report["exporter_queued_ms"]
     lines += [
         "",
         f"scrapes: {report['scrapes']} (failed {len(report['scrape_failures'])}); "
         f"p50 {s['p50']:.1f} ms, p95 {s['p95']:.1f} ms, p99 {s['p99']:.1f} ms, "
         f"max {s['max']:.1f} ms (first scrape, not in the series: "
         f"{report['first_scrape_ms']:.1f} ms)",
-        f"the exporter's own collect time: p50 {c['p50']:.1f} ms, p99 {c['p99']:.1f} ms",
+        f"the exporter's own collect time: p50 {c['p50']:.1f} ms, p99 {c['p99']:.1f} ms; "
+        f"its CPU time per scrape: p50 {u['p50']:.1f} ms, p99 {u['p99']:.1f} ms; "
+        f"its wait for a CPU: p50 {q['p50']:.1f} ms, p99 {q['p99']:.1f} ms",
         "leftovers: "
         + ", ".join(f"{k} {len(v)}" for k, v in report["leftovers"].items())
         + f", host mounts {report['host_mounts_added']}",
