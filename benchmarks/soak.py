@@ -41,7 +41,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the soak's modules, also under -P
-from soak_lifecycles import DevicePool, LifecycleError, Plan, PodList, plans, run_one
+from soak_lifecycles import DevicePool, LifecycleError, Plan, PodList, Reaper, plans, run_one
 from soak_report import (
     Series,
     growth,
@@ -52,7 +52,7 @@ from soak_report import (
     table,
     verdict,
 )
-from soak_stack import Node, start_node
+from soak_stack import Node, start_node, wait_for
 
 # The exporter's own account of a scrape: reading ledgers, NVML and pod-resources.
 COLLECT_RE = re.compile(r"^cgpu_exporter_scrape_duration_seconds (\S+)$", re.MULTILINE)
@@ -103,11 +103,13 @@ class Sampler(threading.Thread):
 def drive(node: Node, todo: list[Plan], workers: int, progress: list[int]) -> dict[str, Any]:
     """Run the lifecycles; counts, durations and the first failures."""
     pool, pods = DevicePool(node.dp_devices), PodList(node)
+    reaper = Reaper(pool)
+    reaper.start()
     failures: list[str] = []
     durations: dict[str, list[float]] = {}
     done = 0
     with futures.ThreadPoolExecutor(workers) as executor:
-        running = {executor.submit(run_one, node, plan, pool, pods): plan for plan in todo}
+        running = {executor.submit(run_one, node, plan, pool, pods, reaper): plan for plan in todo}
         for future in futures.as_completed(running):
             plan = running[future]
             try:
@@ -119,9 +121,12 @@ def drive(node: Node, todo: list[Plan], workers: int, progress: list[int]) -> di
                         other.cancel()
             done += 1
             progress[0] = done
+    wait_for(lambda: not reaper.pending(), "the device plugin's clean-up", 120)
+    failures += reaper.failures
     return {
         "done": done,
         "failed": len(failures),
+        "dp_dirs_removed_by_cleanup": reaper.removed,
         "killed": sum(p.kill for p in todo),
         "by_kind": {kind: len(d) for kind, d in durations.items()},
         "seconds_by_kind": {kind: percentiles(d) for kind, d in durations.items()},

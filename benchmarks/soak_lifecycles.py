@@ -1,7 +1,8 @@
 """One container lifecycle through each host path: allocate, run, exit or SIGKILL, remove.
 
 - `device-plugin`: the pod appears in pod-resources, Allocate over the kubelet's gRPC, the
-  process runs, the pod goes away, and the plugin's own clean-up removes the directory.
+  process runs, the pod goes away, and the plugin's own clean-up removes the directory (a
+  `Reaper` waits for that, while the next lifecycles run, and frees the pod's device IDs).
 - `dra`: a claim allocated in the API server, NodePrepareResources, the process runs,
   NodeUnprepareResources (directory and CDI spec gone), the claim deleted.
 - `hook`: `cgpu hook` as a createRuntime hook for a stand-in container (a process in a mount
@@ -109,10 +110,12 @@ class PodList:
                 self._pods.pop(pod, None)
             else:
                 self._pods[pod] = ids
-            self._node.pod_resources.pods = [
-                (NAMESPACE, name, [("main", DP_RESOURCE, held)])
-                for name, held in self._pods.items()
-            ]
+            self._node.pod_resources.set_pods(
+                [
+                    (NAMESPACE, name, [("main", DP_RESOURCE, held)])
+                    for name, held in self._pods.items()
+                ]
+            )
 
 
 def _expect_ledger(directory: Path, uuid: str, expected: int, live: int) -> None:
@@ -178,28 +181,63 @@ def _shim() -> Path:
     return shim_path()
 
 
-def _gone(path: Path, what: str, timeout: float = 60.0) -> None:
-    wait_for(lambda: not path.exists(), f"{what} {path} to be removed", timeout)
+class Reaper(threading.Thread):
+    """Waits for the device plugin's clean-up to remove the directories of deleted pods, then
+    hands their IDs back, so the lifecycles go on meanwhile (the clean-up grace is seconds)."""
+
+    def __init__(self, pool: DevicePool, timeout: float = 60.0) -> None:
+        super().__init__(daemon=True)
+        self._pool, self._timeout = pool, timeout
+        self._pending: list[tuple[Path, list[str], float]] = []
+        self._lock = threading.Lock()
+        self.failures: list[str] = []
+        self.removed = 0
+
+    def add(self, directory: Path, ids: list[str]) -> None:
+        """Watch `directory`; its IDs go back to the pool once it is gone."""
+        with self._lock:
+            self._pending.append((directory, ids, time.monotonic() + self._timeout))
+
+    def pending(self) -> int:
+        """Directories not yet removed."""
+        with self._lock:
+            return len(self._pending)
+
+    def run(self) -> None:
+        while True:
+            with self._lock:
+                pending, self._pending = self._pending, []
+            keep = []
+            for directory, ids, deadline in pending:
+                if not directory.exists():
+                    self.removed += 1
+                    self._pool.give(ids)
+                elif time.monotonic() > deadline:
+                    self.failures.append(f"{directory} was not removed after its pod went")
+                else:
+                    keep.append((directory, ids, deadline))
+            with self._lock:
+                self._pending[:0] = keep
+            time.sleep(0.05)
 
 
-def device_plugin(node: Node, plan: Plan, pool: DevicePool, pods: PodList) -> None:
+def device_plugin(node: Node, plan: Plan, pool: DevicePool, pods: PodList, reaper: Reaper) -> None:
     """Allocate through the plugin; removal is the plugin's clean-up once the pod is gone."""
     ids = pool.take(plan.gib, plan.gpu)
     pod = f"dp-{plan.number}"
+    directory: Path | None = None
     try:
-        pods.set(pod, ids)  # listed first: with no grace, an unlisted directory may go at once
+        pods.set(pod, ids)  # as the kubelet lists a container right after its Allocate
         (answer,) = node.plugin.allocate(ids)
-        directory = Path(
-            next(m["host_path"] for m in answer["mounts"] if m["container_path"] == "/var/run/cgpu")
-        )
-        try:
-            run_process(node, plan, directory, answer["envs"])
-        finally:
-            pods.set(pod, None)
-        _gone(directory, "the device plugin's directory")
+        mount = next(m for m in answer["mounts"] if m["container_path"] == "/var/run/cgpu")
+        directory = Path(mount["host_path"])
+        run_process(node, plan, directory, answer["envs"])
     finally:
         pods.set(pod, None)
-        pool.give(ids)
+        if directory is None:
+            pool.give(ids)
+        else:
+            reaper.add(directory, ids)
 
 
 def dra(node: Node, plan: Plan) -> None:
@@ -294,11 +332,11 @@ def hook(node: Node, plan: Plan) -> None:
         raise LifecycleError(f"{directory} is left after cgpu hook poststop")
 
 
-def run_one(node: Node, plan: Plan, pool: DevicePool, pods: PodList) -> float:
+def run_one(node: Node, plan: Plan, pool: DevicePool, pods: PodList, reaper: Reaper) -> float:
     """Run one lifecycle; its duration in seconds. Raises LifecycleError."""
     start = time.perf_counter()
     if plan.kind == "device-plugin":
-        device_plugin(node, plan, pool, pods)
+        device_plugin(node, plan, pool, pods, reaper)
     elif plan.kind == "dra":
         dra(node, plan)
     else:

@@ -11,6 +11,7 @@ moves inside the parts do not break the soak.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -26,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 for _sub in ("tests", "tests/deviceplugin", "tests/dra"):
     sys.path.insert(0, str(REPO / _sub))
 
-from fake_kubelet import FakeKubelet, FakePodResources, PluginClient  # noqa: E402
+from fake_kubelet import FakeKubelet, PluginClient  # noqa: E402
 from kube.apiserver import FakeApiServer  # noqa: E402
 from kubelet_peer import KubeletPeer  # noqa: E402
 
@@ -39,6 +40,11 @@ CTX_MIB = 64  # what the simulator's first context on a device takes
 UUIDS = [f"GPU-50a40000-0000-4000-8000-{i:012d}" for i in range(GPUS)]
 DP_RESOURCE = "aliyun.com/gpu-mem"
 CLEANUP_INTERVAL_S = 0.2
+# The device plugin's clean-up grace (600 s by default). Not 0: a pass reads pod-resources, then
+# lists the directories, so a directory made in between (its pod listed just after the read)
+# would look abandoned; the grace is what covers the gap between Allocate and the kubelet
+# listing the container, and a pass takes milliseconds.
+CLEANUP_GRACE_S = 2.0
 
 
 def wait_for(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
@@ -129,6 +135,43 @@ class Daemon:
 
 
 @dataclass
+class PodResources:
+    """The pod-resources API in its own process (benchmarks/soak_podresources.py), serving
+    what `pods_file` holds."""
+
+    socket: Path
+    pods_file: Path
+    proc: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(cls, root: Path, env: dict[str, str]) -> PodResources:
+        """Start it; returns once it serves."""
+        socket, pods_file = root / "pod-resources.sock", root / "pods.json"
+        server = Path(__file__).resolve().parent / "soak_podresources.py"
+        proc = subprocess.Popen(
+            [sys.executable, "-P", str(server), str(socket), str(pods_file)],
+            env=env, cwd=root, stdout=subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"serving":
+            proc.kill()
+            raise RuntimeError("the pod-resources server did not start")
+        return cls(socket, pods_file, proc)
+
+    def set_pods(self, pods: list[tuple[str, str, list[tuple[str, str, list[str]]]]]) -> None:
+        """What List answers from now on."""
+        tmp = self.pods_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(pods))
+        os.replace(tmp, self.pods_file)
+
+    def stop(self) -> None:
+        """SIGTERM, and wait."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=15)
+
+
+@dataclass
 class Node:
     """Everything the lifecycles talk to."""
 
@@ -139,7 +182,7 @@ class Node:
     workload: Path
     api: FakeApiServer
     kubelet: FakeKubelet
-    pod_resources: FakePodResources
+    pod_resources: PodResources
     plugin: PluginClient
     peer: KubeletPeer
     dra_devices: list[str]
@@ -189,7 +232,7 @@ def start_node(root: Path) -> Node:
     kubelet = FakeKubelet(root / "device-plugins")
     kubelet.directory.mkdir()
     kubelet.start()
-    pod_resources = FakePodResources(root / "pod-resources.sock")
+    pod_resources = PodResources.start(root, env)
     daemons: list[Daemon] = []
     try:
         return _start_daemons(root, env, workload, api, kubelet, pod_resources, daemons)
@@ -208,14 +251,14 @@ def _start_daemons(
     workload: Path,
     api: FakeApiServer,
     kubelet: FakeKubelet,
-    pod_resources: FakePodResources,
+    pod_resources: PodResources,
     daemons: list[Daemon],
 ) -> Node:
     state_dir, cdi_dir = root / "state", root / "cdi"
     daemons.append(_spawn("device-plugin", [
         "device-plugin", "--kubelet-dir", str(kubelet.directory), "--state-dir",
         str(state_dir), "--pod-resources-socket", str(pod_resources.socket),
-        "--cleanup-interval", str(CLEANUP_INTERVAL_S), "--cleanup-grace", "0",
+        "--cleanup-interval", str(CLEANUP_INTERVAL_S), "--cleanup-grace", str(CLEANUP_GRACE_S),
         "--log-level", "WARNING",
     ], env, root))  # fmt: skip
     daemons.append(_spawn("dra-driver", [

@@ -4,8 +4,9 @@ docs/performance.md).
 
 Leftovers and ledger totals are asserted strictly. Growth is asserted in a form a busy 2-core
 machine cannot make flaky: open file descriptors and threads exactly flat after warm-up (their
-level in the last tenth of the run is the mid-run level), resident memory within 10% (a short
-run cannot show the long run's 5%: a leak of a few KiB per lifecycle is found there).
+floor over the last tenth of the run is no higher than at mid-run; a descriptor held for a
+moment does not count, a leaked one raises the floor), resident memory within 10% (a short run
+cannot show the long run's 5%: a leak of a few KiB per lifecycle is found there).
 """
 
 from __future__ import annotations
