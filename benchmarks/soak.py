@@ -24,14 +24,14 @@ Prints a table (and the JSON report with --json), and exits 1 when a criterion i
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import platform
-import re
 import shutil
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from concurrent import futures
@@ -43,19 +43,17 @@ from prometheus_client.parser import text_string_to_metric_families
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the soak's modules, also under -P
 from soak_lifecycles import DevicePool, LifecycleError, Plan, PodList, Reaper, plans, run_one
 from soak_report import (
+    Sample,
     Series,
     growth,
     leftovers,
     percentiles,
-    sample,
-    schedstat,
     table,
     verdict,
 )
 from soak_stack import Node, start_node, wait_for
 
-# The exporter's own account of a scrape: reading ledgers, NVML and pod-resources.
-COLLECT_RE = re.compile(r"^cgpu_exporter_scrape_duration_seconds (\S+)$", re.MULTILINE)
+HERE = Path(__file__).resolve().parent
 MAX_FAILURES = 20  # stop early: something is broken, and the rest would only repeat it
 
 
@@ -65,42 +63,44 @@ def scrape(url: str) -> str:
         return reply.read().decode()
 
 
-class Sampler(threading.Thread):
-    """Once a second: each daemon's RSS and fds, then one timed scrape."""
+class Sampler:
+    """benchmarks/soak_sampler.py as a process: the daemons sampled, the exporter scraped."""
 
-    def __init__(self, node: Node, progress: list[int]) -> None:
-        super().__init__(daemon=True)
-        self.node, self.progress = node, progress
-        self.series = Series({d.name: [] for d in node.daemons})
-        self.stop = threading.Event()
-        self.start_time = time.monotonic()
+    def __init__(self, node: Node) -> None:
+        self.out = node.root / "samples.json"
+        pids = [f"{d.name}={d.proc.pid}" for d in node.daemons]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", str(HERE / "soak_sampler.py"), str(self.out),
+             node.exporter_url, str(node.daemons[-1].proc.pid), *pids],
+            env=node.env, cwd=node.root,
+        )  # fmt: skip
 
-    def run(self) -> None:
-        while not self.stop.is_set():
-            tick = time.monotonic()
-            for daemon in self.node.daemons:
-                found = sample(daemon.proc.pid, tick - self.start_time, self.progress[0])
-                if found is not None:
-                    self.series.daemons[daemon.name].append(found)
-            exporter = self.node.daemons[-1].proc.pid
-            ran, waited = schedstat(exporter)
-            begin = time.perf_counter()
-            try:
-                body = scrape(self.node.exporter_url)
-                self.series.scrapes_ms.append((time.perf_counter() - begin) * 1e3)
-                ran_after, waited_after = schedstat(exporter)
-                self.series.cpu_ms.append((ran_after - ran) / 1e6)
-                self.series.queued_ms.append((waited_after - waited) / 1e6)
-                collect = COLLECT_RE.search(body)
-                if collect is not None:
-                    self.series.collect_ms.append(float(collect.group(1)) * 1e3)
-                self.series.scrape_times.append(tick - self.start_time)
-            except Exception as exc:  # a failed scrape is a finding, not the end of the soak
-                self.series.scrape_failures.append(f"{tick - self.start_time:.0f}s: {exc}")
-            self.stop.wait(max(0.0, 1.0 - (time.monotonic() - tick)))
+    def finish(self, done_at: list[float]) -> Series:
+        """Stop it; its series, each sample with the lifecycles done by then."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(timeout=30)
+        found = json.loads(self.out.read_text())
+        starts = [row[0] for rows in found["daemons"].values() for row in rows[:1]]
+        starts += [row[0] for row in found["scrapes"][:1]]
+        t0 = min(starts, default=0.0)
+        series = Series()
+        for name, rows in found["daemons"].items():
+            series.daemons[name] = [
+                Sample(t - t0, bisect.bisect_right(done_at, t), int(rss), int(fds), int(threads))
+                for t, rss, fds, threads in rows
+            ]
+        for t, wall, cpu, queued, collect in found["scrapes"]:
+            series.scrape_times.append(t - t0)
+            series.scrapes_ms.append(wall)
+            series.cpu_ms.append(cpu)
+            series.queued_ms.append(queued)
+            series.collect_ms.append(collect)
+        series.scrape_failures = found["failures"]
+        return series
 
 
-def drive(node: Node, todo: list[Plan], workers: int, progress: list[int]) -> dict[str, Any]:
+def drive(node: Node, todo: list[Plan], workers: int, done_at: list[float]) -> dict[str, Any]:
     """Run the lifecycles; counts, durations and the first failures."""
     pool, pods = DevicePool(node.dp_devices), PodList(node)
     reaper = Reaper(pool)
@@ -120,7 +120,7 @@ def drive(node: Node, todo: list[Plan], workers: int, progress: list[int]) -> di
                     for other in running:
                         other.cancel()
             done += 1
-            progress[0] = done
+            done_at.append(time.time())
     wait_for(lambda: not reaper.pending(), "the device plugin's clean-up", 120)
     failures += reaper.failures
     return {
@@ -157,31 +157,31 @@ def soak(lifecycles: int, seed: int, workers: int, keep: bool) -> dict[str, Any]
     root = Path(tempfile.mkdtemp(prefix="cgsoak-", dir="/tmp"))
     mounts = host_mounts()
     node = start_node(root)
-    progress = [0]
-    sampler = Sampler(node, progress)
+    done_at: list[float] = []
+    sampler: Sampler | None = None
     try:
         # The exporter's first scrape initialises NVML and its caches once: timed on its own,
         # and out of the series (Prometheus has scraped a running exporter long before).
         begin = time.perf_counter()
         scrape(node.exporter_url)
         first_scrape_ms = (time.perf_counter() - begin) * 1e3
-        sampler.start()
+        sampler = Sampler(node)
+        time.sleep(1.0)  # a sample before the first lifecycle
         began = time.monotonic()
-        life = drive(node, plans(lifecycles, seed), workers, progress)
+        life = drive(node, plans(lifecycles, seed), workers, done_at)
         seconds = time.monotonic() - began
         time.sleep(2.0)  # two more samples after the last lifecycle
-        sampler.stop.set()
-        sampler.join()
+        series = sampler.finish(done_at)
         final = final_view(node.exporter_url)
         left = leftovers(node.state_dir, node.cdi_dir)
         dead = [d.name for d in node.daemons if not d.alive()]
         mounts_added = host_mounts() - mounts
     finally:
-        sampler.stop.set()
+        if sampler is not None and sampler.proc.poll() is None:
+            sampler.proc.kill()
         statuses = node.close()
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
-    series = sampler.series
     return {
         "lifecycles": life,
         "seed": seed,
