@@ -48,6 +48,7 @@ from soak_report import (
     growth,
     leftovers,
     percentiles,
+    slow_scrapes,
     table,
     verdict,
 )
@@ -206,9 +207,17 @@ def soak(lifecycles: int, seed: int, workers: int, keep: bool) -> dict[str, Any]
         "exporter_cpu_ms": percentiles(series.cpu_ms),
         "exporter_queued_ms": percentiles(series.queued_ms),
         "scrape_failures": series.scrape_failures[:20],
+        # [seconds, wall ms, the exporter's CPU ms, its wait for a CPU ms, its collect ms]
         "scrape_series": [
-            [round(t, 1), round(ms, 2)]
-            for t, ms in zip(series.scrape_times, series.scrapes_ms, strict=True)
+            [round(t, 1), round(ms, 2), round(cpu, 2), round(queued, 2), round(collect, 2)]
+            for t, ms, cpu, queued, collect in zip(
+                series.scrape_times,
+                series.scrapes_ms,
+                series.cpu_ms,
+                series.queued_ms,
+                series.collect_ms,
+                strict=True,
+            )
         ],
         "host_mounts_added": mounts_added,
         "leftovers": left,
@@ -232,6 +241,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the node's directory")
     args = parser.parse_args()
     report = soak(args.lifecycles, args.seed, args.workers, args.keep)
+    report["slow_scrapes"] = slow_scrapes(report["scrape_series"], args.max_scrape_p99_ms)
     report["verdict"] = verdict(report, args.max_growth, args.max_scrape_p99_ms)
     if report["daemons_died"]:
         report["verdict"]["daemons_alive"] = False

@@ -98,6 +98,17 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99), "max": ordered[-1]}
 
 
+def slow_scrapes(rows: list[list[float]], limit_ms: float) -> dict[str, float]:
+    """The scrapes over `limit_ms`, and how many of them the exporter spent mostly (over half
+    the scrape) waiting for a CPU: the machine's load, not the exporter's work."""
+    slow = [r for r in rows if r[1] > limit_ms]
+    return {
+        "count": len(slow),
+        "mostly_waiting_for_cpu": sum(1 for r in slow if r[3] > r[1] / 2),
+        "max_cpu_ms": max((r[2] for r in slow), default=0.0),
+    }
+
+
 def leftovers(state_dir: Path, cdi_dir: Path) -> dict[str, list[str]]:
     """Container directories, ledgers and CDI specs still on disk, and claims the DRA driver's
     checkpoint still holds."""
@@ -151,6 +162,7 @@ def table(report: dict[str, Any]) -> str:
         )
     s, c = report["scrape_ms"], report["exporter_collect_ms"]
     u, q = report["exporter_cpu_ms"], report["exporter_queued_ms"]
+    w = report["slow_scrapes"]
     lines += [
         "",
         f"scrapes: {report['scrapes']} (failed {len(report['scrape_failures'])}); "
@@ -160,6 +172,8 @@ def table(report: dict[str, Any]) -> str:
         f"the exporter's own collect time: p50 {c['p50']:.1f} ms, p99 {c['p99']:.1f} ms; "
         f"its CPU time per scrape: p50 {u['p50']:.1f} ms, p99 {u['p99']:.1f} ms; "
         f"its wait for a CPU: p50 {q['p50']:.1f} ms, p99 {q['p99']:.1f} ms",
+        f"scrapes over the limit: {w['count']}, {w['mostly_waiting_for_cpu']} of them mostly "
+        f"waiting for a CPU; the most CPU one took {w['max_cpu_ms']:.1f} ms",
         "leftovers: "
         + ", ".join(f"{k} {len(v)}" for k, v in report["leftovers"].items())
         + f", host mounts {report['host_mounts_added']}",
