@@ -3,10 +3,12 @@ hook, with the exporter scraped each second (benchmarks/soak.py; the long run is
 docs/performance.md).
 
 Leftovers and ledger totals are asserted strictly. Growth is asserted in a form a busy 2-core
-machine cannot make flaky: open file descriptors and threads exactly flat after warm-up (their
-floor over the last tenth of the run is no higher than at mid-run; a descriptor held for a
-moment does not count, a leaked one raises the floor), resident memory within 10% (a short run
-cannot show the long run's 5%: a leak of a few KiB per lifecycle is found there).
+machine cannot make flaky. Descriptors and threads: their floor over the last tenth of the run
+may exceed the mid-run floor by at most one. A leak of one per lifecycle of any kind would add
+30 over the second half; a bounded pool reaching a new peak adds one, and does so at any time
+(the long run saw the DRA driver's descriptors go from 11 to 12 at lifecycle 3,060 of 5,000 and
+stay there; a 1,500 run saw the device plugin's threads go from 13 to 14). Resident memory: within 10% (a
+short run cannot show the long run's 5%; a leak of a few KiB per lifecycle is found there).
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ def test_the_daemons_ran_throughout_and_stopped_cleanly(report: dict[str, Any]) 
 def test_fds_and_threads_are_flat_and_memory_bounded(report: dict[str, Any]) -> None:
     for name in DAEMONS:
         daemon = report["daemons"][name]
-        assert daemon["fds"]["end"] <= daemon["fds"]["mid"], (name, daemon["fds"])
-        assert daemon["threads"]["end"] <= daemon["threads"]["mid"], (name, daemon["threads"])
+        assert daemon["fds"]["end"] <= daemon["fds"]["mid"] + 1, (name, daemon["fds"])
+        assert daemon["threads"]["end"] <= daemon["threads"]["mid"] + 1, (name, daemon["threads"])
         assert daemon["rss_kib"]["growth"] <= 0.10, (name, daemon["rss_kib"])
 
 
