@@ -33,6 +33,7 @@ from soak_stack import CTX_MIB, DP_RESOURCE, NODE, Node, cgpu_command, wait_for
 
 from cgpu.core.config import load_config, load_contexts
 from cgpu.core.ledger import read_ledger
+from cgpu.core.paths import shim_path
 
 MIB = 1 << 20
 KINDS = ("device-plugin", "dra", "hook")
@@ -141,7 +142,7 @@ def run_process(node: Node, plan: Plan, directory: Path, env: dict[str, str]) ->
     child_env = {
         **node.env,
         **env,
-        "LD_PRELOAD": str(_shim()),
+        "LD_PRELOAD": str(shim_path()),
         "CGPU_LEDGER_DIR": str(directory),  # the host side of /var/run/cgpu
         "CUDA_VISIBLE_DEVICES": uuid,
     }
@@ -173,12 +174,6 @@ def run_process(node: Node, plan: Plan, directory: Path, env: dict[str, str]) ->
             if pipe is not None and not pipe.closed:
                 pipe.close()
     _expect_ledger(directory, uuid, 0, 0)
-
-
-def _shim() -> Path:
-    from cgpu.core.paths import shim_path
-
-    return shim_path()
 
 
 class Reaper(threading.Thread):
