@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 LIFECYCLES = 180
 DAEMONS = ("device-plugin", "dra-driver", "exporter")
