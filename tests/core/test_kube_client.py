@@ -204,7 +204,7 @@ def test_an_unreachable_server_is_retried_then_reported_with_status_0(kube_api):
 
 def test_every_component_loads_its_configuration_through_the_core(tmp_path, monkeypatch):
     """The device plugin, the DRA driver, the extender and inspect choose the same server."""
-    from cgpu.deviceplugin import kube as plugin_kube
+    from cgpu.deviceplugin.kube import client as plugin_kube
     from cgpu.dra import kubeapi as dra_kubeapi
     from cgpu.inspect import cli as inspect_cli
     from cgpu.scheduler import kubeapi as sched_kubeapi
