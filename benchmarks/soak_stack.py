@@ -1,6 +1,7 @@
 """The soak's node: the host daemons as processes through `cgpu`, their peers, the workload.
 
-One simulated node (2 GPUs of 16 GiB), one shared state dir. `cgpu device-plugin` registers with
+One simulated node (2 GPUs of 16 GiB), one shared state dir: the device plugin owns GPU 0, the DRA
+driver GPU 1 (cgpu.core.ownership; a node mid-migration). `cgpu device-plugin` registers with
 the tests' fake kubelet (tests/deviceplugin/fake_kubelet.py) and judges clean-up from the tests'
 fake pod-resources; `cgpu dra-driver` reads claims from the tests' fake API server (tests/kube)
 and is called by the tests' kubelet peer (tests/dra/kubelet_peer.py); `cgpu exporter` serves
@@ -255,16 +256,18 @@ def _start_daemons(
     daemons: list[Daemon],
 ) -> Node:
     state_dir, cdi_dir = root / "state", root / "cdi"
+    # One state dir, so each daemon owns one of the two GPUs (cgpu.core.ownership): the node is
+    # split as during a migration from the device plugin to DRA.
     daemons.append(_spawn("device-plugin", [
         "device-plugin", "--kubelet-dir", str(kubelet.directory), "--state-dir",
         str(state_dir), "--pod-resources-socket", str(pod_resources.socket),
         "--cleanup-interval", str(CLEANUP_INTERVAL_S), "--cleanup-grace", str(CLEANUP_GRACE_S),
-        "--log-level", "WARNING",
+        "--gpus", "0", "--log-level", "WARNING",
     ], env, root))  # fmt: skip
     daemons.append(_spawn("dra-driver", [
         "dra-driver", "--kubelet-dir", str(root / "kubelet"), "--state-dir", str(state_dir),
         "--cdi-dir", str(cdi_dir), "--kubeconfig", str(api.kubeconfig(root / "kubeconfig")),
-        "--log-level", "WARNING",
+        "--gpus", "1", "--log-level", "WARNING",
     ], env, root))  # fmt: skip
     registration = kubelet.wait_registration(1, 60)
     plugin = kubelet.plugin(registration["endpoint"])
