@@ -1,6 +1,6 @@
 """One connected process: what it declared, and what its messages do to the GPU schedules.
 
-A client speaks HELLO first, then DEV once per GPU it uses, then WANT/IDLE/BUSY/DONE for those
+A client speaks HELLO first, then DEV once per GPU it uses, then WANT/IDLE/BUSY/DONE/SPENT for those
 GPUs. `handle` raises ProtocolError for anything malformed; the arbiter then closes the client.
 """
 
@@ -64,6 +64,8 @@ def handle(
         gpu.busy(client)
     elif message.type == protocol.DONE:
         gpu.done(client, message.a, now)
+    elif message.type == protocol.SPENT:
+        gpu.spent(client, message.a, message.b, now)
     return []
 
 

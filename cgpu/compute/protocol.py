@@ -24,12 +24,15 @@ WANT = 3  # a thread waits to launch on dev
 DONE = 4  # a = epoch: gate closed and work drained after REVOKE
 IDLE = 5  # granted, but no launch for a while
 BUSY = 6  # launching again after IDLE
+SPENT = 7  # a = epoch, b = work queued (ns, the client's estimate): the grant's budget is used
 # Arbiter -> client.
-GRANT = 10  # a = epoch, b = the container's share over the last ~1 s in 1/100 percent
+# a = epoch, b = the container's share over the last ~1 s in 1/100 percent, text = the grant's
+# work budget (ns, uint64; 0 or absent: none)
+GRANT = 10
 REVOKE = 11  # a = epoch
 REFUSE = 12  # text = reason
 
-CLIENT_TYPES = frozenset({HELLO, DEV, WANT, DONE, IDLE, BUSY})
+CLIENT_TYPES = frozenset({HELLO, DEV, WANT, DONE, IDLE, BUSY, SPENT})
 
 
 class ProtocolError(ValueError):
@@ -75,9 +78,12 @@ def text_uuid(text: bytes) -> str:
     return uuid
 
 
-def grant(dev: int, epoch: int, share: int) -> bytes:
-    """GRANT for `dev` in `epoch`; share in 1/100 percent."""
-    return pack(Message(GRANT, dev, epoch, share))
+BUDGET = struct.Struct("<Q")
+
+
+def grant(dev: int, epoch: int, share: int, budget_ns: int = 0) -> bytes:
+    """GRANT for `dev` in `epoch`; share in 1/100 percent; the work a grant admits (ns)."""
+    return pack(Message(GRANT, dev, epoch, share, BUDGET.pack(budget_ns)))
 
 
 def revoke(dev: int, epoch: int) -> bytes:

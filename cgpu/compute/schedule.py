@@ -9,6 +9,13 @@ One container at a time holds the token. `share` containers are served by least 
 need credit, which they earn at their percent of wall time, so they get their percent and no
 more. A holder is charged its hold times f, the fraction of the GPU it really had (below 1 when
 processes outside the managed containers run on the GPU too).
+
+A grant admits about GRANT_WORK_QUANTA quanta of work while others wait (ALONE_WORK_QUANTA
+while none does): the client counts its launches at its own learnt time per launch, at least one,
+and the one that reaches it says SPENT with the work it estimates it queued. The holder's virtual
+time is then judged with that work counted: the turn ends (REVOKE, the work drains) if a waiter
+is not ahead, else the grant is renewed. So a turn of kernels longer than a quantum is about one
+kernel long, not the several a process queues.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ SHARE_WINDOW_NS = 1_000_000_000  # shares are over the last ~1 s
 HOLD_HISTORY_NS = 5_000_000_000  # how far back the hold log goes
 MIN_FRACTION = 0.2  # f is clamped to [0.2, 1]
 FULL = 10_000  # a share of 100 %, in 1/100 percent
+GRANT_WORK_QUANTA = 2  # the work a grant admits while another container waits, in quanta
+ALONE_WORK_QUANTA = 20  # and while none does (a renewal then costs two messages, no wait)
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,7 @@ class _Link:
     idle_since: int = 0
     active: bool = False  # not IDLE at some time since the holder was last charged
     owes_done: bool = False  # REVOKE sent, DONE not received
+    spent: bool = False  # said SPENT for the current grant: its gate is closed, not drained
 
 
 @dataclass
@@ -102,6 +112,7 @@ class _Token:
     t_revoke: int = 0
     drained_at: int = 0  # when the last connection that owed DONE stopped owing it
     spent: bool = False  # revoked because a fixed holder's budget was spent
+    queued_until: int = 0  # when the work its clients said they queued (SPENT) should end
 
 
 def _after(segment: tuple[int, int, float], start: int) -> float:
@@ -181,13 +192,14 @@ class GpuSchedule(Generic[Conn]):
             self._outbox.append((conn, Order("grant", token.epoch, self._share(tenant, now))))
 
     def want(self, conn: Conn, now: int) -> None:
-        """A thread of `conn` waits to launch (from a granted connection: it is busy)."""
+        """A thread of `conn` waits to launch (from a granted connection: it is busy, unless its
+        grant is spent)."""
         link = self._links.get(conn)
         if link is None:
             return
-        if link.granted and self._phase_of(link) is Phase.GRANTED:
+        if link.granted and self._phase_of(link) is Phase.GRANTED and not link.spent:
             link.idle, link.active = False, True
-        elif not link.wanting:
+        elif not link.wanting:  # a spent grant's launcher waits for the next one
             link.wanting, link.want_since = True, now
 
     def idle(self, conn: Conn, now: int) -> None:
@@ -207,6 +219,19 @@ class GpuSchedule(Generic[Conn]):
         token = self._token
         if token and epoch == token.epoch:
             self._drained(conn, now)
+
+    def spent(self, conn: Conn, epoch: int, work_ns: int, now: int) -> None:
+        """`conn` used its grant of `epoch` (its gate is closed) and says it queued `work_ns`
+        (clamped to the drain cap: a client's word only moves its own turn)."""
+        token = self._token
+        link = self._links.get(conn)
+        if not (token and link and epoch == token.epoch and link.granted):
+            return
+        if self._phase_of(link) is not Phase.GRANTED:
+            return
+        link.spent, link.idle, link.active = True, False, True
+        work = min(max(work_ns, 0), self.drain_cap_ns)
+        token.queued_until = max(token.queued_until, now) + work
 
     def stopped(self, conn: Conn, now: int) -> None:
         """`conn`'s process is stopped or dead: it will launch nothing, count it drained."""
@@ -281,12 +306,20 @@ class GpuSchedule(Generic[Conn]):
             tenant.active = name in active
 
     def _run_hold(self, token: _Token, now: int) -> None:
-        """Revoke the holder if a rule says so; else charge it at each quantum boundary."""
+        """Revoke the holder if a rule says so; else charge it at each quantum boundary and
+        renew the grants its clients have spent."""
         reason = self._revoke_reason(token, now)
         if reason:
             self._revoke(token, now, spent=reason == "budget")
-        elif now - token.t_mark >= self.quantum_ns:
+            return
+        if now - token.t_mark >= self.quantum_ns:
             self._charge(token, now)
+        tenant = self._tenants[token.holder]
+        for conn in tenant.conns:
+            link = self._links[conn]
+            if link.spent:
+                link.spent = link.wanting = False
+                self._outbox.append((conn, Order("grant", token.epoch, self._share(tenant, now))))
 
     def _revoke_reason(self, token: _Token, now: int) -> str | None:
         """Why the holder must give the token back now, or None."""
@@ -294,11 +327,14 @@ class GpuSchedule(Generic[Conn]):
         links = [self._links[c] for c in tenant.conns]
         if not links:
             return "gone"
-        if tenant.policy == FIXED and tenant.credit_ns <= self._pending_charge(token, now):
+        spent = any(link.spent for link in links)
+        owed = self._pending_charge(token, now) + (self._queued_charge(token, now) if spent else 0)
+        if tenant.policy == FIXED and tenant.credit_ns <= owed:
             return "budget"
         waiters = [t for n, t in self._tenants.items() if n != token.holder and self._eligible(t)]
         waiting = bool(waiters)
-        if waiting and now - token.t_grant >= self.quantum_ns and self._behind(waiters, token, now):
+        turn_over = spent or now - token.t_grant >= self.quantum_ns
+        if waiting and turn_over and self._behind(waiters, token, now):
             return "quantum"
         if not all(link.idle for link in links):
             return None
@@ -310,9 +346,11 @@ class GpuSchedule(Generic[Conn]):
 
     def _behind(self, waiters: list[_Tenant[Conn]], token: _Token, now: int) -> bool:
         """Whether some waiter's virtual time is not above the holder's, counting what the
-        holder has used since its last charge (else the holder would be granted again)."""
+        holder has used since its last charge and the work it has queued (else the holder would
+        be granted again)."""
         holder = self._tenants[token.holder]
-        holder_vtime = holder.vtime + self._pending_charge(token, now) / holder.percent
+        owed = self._pending_charge(token, now) + self._queued_charge(token, now)
+        holder_vtime = holder.vtime + owed / holder.percent
         return min(t.vtime for t in waiters) <= holder_vtime
 
     def _revoke(self, token: _Token, now: int, spent: bool) -> None:
@@ -342,7 +380,7 @@ class GpuSchedule(Generic[Conn]):
         self._holds.append((token.t_grant, end))
         for conn in tenant.conns:
             link = self._links[conn]
-            link.granted = link.owes_done = link.idle = False
+            link.granted = link.owes_done = link.idle = link.spent = False
         tenant.forced_revokes += forced
         tenant.refilling = tenant.refilling or (token.spent and tenant.policy == FIXED)
         self._token = None
@@ -380,6 +418,10 @@ class GpuSchedule(Generic[Conn]):
         """What the holder would be charged for its hold since the last charge."""
         return (now - token.t_mark) * self._fraction(token)
 
+    def _queued_charge(self, token: _Token, now: int) -> float:
+        """What the holder would be charged for the work it said it queued that has not run."""
+        return max(0, token.queued_until - now) * self._fraction(token)
+
     def _charge(self, token: _Token, now: int) -> None:
         """Charge the holder for [t_mark, now]: virtual time, credit, totals."""
         tenant = self._tenants[token.holder]
@@ -397,6 +439,13 @@ class GpuSchedule(Generic[Conn]):
             link.active = not link.idle
 
     # --- queries -----------------------------------------------------------------------------
+
+    def grant_work_ns(self) -> int:
+        """The work a grant admits now: GRANT_WORK_QUANTA quanta while another container is
+        eligible (shorter kernels: the quantum rules), ALONE_WORK_QUANTA while none is."""
+        holder = self.holder
+        waiting = any(self._eligible(t) for n, t in self._tenants.items() if n != holder)
+        return (GRANT_WORK_QUANTA if waiting else ALONE_WORK_QUANTA) * self.quantum_ns
 
     @property
     def holder(self) -> str | None:

@@ -3,7 +3,12 @@
  * The compute thread connects to <ledger dir>/compute.sock (SOCK_SEQPACKET, one 64-byte message
  * per packet; cgpu/compute/protocol.py is the other side), says which GPUs it may launch on, and
  * then serves the arbiter:
- *   GRANT   open the gate, wake the launchers waiting for it;
+ *   GRANT   open the gate, wake the launchers waiting for it; its text carries the work budget
+ *           of a grant (ns, 0: none): the gate then admits about that much work at the time per
+ *           launch this process has learnt from its own turns (their length over the launches in
+ *           them), at least one launch, and the launch that reaches it closes the gate and says
+ *           SPENT (with the work it estimates it queued), so the arbiter can end the turn when
+ *           that work has run, or renew the grant (another GRANT) when nobody is owed the GPU;
  *   REVOKE  close the gate, wait until no launch is between the gate and the driver, wait for the
  *           work this process launched on that GPU (cuCtxSynchronize in each context that
  *           launched there), answer DONE;
@@ -46,6 +51,7 @@ enum {
     MSG_DONE = 4,
     MSG_IDLE = 5,
     MSG_BUSY = 6,
+    MSG_SPENT = 7,
     MSG_GRANT = 10,
     MSG_REVOKE = 11,
     MSG_REFUSE = 12,
@@ -77,6 +83,12 @@ static struct {
     long long last_launch[CGPU_MAX_DEVICES]; /* when they last changed */
     int idle[CGPU_MAX_DEVICES];           /* IDLE sent since the last GRANT or BUSY */
     int synced[CGPU_MAX_DEVICES];         /* its work had finished, and no launch since */
+    int held[CGPU_MAX_DEVICES];           /* a turn: from its first GRANT to the DONE */
+    long long turn_start[CGPU_MAX_DEVICES]; /* when the turn's first GRANT came */
+    uint64_t turn_launches[CGPU_MAX_DEVICES]; /* launches before the turn */
+    uint64_t cost[CGPU_MAX_DEVICES];      /* learnt ns per launch (0: not yet) */
+    uint64_t epoch[CGPU_MAX_DEVICES];     /* the latest GRANT's, for SPENT */
+    uint64_t work[CGPU_MAX_DEVICES];      /* the work the grant admits, for SPENT */
     ctx_fn push;
     ctx_out_fn pop;
     sync_fn sync;
@@ -127,6 +139,19 @@ int token_wait(int dev)
         struct timespec t = {0, 10000000}; /* a lost wake-up costs at most 10 ms */
         syscall(SYS_futex, &g_token.seq, FUTEX_WAIT_PRIVATE, seq, &t, NULL, 0);
     }
+}
+
+int token_spent(int dev, uint64_t n)
+{
+    if (n == __atomic_load_n(&g_token.stop_at[dev], __ATOMIC_RELAXED)) {
+        __atomic_store_n(&g_token.open[dev], 0, __ATOMIC_SEQ_CST);
+        send_msg(MSG_SPENT, (uint32_t)dev, __atomic_load_n(&tk.epoch[dev], __ATOMIC_RELAXED),
+                 __atomic_load_n(&tk.work[dev], __ATOMIC_RELAXED), NULL);
+        return 1;
+    }
+    __atomic_fetch_sub(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
+    return 0;
 }
 
 void token_note_context(int dev, void *ctx)
@@ -239,8 +264,39 @@ static void disconnect(void)
     tk.fd = -1;
     pthread_mutex_unlock(&tk.send_lock);
     for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
-        if (!tk.refused[d])
+        if (!tk.refused[d]) {
             __atomic_store_n(&g_token.open[d], 0, __ATOMIC_SEQ_CST);
+            tk.held[d] = 0;
+        }
+}
+
+/* The grant's last launch: a work budget's worth at the learnt time per launch, at least one;
+ * one before a turn has been measured; none (~0) without a budget. */
+static void set_budget(int d, const struct token_msg *m, uint64_t launched)
+{
+    uint64_t budget;
+    memcpy(&budget, m->text, sizeof budget); /* little-endian, as the arbiter packs it */
+    uint64_t stop = UINT64_MAX, work = 0, cost = tk.cost[d];
+    if (budget) {
+        uint64_t k = cost && budget / cost ? budget / cost : 1;
+        stop = launched + k;
+        work = k * cost;
+    }
+    __atomic_store_n(&tk.epoch[d], m->a, __ATOMIC_RELAXED);
+    __atomic_store_n(&tk.work[d], work, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_token.stop_at[d], stop, __ATOMIC_RELAXED); /* before the gate opens */
+}
+
+/* Once the turn's work has run: learn the time per launch from the turn's length so far over
+ * its launches. */
+static void learn_cost(int d)
+{
+    uint64_t n = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED) - tk.turn_launches[d];
+    long long t = now_ns() - tk.turn_start[d];
+    if (!n || t <= 0)
+        return;
+    uint64_t sample = (uint64_t)t / n;
+    tk.cost[d] = tk.cost[d] ? (tk.cost[d] + sample) / 2 : sample;
 }
 
 static void on_message(const struct token_msg *m)
@@ -253,6 +309,17 @@ static void on_message(const struct token_msg *m)
         tk.idle[d] = tk.synced[d] = 0;
         tk.seen[d] = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED);
         tk.last_launch[d] = now_ns();
+        if (!tk.held[d]) { /* a turn starts (not a renewal after SPENT) */
+            tk.held[d] = 1;
+            tk.turn_start[d] = tk.last_launch[d];
+            tk.turn_launches[d] = tk.seen[d];
+        } else if (!tk.cost[d]) {
+            /* Renewed before any turn was measured (alone, so far): the grant admitted one
+             * launch; wait for its work once to learn what a launch takes. */
+            sync_device(d);
+            learn_cost(d);
+        }
+        set_budget(d, m, tk.seen[d]);
         if (m->b <= 10000) /* the container's share, for readers of the ledger */
             __atomic_store_n(&g_shim.ledger.l->compute[d].used, (uint32_t)m->b, __ATOMIC_RELAXED);
         __atomic_store_n(&g_token.want_sent[d], 0, __ATOMIC_RELEASE);
@@ -262,11 +329,15 @@ static void on_message(const struct token_msg *m)
     case MSG_REVOKE:
         if (!tk.refused[d]) {
             drain(d);
+            if (tk.held[d])
+                learn_cost(d);
+            tk.held[d] = 0;
             send_msg(MSG_DONE, (uint32_t)d, m->a, 0, NULL);
         }
         break;
     case MSG_REFUSE:
         tk.refused[d] = 1;
+        __atomic_store_n(&g_token.stop_at[d], UINT64_MAX, __ATOMIC_RELAXED);
         __atomic_store_n(&g_token.open[d], 1, __ATOMIC_SEQ_CST);
         wake_all();
         break;

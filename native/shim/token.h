@@ -11,7 +11,9 @@
  *
  * The launch path: count the launch in flight, then read the gate (both sequentially consistent,
  * so a REVOKE that closes the gate and then sees nothing in flight has seen every launch that
- * passed it).  Process-local memory only: no syscall, no shared cache line with another
+ * passed it), then compare the launch's number with the grant's budget: a grant admits about a
+ * work budget's worth of launches (the arbiter's, at the process's learnt time per launch; at
+ * least one), so a turn of long kernels is not several of them long.  Process-local memory only: no syscall, no shared cache line with another
  * container. */
 #ifndef CGPU_TOKEN_H
 #define CGPU_TOKEN_H
@@ -28,6 +30,7 @@ struct token_gate {
     uint32_t want_sent[CGPU_MAX_DEVICES]; /* when a WANT went out since the last GRANT (ms), or 0 */
     long inflight[CGPU_MAX_DEVICES];     /* launches past the gate, not yet returned by the driver */
     uint64_t launches[CGPU_MAX_DEVICES]; /* launches admitted, ever */
+    uint64_t stop_at[CGPU_MAX_DEVICES];  /* the grant's last launch (its work budget), or ~0 */
     void *last_ctx[CGPU_MAX_DEVICES];    /* the context of the last launch admitted */
 };
 
@@ -36,6 +39,9 @@ extern struct token_gate g_token;
 /* The gate was closed: ask for the GPU and wait.  Returns `dev` with the launch counted in
  * flight, or TOKEN_LEFT when the process has left token mode (the caller takes a ticket). */
 int token_wait(int dev);
+/* Launch `n` reached the grant's budget: the one that equals it closes the gate and says SPENT
+ * (1: admitted); one past it (another thread's) is turned back (0, uncounted). */
+int token_spent(int dev, uint64_t n);
 /* Remember a context that launched on `dev` (drained on REVOKE). */
 void token_note_context(int dev, void *ctx);
 /* The compute thread's token loop.  Returns 0 at once when there is no arbiter to talk to, or
@@ -60,7 +66,9 @@ static inline int token_try(int dev)
 {
     __atomic_fetch_add(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
     if (likely(__atomic_load_n(&g_token.open[dev], __ATOMIC_SEQ_CST))) {
-        __atomic_fetch_add(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
+        uint64_t n = __atomic_add_fetch(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
+        if (unlikely(n >= __atomic_load_n(&g_token.stop_at[dev], __ATOMIC_RELAXED)) && !token_spent(dev, n))
+            return 0;
         token_seen_context(dev);
         return 1;
     }

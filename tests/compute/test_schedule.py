@@ -215,6 +215,40 @@ def test_busy_after_idle_keeps_the_token() -> None:
     assert sim.orders_to(a, "revoke") == []
 
 
+def test_a_spent_holder_alone_is_granted_again_at_once() -> None:
+    sim = Sim()
+    (a,) = sim.add("a", 50, "share")
+    sim.settle()
+    (grant,) = sim.orders_to(a, "grant")
+    sim.gpu.spent(a, grant.epoch, 50 * MS, sim.now)
+    assert [(c, o.kind, o.epoch) for c, o in sim.settle()] == [(a, "grant", grant.epoch)]
+    sim.run(1)
+    assert sim.orders_to(a, "revoke") == []
+
+
+def test_a_spent_holder_gives_way_at_once_when_its_queued_work_puts_it_ahead() -> None:
+    # A grant of 50 ms kernels admits one: the holder says SPENT as it launches it. Counting that
+    # kernel, the holder is ahead of the waiter: its turn ends now (the kernel drains), not at
+    # the quantum, when it would have queued another.
+    sim = Sim()
+    (a,) = sim.add("a", 50, "share")
+    sim.add("b", 50, "share")
+    sim.saturating.discard(a)
+    sim.run(0.005)
+    assert sim.gpu.holder == "a" and sim.orders_to(a, "revoke") == []
+    sim.gpu.spent(a, sim.orders_to(a, "grant")[0].epoch, 50 * MS, sim.now)
+    assert [(c, o.kind) for c, o in sim.settle()] == [(a, "revoke")]
+    assert sim.gpu.draining() == [a]
+
+
+def test_spent_for_another_epoch_or_while_draining_is_ignored() -> None:
+    sim = Sim()
+    a, _, revoke = _holder_revoked(sim)
+    sim.gpu.spent(a, revoke.epoch, 50 * MS, sim.now)
+    sim.gpu.spent(a, revoke.epoch + 1, 50 * MS, sim.now)
+    assert sim.settle() == [] and sim.gpu.draining() == [a]
+
+
 def _holder_revoked(sim: Sim) -> tuple[str, str, Order]:
     """a holds with one quiet connection, b waits; returns (a's conn, b's conn, the REVOKE)."""
     (a,) = sim.add("a", 50, "share")
