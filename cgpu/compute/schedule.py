@@ -315,6 +315,10 @@ class GpuSchedule(Generic[Conn]):
         if now - token.t_mark >= self.quantum_ns:
             self._charge(token, now)
         tenant = self._tenants[token.holder]
+        links = [self._links[c] for c in tenant.conns]
+        waiting = any(self._eligible(t) for n, t in self._tenants.items() if n != token.holder)
+        if waiting and not all(link.spent or link.idle for link in links):
+            return  # others wait: the holder's turn is judged when every busy grant is spent
         for conn in tenant.conns:
             link = self._links[conn]
             if link.spent:
@@ -329,11 +333,12 @@ class GpuSchedule(Generic[Conn]):
             return "gone"
         spent = any(link.spent for link in links)
         owed = self._pending_charge(token, now) + (self._queued_charge(token, now) if spent else 0)
+        used = spent and all(link.spent or link.idle for link in links)  # every busy grant
         if tenant.policy == FIXED and tenant.credit_ns <= owed:
             return "budget"
         waiters = [t for n, t in self._tenants.items() if n != token.holder and self._eligible(t)]
         waiting = bool(waiters)
-        turn_over = spent or now - token.t_grant >= self.quantum_ns
+        turn_over = used or now - token.t_grant >= self.quantum_ns
         if waiting and turn_over and self._behind(waiters, token, now):
             return "quantum"
         if not all(link.idle for link in links):

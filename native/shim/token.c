@@ -43,6 +43,7 @@
 #define RECONNECT_NS 1000000000LL  /* without the arbiter this long: back to the NVML controller */
 #define MAX_CTX 8                  /* contexts remembered per device */
 #define WANT_AGAIN_MS 50u          /* a WANT unanswered this long is sent again */
+#define MAX_BUDGET_LAUNCHES 8      /* a budget of more launches than this: none (the quantum rules) */
 
 enum {
     MSG_HELLO = 1,
@@ -89,6 +90,7 @@ static struct {
     uint64_t cost[CGPU_MAX_DEVICES];      /* learnt ns per launch (0: not yet) */
     uint64_t epoch[CGPU_MAX_DEVICES];     /* the latest GRANT's, for SPENT */
     uint64_t work[CGPU_MAX_DEVICES];      /* the work the grant admits, for SPENT */
+    long long granted_at[CGPU_MAX_DEVICES]; /* when the latest GRANT came */
     ctx_fn push;
     ctx_out_fn pop;
     sync_fn sync;
@@ -145,8 +147,12 @@ int token_spent(int dev, uint64_t n)
 {
     if (n == __atomic_load_n(&g_token.stop_at[dev], __ATOMIC_RELAXED)) {
         __atomic_store_n(&g_token.open[dev], 0, __ATOMIC_SEQ_CST);
+        /* The work still queued: what the grant admitted, less what has had time to run since
+         * it came (short kernels run while the driver's queue fills; long ones barely start). */
+        long long left = __atomic_load_n(&tk.granted_at[dev], __ATOMIC_RELAXED) +
+                         (long long)__atomic_load_n(&tk.work[dev], __ATOMIC_RELAXED) - now_ns();
         send_msg(MSG_SPENT, (uint32_t)dev, __atomic_load_n(&tk.epoch[dev], __ATOMIC_RELAXED),
-                 __atomic_load_n(&tk.work[dev], __ATOMIC_RELAXED), NULL);
+                 left > 0 ? (uint64_t)left : 0, NULL);
         return 1;
     }
     __atomic_fetch_sub(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
@@ -271,19 +277,22 @@ static void disconnect(void)
 }
 
 /* The grant's last launch: a work budget's worth at the learnt time per launch, at least one;
- * one before a turn has been measured; none (~0) without a budget. */
+ * one before a turn has been measured; none (~0) without a budget, or where it would admit more
+ * than MAX_BUDGET_LAUNCHES (kernels short beside the quantum: its REVOKE ends the turn soon
+ * enough, and the budget would only add messages). */
 static void set_budget(int d, const struct token_msg *m, uint64_t launched)
 {
     uint64_t budget;
     memcpy(&budget, m->text, sizeof budget); /* little-endian, as the arbiter packs it */
     uint64_t stop = UINT64_MAX, work = 0, cost = tk.cost[d];
-    if (budget) {
+    if (budget && (!cost || budget / cost <= MAX_BUDGET_LAUNCHES)) {
         uint64_t k = cost && budget / cost ? budget / cost : 1;
         stop = launched + k;
         work = k * cost;
     }
     __atomic_store_n(&tk.epoch[d], m->a, __ATOMIC_RELAXED);
     __atomic_store_n(&tk.work[d], work, __ATOMIC_RELAXED);
+    __atomic_store_n(&tk.granted_at[d], now_ns(), __ATOMIC_RELAXED);
     __atomic_store_n(&g_token.stop_at[d], stop, __ATOMIC_RELAXED); /* before the gate opens */
 }
 
