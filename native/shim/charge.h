@@ -13,7 +13,6 @@
 
 extern struct ptrtable g_table; /* guarded by the ledger lock */
 
-
 /* What an allocation of `bytes` really takes: large ones occupy whole 2 MiB
  * pages, small ones are packed by the driver at 512-byte alignment. */
 static inline uint64_t charge_of(uint64_t bytes)
@@ -26,10 +25,16 @@ static inline uint64_t charge_of(uint64_t bytes)
 /* The slow half of reserve: sweep dead processes, retry, else report. */
 CUresult charge_reserve_slow(int dev, uint64_t charge);
 
+/* Whether this process holds a ledger slot, claiming one on its first charge. */
+static inline __attribute__((always_inline)) int have_slot(void)
+{
+    return likely(__atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) >= 0) || shim_claim_slot() == 0;
+}
+
 /* Reserve `charge` on `dev` before calling the driver. */
 static inline __attribute__((always_inline)) CUresult reserve(int dev, uint64_t charge)
 {
-    if (unlikely(__atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) < 0) && shim_claim_slot() != 0)
+    if (unlikely(!have_slot()))
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (likely(ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 0) == CGPU_OK))
         return CUDA_SUCCESS;
@@ -47,7 +52,7 @@ static inline void unreserve(int dev, uint64_t charge)
 static inline __attribute__((always_inline)) CUresult reserve_pending(int dev, uint64_t charge, int *pending)
 {
     *pending = -1;
-    if (unlikely(__atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) < 0) && shim_claim_slot() != 0)
+    if (unlikely(!have_slot()))
         return CUDA_ERROR_OUT_OF_MEMORY;
     ledger_lock(&g_shim.ledger);
     int rc = ledger_charge_locked(&g_shim.ledger, (unsigned)dev, charge, 0);

@@ -20,10 +20,8 @@ import c_graph  # tests/core/c_graph.py (pytest puts tests/core on sys.path)
 import pytest
 from package_files import package_modules
 
-import cgpu
 from cgpu import cli
 
-PACKAGE_DIR = Path(cgpu.__file__).resolve().parent
 TOP = {"cli", "commands", "__main__"}
 
 
