@@ -38,8 +38,44 @@ static CUresult context_created(CUdevice ordinal, CUcontext ctx)
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+/* The hot allocation path records no context (PT_CTX_UNKNOWN): asking cuCtxGetCurrent there
+ * cost about a third of what the shim adds to PyTorch's alloc+free pair.  A context's memory
+ * matters only when the context dies, and until the call that destroys it the driver knows
+ * which context each address belongs to.  So before each call that may destroy a context,
+ * every entry not learned yet is asked (cuPointerGetAttribute), under the lock that guards
+ * the table: one driver query per allocation at most, and none in a process whose contexts
+ * live as long as it does.  A query the driver cannot answer leaves the entry unknown: what
+ * dies with its context then stays charged (over-counted, never under). */
+typedef CUresult (*pointer_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
+static pointer_attr_fn pointer_attr;
+
+static void *owner_of(uint64_t key)
+{
+    CUcontext ctx = NULL;
+    if (__atomic_load_n(&pointer_attr, __ATOMIC_RELAXED)(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT,
+                                                          (CUdeviceptr)(key ^ PT_KIND_PTR)) != CUDA_SUCCESS)
+        return NULL;
+    return ctx;
+}
+
+static void learn_contexts(void)
+{
+    if (mode() != SHIM_LIMITED)
+        return;
+    pointer_attr_fn fn = __atomic_load_n(&pointer_attr, __ATOMIC_ACQUIRE);
+    if (!fn) {
+        fn = (pointer_attr_fn)shim_driver_sym("cuPointerGetAttribute");
+        if (!fn)
+            return;
+        __atomic_store_n(&pointer_attr, fn, __ATOMIC_RELEASE);
+    }
+    ledger_lock_private(&g_shim.ledger);
+    pt_learn_contexts(&g_table, owner_of);
+    ledger_unlock_private(&g_shim.ledger);
+}
+
 /* The driver destroyed `ctx`: credit the memory allocated in it, and the device's
- * context overhead if it was the last. */
+ * context overhead if it was the last.  learn_contexts ran before the call. */
 static void context_destroyed(void *ctx)
 {
     if (!ctx || mode() != SHIM_LIMITED)
@@ -136,11 +172,13 @@ static CUresult destroyed_if(CUresult rc, CUcontext ctx)
 
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
+    learn_contexts();
     return destroyed_if(REAL(cuCtxDestroy_v2)(ctx), ctx);
 }
 
 EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 {
+    learn_contexts();
     return destroyed_if(REAL(cuCtxDestroy)(ctx), ctx);
 }
 
@@ -172,6 +210,8 @@ EXPORT CUresult cuCtxDetach(CUcontext ctx)
         }
         ledger_unlock(&g_shim.ledger);
     }
+    if (last)
+        learn_contexts();
     CUresult rc = REAL(cuCtxDetach)(ctx);
     if (rc == CUDA_SUCCESS && last)
         context_destroyed(ctx);
@@ -210,21 +250,25 @@ static CUresult primary_gone_if(CUresult rc, CUdevice ordinal, int released)
 
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
+    learn_contexts();
     return primary_gone_if(REAL(cuDevicePrimaryCtxReset_v2)(dev), dev, 0);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
+    learn_contexts();
     return primary_gone_if(REAL(cuDevicePrimaryCtxReset)(dev), dev, 0);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
+    learn_contexts();
     return primary_gone_if(REAL(cuDevicePrimaryCtxRelease_v2)(dev), dev, 1);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
+    learn_contexts();
     return primary_gone_if(REAL(cuDevicePrimaryCtxRelease)(dev), dev, 1);
 }
 

@@ -5,14 +5,16 @@
 
 /* ---- allocation families ------------------------------------------------------ */
 
+/* Linear device memory records no context: learned when one may die (hooks_ctx.c). */
+
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc_v2)(dptr, bytesize), PT_KIND_PTR ^ *dptr, current_context());
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc_v2)(dptr, bytesize), PT_KIND_PTR ^ *dptr, PT_CTX_UNKNOWN);
 }
 
 EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
 {
-    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc)(dptr, bytesize), PT_KIND_PTR ^ *dptr, current_context());
+    CHARGED_ALLOC(current_device(), charge_of(bytesize), REAL(cuMemAlloc)(dptr, bytesize), PT_KIND_PTR ^ *dptr, PT_CTX_UNKNOWN);
 }
 
 EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
@@ -20,7 +22,7 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
 {
     CHARGED_ALLOC(current_device(), charge_of(((WidthInBytes + 511) & ~(size_t)511) * Height),
                   REAL(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes),
-                  PT_KIND_PTR ^ *dptr, current_context());
+                  PT_KIND_PTR ^ *dptr, PT_CTX_UNKNOWN);
 }
 
 EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
@@ -28,7 +30,7 @@ EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsi
 {
     CHARGED_ALLOC(current_device(), charge_of(((uint64_t)(WidthInBytes + 511) & ~511ULL) * Height),
                   REAL(cuMemAllocPitch)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes),
-                  PT_KIND_PTR ^ *dptr, current_context());
+                  PT_KIND_PTR ^ *dptr, PT_CTX_UNKNOWN);
 }
 
 EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)

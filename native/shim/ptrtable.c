@@ -126,6 +126,25 @@ void pt_remove_at(struct ptrtable *t, size_t i)
     t->count--;
 }
 
+void pt_learn_contexts(struct ptrtable *t, void *(*owner)(uint64_t key))
+{
+    pt_settle(t);
+    if (!t->slots || !t->unknown)
+        return;
+    int left = 0;
+    for (size_t i = 0; i <= t->mask; i++) {
+        struct pt_entry *e = &t->slots[i];
+        if (e->key && e->ctx == PT_CTX_UNKNOWN) {
+            void *ctx = owner(e->key);
+            if (ctx)
+                e->ctx = ctx;
+            else
+                left = 1;
+        }
+    }
+    t->unknown = left;
+}
+
 void pt_remove_context(struct ptrtable *t, void *ctx, void (*credit)(uint64_t key, unsigned dev, uint64_t bytes))
 {
     pt_settle(t);

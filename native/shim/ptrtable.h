@@ -35,11 +35,16 @@
 struct pt_entry {
     uint64_t key;   /* 0 = empty */
     uint64_t bytes; /* high 8 bits: ledger device index */
-    void *ctx;      /* the context whose destruction frees it, or NULL */
+    void *ctx;      /* the context whose destruction frees it, NULL, or PT_CTX_UNKNOWN */
     uint64_t aux;   /* VMM handle: references (itself, mappings, retains); mapping: the handle */
 };
 
 #define PT_DEV_SHIFT 56
+
+/* The context of an allocation whose context was not asked when it was made (asking is a
+ * driver call on the allocation's hot path): learned from the driver, by its address, before
+ * any context can die (pt_learn_contexts).  Never a context's handle. */
+#define PT_CTX_UNKNOWN ((void *)(uintptr_t)1)
 
 static inline unsigned pt_entry_dev(const struct pt_entry *e)
 {
@@ -59,6 +64,8 @@ struct ptrtable {
     size_t count;
     uint64_t reserved; /* pending slots taken: set and cleared under the lock, read by publishers */
     struct pt_entry pending[PT_PENDING]; /* key 0: reserved, not yet published */
+    int unknown; /* the table may hold entries of context PT_CTX_UNKNOWN (after the pending
+                    slots, so that the layout the hot path reads stays as it was) */
 };
 
 /* Returns 0, or -1 if the table could not grow (the entry is then not kept). */
@@ -163,6 +170,8 @@ static inline __attribute__((always_inline)) int pt_insert_fast(struct ptrtable 
         i = (i + 1) & t->mask;
     t->slots[i] = (struct pt_entry){.key = key, .bytes = bytes | ((uint64_t)dev << PT_DEV_SHIFT), .ctx = ctx};
     t->count++;
+    if (ctx == PT_CTX_UNKNOWN)
+        t->unknown = 1;
     return 0;
 }
 
@@ -200,6 +209,9 @@ static inline __attribute__((always_inline)) int pt_remove_fast(struct ptrtable 
 struct pt_entry *pt_find(struct ptrtable *t, uint64_t key);
 /* The key of the first entry of kind `kind` whose (key ^ kind) lies in [lo, hi), or 0. */
 uint64_t pt_find_range(struct ptrtable *t, uint64_t kind, uint64_t lo, uint64_t hi);
+/* Asks `owner` the context of every entry of context PT_CTX_UNKNOWN (its key: an address) and
+ * keeps the answer; an entry whose owner cannot be told (NULL) stays unknown. */
+void pt_learn_contexts(struct ptrtable *t, void *(*owner)(uint64_t key));
 /* Removes every entry of context `ctx`, calling `credit` for each. */
 void pt_remove_context(struct ptrtable *t, void *ctx, void (*credit)(uint64_t key, unsigned dev, uint64_t bytes));
 /* Forget everything (after fork, in the child). */

@@ -319,15 +319,15 @@ def test_processes_in_separate_pid_namespaces_never_share_the_lock(
         assert out.split()[-3:-1] == ["0", str(GiB)], out
 
 
-@pytest.fixture(scope="session")
-def legacy_ctx(tmp_path_factory, cc, sim_dir) -> Path:
-    exe = tmp_path_factory.mktemp("legacy") / "legacy_ctx"
+def build_against_sim(tmp_path_factory, cc, sim_dir, name: str) -> Path:
+    """tests/shim/<name>.c, built against the simulator's libcuda."""
+    exe = tmp_path_factory.mktemp(name) / name
     include = next(
         p
         for p in (os.environ.get("CUDA_HOME", "") + "/include", "/usr/local/cuda/include")
         if Path(p, "cuda.h").is_file()
     )
-    src = Path(__file__).resolve().parent / "legacy_ctx.c"
+    src = Path(__file__).resolve().parent / f"{name}.c"
     subprocess.run(
         [
             cc,
@@ -348,6 +348,16 @@ def legacy_ctx(tmp_path_factory, cc, sim_dir) -> Path:
     return exe
 
 
+@pytest.fixture(scope="session")
+def legacy_ctx(tmp_path_factory, cc, sim_dir) -> Path:
+    return build_against_sim(tmp_path_factory, cc, sim_dir, "legacy_ctx")
+
+
+@pytest.fixture(scope="session")
+def ctx_owners(tmp_path_factory, cc, sim_dir) -> Path:
+    return build_against_sim(tmp_path_factory, cc, sim_dir, "ctx_owners")
+
+
 def test_memory_of_a_detached_context_comes_back(shim_env, legacy_ctx):
     env = shim_env({"CGPU_MEM_LIMIT": "1GiB"})
     proc = subprocess.run(
@@ -360,3 +370,23 @@ def test_memory_of_a_detached_context_comes_back(shim_env, legacy_ctx):
     assert steps["attach"] == ["0", str(start_free - 256 * MiB)]
     assert steps["detach1"] == ["0", str(start_free - 256 * MiB)]  # still attached once
     assert steps["detach2"] == ["0", str(start_free)]  # destroyed: its memory is back
+
+
+def test_memory_is_credited_with_the_context_it_was_allocated_in(shim_env, ctx_owners):
+    """The shim learns an allocation's context from the driver only before a context may die
+    (not at the allocation): with two live contexts, each one's death credits its own memory
+    and only that, a release that leaves the primary alive credits nothing, and memory
+    allocated after such a release is still credited with the primary."""
+    env = shim_env({"CGPU_MEM_LIMIT": "1GiB"})
+    proc = subprocess.run(
+        [str(ctx_owners), str(16 * MiB)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    steps = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()}
+    free = int(steps["start"][1])
+    a, b, e, f = 8 * 16 * MiB, 4 * 16 * MiB, 2 * 16 * MiB, 16 * MiB
+    assert steps["alloc"] == ["0", str(free - a - b - e)]
+    assert steps["release1"] == ["0", str(free - a - b - e)]  # retained once more: alive
+    assert steps["alloc2"] == ["0", str(free - a - b - e - f)]
+    assert steps["destroy"] == ["0", str(free - a - e - f)]  # B only, with its context
+    assert steps["release2"] == ["0", str(free)]  # A, E and F with the primary
