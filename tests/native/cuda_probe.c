@@ -488,6 +488,35 @@ int main(int argc, char **argv)
             }
             printf("threads %d\n", failures);
             i += 3;
+        } else if (strcmp(c, "threads-ctx") == 0) {
+            /* threads, while this thread makes contexts of its own, allocates in each and
+             * destroys it with the memory in it, ROUNDS times: what the churning threads hold
+             * stays theirs. */
+            int t = (int)ARG(1), rounds = (int)ARG(4), bad = 0;
+            pthread_t th[256];
+            struct churn ch[256];
+            for (int k = 0; k < t && k < 256; k++) {
+                ch[k] = (struct churn){.iters = (int)ARG(2), .size = ARG(3)};
+                pthread_create(&th[k], NULL, churn_thread, &ch[k]);
+            }
+            for (int k = 0; k < rounds; k++) {
+                CUcontext ctx;
+                CUdeviceptr p;
+                if (f.ctx_create(&ctx, NULL, 0, g_dev) != CUDA_SUCCESS) {
+                    bad++;
+                    continue;
+                }
+                bad += f.alloc(&p, ARG(3)) != CUDA_SUCCESS;
+                bad += f.ctx_destroy(ctx) != CUDA_SUCCESS;
+            }
+            f.ctx_set(g_ctx);
+            int failures = 0;
+            for (int k = 0; k < t && k < 256; k++) {
+                pthread_join(th[k], NULL);
+                failures += ch[k].failures;
+            }
+            printf("threads-ctx %d %d\n", failures, bad);
+            i += 4;
         } else if (strcmp(c, "grab") == 0) {
             int t = (int)ARG(1);
             pthread_t th[256];
