@@ -60,7 +60,8 @@ static void *owner_of(uint64_t key)
 
 static void learn_contexts(void)
 {
-    if (mode() != SHIM_LIMITED)
+    /* Without a slot (none charged yet, or given back at exit) there is nothing to credit. */
+    if (mode() != SHIM_LIMITED || __atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) < 0)
         return;
     pointer_attr_fn fn = __atomic_load_n(&pointer_attr, __ATOMIC_ACQUIRE);
     if (!fn) {
