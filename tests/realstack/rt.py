@@ -70,3 +70,27 @@ class Cudart:
 
 class CudaError(Exception):
     """A runtime call's error, as the client would raise it."""
+
+
+class _ProcessInfo(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+def driver_used(pid: int) -> int:
+    """What the driver charges process `pid` on GPU 0, as NVML's compute process list says.
+
+    The simulator's libnvidia-ml is called through its own handle, so the shim (which answers
+    the slice where a program asks NVML) does not stand between: this is the device's figure,
+    to hold against the ledger's.
+    """
+    from cgpu.core.paths import sim_lib_dir
+
+    nvml = ctypes.CDLL(str(sim_lib_dir() / "libnvidia-ml.so.1"))
+    assert nvml.nvmlInit_v2() == 0
+    dev = ctypes.c_void_p()
+    assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0
+    infos = (_ProcessInfo * 64)()
+    count = ctypes.c_uint(64)
+    assert nvml.nvmlDeviceGetComputeRunningProcesses_v2(dev, ctypes.byref(count), infos) == 0
+    return sum(p.usedGpuMemory for p in infos[: count.value] if p.pid == pid)
