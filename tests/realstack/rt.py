@@ -13,18 +13,20 @@ from pathlib import Path
 CUDA_SUCCESS = 0
 
 
-def _nvidia_dir() -> Path:
+def _nvidia_dirs() -> list[Path]:
+    """The `nvidia` namespace package's folders (one per site-packages that holds a wheel)."""
     spec = importlib.util.find_spec("nvidia")
     assert spec and spec.submodule_search_locations, "no nvidia wheels installed"
-    return Path(next(iter(spec.submodule_search_locations)))
+    return [Path(p) for p in spec.submodule_search_locations]
 
 
 def cudart_path(major: int) -> Path:
     """The libcudart.so.<major> of the pinned wheels."""
     sub = "cuda_runtime/lib" if major == 12 else f"cu{major}/lib"
-    path = _nvidia_dir() / sub / f"libcudart.so.{major}"
-    assert path.is_file(), f"{path} is missing"
-    return path
+    paths = [d / sub / f"libcudart.so.{major}" for d in _nvidia_dirs()]
+    found = [p for p in paths if p.is_file()]
+    assert found, f"{paths[0]} is missing"
+    return found[0]
 
 
 class Cudart:
