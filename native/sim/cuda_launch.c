@@ -25,6 +25,7 @@ void timeline_init(void)
             s->f = drv.st->f;
             s->d = &drv.st->f->dev[sdev];
             s->sdev = sdev;
+            s->alive = sim_pid_alive;
             drv.work[i] = &slot->work[t];
             drv.work_id[i] = drv.slot * SIM_SLOT_TL + t;
         } else { /* no state file, or this process already has SIM_SLOT_TL devices there */

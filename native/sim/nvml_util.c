@@ -82,7 +82,8 @@ static void advance_all(unsigned long long mono)
         if (nvs.sdev[i] < 0)
             continue;
         struct sim_sched s = {.f = nvs.st->f, .d = &nvs.st->f->dev[nvs.sdev[i]], .sdev = nvs.sdev[i],
-                              .slice = nvs.cfg.slice_ns, .sw = nvs.cfg.switch_ns};
+                              .slice = nvs.cfg.slice_ns, .sw = nvs.cfg.switch_ns,
+                              .alive = sim_pid_alive};
         sim_sched_lock(&s);
         sim_sched_advance(&s, mono);
         sim_sched_unlock(&s);

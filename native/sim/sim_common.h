@@ -197,7 +197,9 @@ struct sim_sched {
     struct sim_work *priv;
     int sdev;                                        /* state device, or -1 */
     unsigned long long slice, sw;                    /* timeslice and switch cost, ns */
+    int (*alive)(int pid, unsigned long long start_time); /* sim_pid_alive, or NULL */
 };
+/* Initialise a device's schedule lock (sim_state.c). */
 int sim_tl_dev_init(struct sim_tl_dev *d);
 void sim_sched_lock(const struct sim_sched *s);
 void sim_sched_unlock(const struct sim_sched *s);

@@ -57,6 +57,11 @@ static int init_mutex(pthread_mutex_t *m)
     return r;
 }
 
+int sim_tl_dev_init(struct sim_tl_dev *d)
+{
+    return init_mutex(&d->mu);
+}
+
 struct sim_state *sim_state_open(const char *path)
 {
     const size_t size = sizeof(struct sim_state_file);

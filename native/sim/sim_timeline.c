@@ -87,17 +87,6 @@ unsigned long long sim_tl_busy(const struct sim_tl *tl, unsigned long long b0, u
     return total;
 }
 
-int sim_tl_dev_init(struct sim_tl_dev *d)
-{
-    pthread_mutexattr_t a;
-    pthread_mutexattr_init(&a);
-    pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
-    pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
-    int r = pthread_mutex_init(&d->mu, &a);
-    pthread_mutexattr_destroy(&a);
-    return r;
-}
-
 void sim_sched_lock(const struct sim_sched *s)
 {
     /* Robust: a process killed while it held the lock leaves at worst one step of the
@@ -139,7 +128,7 @@ static int owner_alive(const struct sim_sched *s, int id)
         return 1;
     struct sim_state_slot *slot = &s->f->slots[id / SIM_SLOT_TL];
     int pid = atomic_load(&slot->pid);
-    return pid == sim_host_pid() || sim_pid_alive(pid, atomic_load(&slot->start_time));
+    return !s->alive || pid == sim_host_pid() || s->alive(pid, atomic_load(&slot->start_time));
 }
 
 static unsigned long long pending_of(const struct sim_work *w)
