@@ -4,8 +4,11 @@ Per GPU, every ~100 ms: k = the compute processes NVML lists on it that are no m
 connection's peer; u = their demand in [0, 1], from the device's busy samples. A sample covers a
 period P (the spacing of the samples) and says how busy the GPU was in it; h is how long a
 managed container held the token in that period. The busy time no hold explains, over the time
-not held, is u_p = max(0, busy*P - h) / max(P - h, 0.1*P), clamped to [0, 1]; u smooths u_p over
-~1 s. The scheduler gets u * k (0 when k is 0). A neighbour that appears (k was 0) is taken to
+not held, is u_p = max(0, busy*P - h) / (P - h), clamped to [0, 1]; u smooths u_p over ~1 s. A
+period held for more than 90% of it says next to nothing of the others (the GPU is busy through
+a hold whoever runs) and is skipped: counted as demand 0, a turn longer than a period pulled u
+down and the holder was charged too much of the GPU (fixed 30 beside a saturating neighbour got
+25). The scheduler gets u * k (0 when k is 0). A neighbour that appears (k was 0) is taken to
 saturate the GPU (u = 1) until its samples say otherwise: a limited container beside it is never
 under-served while u is learnt, only over-served for about a second when the neighbour idles.
 Without NVML, or when it fails, the load is 0 (f = 1), logged once.
@@ -22,7 +25,7 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 SMOOTHING_NS = 1_000_000_000
-MIN_FREE_SHARE = 0.1  # the denominator is at least 10% of the period
+MIN_FREE_SHARE = 0.1  # a period with less than this share not held is skipped
 NVML_ERROR_NOT_FOUND = 6  # nvmlDeviceGetSamples: no sample newer than asked
 NVML_GPU_UTILIZATION_SAMPLES = 1
 
@@ -59,8 +62,10 @@ class DemandEstimate:
                 continue
             period = end - start
             hold = min(max(held(start, end), 0), period)
+            if period - hold < MIN_FREE_SHARE * period:
+                continue  # (nearly) all held: nothing to learn of the others
             busy_ns = min(max(busy, 0.0), 1.0) * period
-            demand = max(0.0, busy_ns - hold) / max(period - hold, MIN_FREE_SHARE * period)
+            demand = max(0.0, busy_ns - hold) / (period - hold)
             weight = min(1.0, period / self.smoothing_ns)
             self.u += weight * (min(demand, 1.0) - self.u)
 

@@ -33,7 +33,8 @@ def _feed(estimate: DemandEstimate, seconds: float, busy: float, held_share: flo
         (0.0, 0.0, 0.0),
         (0.5, 0.5, 0.0),  # all the busy time is the holder's
         (0.75, 0.5, 0.5),  # a quarter of the period beside a half that was free
-        (1.0, 0.95, 0.5),  # the free time counts as at least 10% of the period
+        (1.0, 0.85, 1.0),  # busy through the free time too
+        (1.0, 0.95, 0.0),  # held nearly all the period: skipped, the estimate stays
         (1.0, 1.0, 0.0),
     ],
 )
@@ -41,6 +42,18 @@ def test_demand_is_the_busy_time_no_hold_explains(busy, held_share, demand) -> N
     estimate = DemandEstimate()
     _feed(estimate, 5, busy, held_share)
     assert estimate.u == pytest.approx(demand, abs=0.01)
+
+
+def test_turns_longer_than_a_period_do_not_hide_a_saturating_neighbour() -> None:
+    # A neighbour that saturates the GPU, then a container holding it for whole periods (the
+    # GPU busy throughout): those periods say nothing of the neighbour, so its demand stays
+    # (counting them as none made the holder pay for the whole GPU it shared).
+    estimate = DemandEstimate()
+    _feed(estimate, 3, 1.0, 0.0)
+    before = estimate.u
+    ends = [3 * 10**9 + i * PERIOD for i in range(1, 6)]
+    estimate.add([(end, 1.0) for end in ends], lambda start, end: end - start)
+    assert estimate.u == pytest.approx(before)
 
 
 def test_demand_is_smoothed_over_about_a_second() -> None:

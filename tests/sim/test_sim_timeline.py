@@ -362,7 +362,8 @@ BESIDE = """
 
 def _beside(exe: Path, simlib: Path, state: Path, kernel_ns: int, holders: int) -> dict:
     code = BESIDE.replace("sys.argv[1]", repr(str(exe)))
-    code = code.replace("int(sys.argv[2])", str(kernel_ns)).replace("int(sys.argv[3])", str(holders))
+    code = code.replace("int(sys.argv[2])", str(kernel_ns))
+    code = code.replace("int(sys.argv[3])", str(holders))
     proc = run_py(simlib, code, state=state)
     assert proc.returncode == 0, proc.stderr
     return json_out(proc)
