@@ -56,6 +56,21 @@ def test_turns_longer_than_a_period_do_not_hide_a_saturating_neighbour() -> None
     assert estimate.u == pytest.approx(before)
 
 
+def test_how_busy_a_hold_keeps_the_gpu_is_learnt_from_whole_held_periods() -> None:
+    # Beside a saturating neighbour a hold keeps the GPU 97.6% busy (the two contexts
+    # time-slice, each switch idles it). Learnt from periods held whole, it is not mistaken
+    # for the neighbour's demand in periods held in part (60%: 0.6 * 0.976 + 0.4 busy).
+    estimate = DemandEstimate()
+    ends = [i * PERIOD for i in range(1, 31)]
+    estimate.add([(end, 0.976) for end in ends], lambda start, end: end - start)
+    assert estimate.held_busy == pytest.approx(0.976, abs=0.01)
+    more = [3 * 10**9 + i * PERIOD for i in range(1, 61)]
+    estimate.add(
+        [(end, 0.6 * 0.976 + 0.4) for end in more], lambda start, end: (end - start) * 6 // 10
+    )
+    assert estimate.u == pytest.approx(1.0, abs=0.01)  # (taken as b = 1: 0.96)
+
+
 def test_demand_is_smoothed_over_about_a_second() -> None:
     estimate = DemandEstimate()
     _feed(estimate, 0.5, 1.0, 0.0)
@@ -146,3 +161,14 @@ def test_nvml_source_reads_the_simulators_samples(sim_env) -> None:
     assert ends == sorted(ends) and len(set(ends)) == len(ends)
     assert all(end > samples[-1][0] for end, _ in newer)
     assert pids == []
+
+
+def test_the_period_a_neighbour_is_seen_in_does_not_count() -> None:
+    # That period holds time before the neighbour ran (its start-up): it would pull the
+    # assumed saturation down at once, and the holder would pay for more of the GPU than it had.
+    source = FakeSource({10, 11})
+    load = UnmanagedLoad(source)
+    assert _poll(load, {10, 11}, 3) == 0.0  # no neighbour yet
+    source.busy = 30
+    assert _poll(load, {10}, 1) == 1.0  # seen: assumed to saturate, its first period skipped
+    assert _poll(load, {10}, 1) < 1.0  # the next period counts
