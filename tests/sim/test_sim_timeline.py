@@ -35,6 +35,8 @@ def test_bad_timeline_settings_fail_cuinit(run_timeline) -> None:
         ("kernel_ns", 11_000 * MS),
         ("queue_depth", 0),
         ("timeslice_ns", -1),
+        ("slice_ns", 999),
+        ("switch_ns", -1),
     ):
         proc = run_timeline("paths", check=False, **{key: value})
         assert proc.returncode != 0
@@ -388,3 +390,26 @@ def test_busy_time_is_what_each_process_ran(timeline_probe, simlib, tmp_path) ->
     r = _beside(timeline_probe, simlib, tmp_path / "s", 0, 2)
     assert all(88 <= b <= 101 for b in r["busy_ms"]), r
     assert 190 <= sum(r["busy_ms"]) <= 200, r
+
+
+def test_launchers_killed_at_any_moment_leave_the_schedule_usable(
+    timeline_probe, simlib, tmp_path
+) -> None:
+    # Launchers of 10 us kernels take the device's schedule lock thousands of times a second;
+    # SIGKILLed at arbitrary moments (some inside it), they leave no lock held: the robust mutex
+    # passes to the next process, whose kernels run at once.
+    state = tmp_path / "s"
+    for round_ in range(3):
+        start = time.monotonic_ns()
+        procs = [_start(timeline_probe, simlib, "saturate", 10_000, 5000, start, state=state)
+                 for _ in range(4)]
+        time.sleep(0.3 + 0.07 * round_)
+        for p in procs:
+            p.kill()
+            p.wait()
+    start = time.monotonic_ns()
+    proc = _start(timeline_probe, simlib, "run", 20 * MS, 1, 0, state=state)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    r = json.loads(out.strip().splitlines()[-1])
+    assert 20 * MS <= r["end"] - r["begin"] < 60 * MS, r
