@@ -166,6 +166,8 @@ static void run(const struct sim_sched *s, struct sim_work *w, struct sim_tl *tl
 void sim_sched_advance(const struct sim_sched *s, unsigned long long now)
 {
     struct sim_tl_dev *d = s->d;
+    if (d->nrq < 0 || d->nrq > SIM_RUNQ) /* a state file written by something else */
+        d->nrq = 0;
     unsigned long long t = d->at;
     if (!t || d->nrq == 0) { /* idle: nothing to run up to now */
         if (now > t)
@@ -247,7 +249,7 @@ unsigned long long sim_sched_queue(const struct sim_sched *s, int id, struct sim
         for (int k = 0; k < d->nrq && !in; k++)
             in = d->rq[k] == id;
         if (!in) {
-            if (d->nrq == SIM_RUNQ)
+            if (d->nrq < 0 || d->nrq >= SIM_RUNQ)
                 return 0;
             d->rq[d->nrq++] = id;
         }
