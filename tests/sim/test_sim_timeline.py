@@ -380,7 +380,8 @@ def test_a_newcomer_takes_turns_with_a_queued_neighbour(
     # contexts, 2 ms each and a switch between, so the kernel runs in about twice its time, a
     # 50 ms one preempted at each slice's end and resumed in the next.
     r = _beside(timeline_probe, simlib, tmp_path / "s", kernel_ms * MS, 1)
-    assert 2 * kernel_ms * 0.95 <= r["ms"] < 2 * kernel_ms * 1.06 + 15, r
+    # (The slack above is a loaded machine's late wake-ups; first come, first served: ~1000.)
+    assert 2 * kernel_ms * 0.95 <= r["ms"] < 2 * kernel_ms * 1.06 + 40, r
 
 
 def test_busy_time_is_what_each_process_ran(timeline_probe, simlib, tmp_path) -> None:
