@@ -336,7 +336,7 @@ class Arbiter:
                 for client, order in gpu.step(now):
                     sent = True
                     if not client.closed:
-                        packet = _packet(client, uuid, order, gpu.grant_work_ns())
+                        packet = _packet(client, uuid, order, gpu.grant_work_ns(), gpu.sharers())
                         self._send(client, packet, now)
             if not sent:
                 return
@@ -373,10 +373,10 @@ def _held_until(gpu: GpuSchedule[Client], now: int, start: int, end: int) -> int
     return gpu.held_ns(start, end, now)
 
 
-def _packet(client: Client, uuid: str, order: Order, budget_ns: int) -> bytes:
-    """The GRANT (with the work budget of a grant) or REVOKE packet of `order`, for the client's
-    index of the GPU."""
+def _packet(client: Client, uuid: str, order: Order, budget_ns: int, sharers: int) -> bytes:
+    """The GRANT (with the work budget of a grant and how many processes split it) or REVOKE
+    packet of `order`, for the client's index of the GPU."""
     dev = next(index for index, known in client.devs.items() if known == uuid)
     if order.kind == "grant":
-        return protocol.grant(dev, order.epoch, order.share, budget_ns)
+        return protocol.grant(dev, order.epoch, order.share, budget_ns, sharers)
     return protocol.revoke(dev, order.epoch)

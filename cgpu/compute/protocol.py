@@ -27,7 +27,8 @@ BUSY = 6  # launching again after IDLE
 SPENT = 7  # a = epoch, b = work queued (ns, the client's estimate): the grant's budget is used
 # Arbiter -> client.
 # a = epoch, b = the container's share over the last ~1 s in 1/100 percent, text = the grant's
-# work budget (ns, uint64; 0 or absent: none)
+# work budget (ns, uint64; 0 or absent: none), then how many busy processes the container has
+# (uint32; 0 or absent: one): with several, each counts the budget whatever its kernels' length
 GRANT = 10
 REVOKE = 11  # a = epoch
 REFUSE = 12  # text = reason
@@ -78,12 +79,13 @@ def text_uuid(text: bytes) -> str:
     return uuid
 
 
-BUDGET = struct.Struct("<Q")
+BUDGET = struct.Struct("<QI")  # the grant's work (ns), the container's busy processes
 
 
-def grant(dev: int, epoch: int, share: int, budget_ns: int = 0) -> bytes:
-    """GRANT for `dev` in `epoch`; share in 1/100 percent; the work a grant admits (ns)."""
-    return pack(Message(GRANT, dev, epoch, share, BUDGET.pack(budget_ns)))
+def grant(dev: int, epoch: int, share: int, budget_ns: int = 0, sharers: int = 1) -> bytes:
+    """GRANT for `dev` in `epoch`; share in 1/100 percent; the work a grant admits (ns), and how
+    many busy processes the container has."""
+    return pack(Message(GRANT, dev, epoch, share, BUDGET.pack(budget_ns, max(1, sharers))))
 
 
 def revoke(dev: int, epoch: int) -> bytes:

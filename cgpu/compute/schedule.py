@@ -452,6 +452,14 @@ class GpuSchedule(Generic[Conn]):
         waiting = any(self._eligible(t) for n, t in self._tenants.items() if n != holder)
         return (GRANT_WORK_QUANTA if waiting else ALONE_WORK_QUANTA) * self.quantum_ns
 
+    def sharers(self) -> int:
+        """How many busy processes (connections) the holder has: with several, each counts a
+        grant's work budget whatever its kernels' length (each has its own queue to drain)."""
+        if self._token is None:
+            return 1
+        links = [self._links[c] for c in self._tenants[self._token.holder].conns]
+        return max(1, sum(link.active and not link.idle for link in links))
+
     @property
     def holder(self) -> str | None:
         """The container that holds the token, or None."""

@@ -4,9 +4,15 @@ Per GPU, every ~100 ms: k = the compute processes NVML lists on it that are no m
 connection's peer; u = their demand in [0, 1], from the device's busy samples. A sample covers a
 period P (the spacing of the samples) and says how busy the GPU was in it; h is how long a
 managed container held the token in that period. The busy time no hold explains, over the time
-not held, is u_p = max(0, busy*P - h) / max(P - h, 0.1*P), clamped to [0, 1]; u smooths u_p over
-~1 s. The scheduler gets u * k (0 when k is 0). A neighbour that appears (k was 0) is taken to
-saturate the GPU (u = 1) until its samples say otherwise: a limited container beside it is never
+not held, is u_p = max(0, busy*P - b*h) / (P - h), clamped to [0, 1]; u smooths u_p over ~1 s.
+b is how busy the GPU is while held (1 at first): a period held for more than 90% of it says
+next to nothing of the others (the GPU is busy through a hold whoever runs), so it only teaches
+b (below 1 where the GPU time-slices the holder and a neighbour: each context switch idles it).
+Counted as demand 0, such periods pulled u down on turns longer than a period, and the holder
+was charged too much of the GPU (fixed 30 beside a saturating neighbour got 25). The scheduler
+gets u * k (0 when k is 0). A neighbour that appears (k was 0) is taken to saturate the GPU
+(u = 1) until the samples of the periods after the one it was seen in say otherwise (that one
+holds time before it ran): a limited container beside it is never
 under-served while u is learnt, only over-served for about a second when the neighbour idles.
 Without NVML, or when it fails, the load is 0 (f = 1), logged once.
 """
@@ -22,7 +28,7 @@ from typing import Any, Protocol
 log = logging.getLogger(__name__)
 
 SMOOTHING_NS = 1_000_000_000
-MIN_FREE_SHARE = 0.1  # the denominator is at least 10% of the period
+MIN_FREE_SHARE = 0.1  # a period with less than this share not held is skipped
 NVML_ERROR_NOT_FOUND = 6  # nvmlDeviceGetSamples: no sample newer than asked
 NVML_GPU_UTILIZATION_SAMPLES = 1
 
@@ -48,20 +54,28 @@ class DemandEstimate:
     def __init__(self, smoothing_ns: int = SMOOTHING_NS) -> None:
         self.smoothing_ns = smoothing_ns
         self.u = 0.0
+        self.held_busy = 1.0  # how busy the GPU is while held, from periods held (nearly) whole
         self.last_end: int | None = None  # end of the newest period seen
+        self.learn_from = 0  # periods that start no later say nothing of the present neighbours
 
     def add(self, samples: Iterable[tuple[int, float]], held: HeldNs) -> None:
         """Fold in (period end ns, busy fraction) samples, oldest first; each period starts
         where the previous sample ended. Samples not newer than the last one are skipped."""
         for end, busy in samples:
             start, self.last_end = self.last_end, max(end, self.last_end or end)
-            if start is None or end <= start:
+            if start is None or end <= start or start <= self.learn_from:
                 continue
             period = end - start
             hold = min(max(held(start, end), 0), period)
             busy_ns = min(max(busy, 0.0), 1.0) * period
-            demand = max(0.0, busy_ns - hold) / max(period - hold, MIN_FREE_SHARE * period)
             weight = min(1.0, period / self.smoothing_ns)
+            if period - hold < MIN_FREE_SHARE * period:
+                # (Nearly) all held: nothing to learn of the others, but how busy a hold keeps
+                # the GPU (below 1 where contexts time-slice: each switch idles it a little).
+                if hold:
+                    self.held_busy += weight * (min(busy_ns / hold, 1.0) - self.held_busy)
+                continue
+            demand = max(0.0, busy_ns - self.held_busy * hold) / (period - hold)
             self.u += weight * (min(demand, 1.0) - self.u)
 
 
@@ -95,6 +109,8 @@ class UnmanagedLoad:
             samples = samples[-1:]
         if unmanaged and not self._had.get(uuid):
             estimate.u = 1.0  # a new neighbour: assume it saturates until measured
+            # The period it was seen in holds time before it ran: learn from the next one on.
+            estimate.learn_from = estimate.last_end or 0
         self._had[uuid] = len(unmanaged)
         estimate.add([(end * 1000 + offset_ns, busy / 100) for end, busy in samples], held)
         return estimate.u * len(unmanaged)

@@ -277,15 +277,21 @@ static void disconnect(void)
 }
 
 /* The grant's last launch: a work budget's worth at the learnt time per launch, at least one;
- * one before a turn has been measured; none (~0) without a budget, or where it would admit more
- * than MAX_BUDGET_LAUNCHES (kernels short beside the quantum: its REVOKE ends the turn soon
- * enough, and the budget would only add messages). */
+ * one before a turn has been measured; none (~0) without a budget, or where a process alone would
+ * admit more than MAX_BUDGET_LAUNCHES (kernels short beside the quantum: its REVOKE ends the turn
+ * soon enough, and the budget would only add messages). A process of a container with several
+ * busy ones always counts it: each queues its own work ahead (a driver queue each), so without it
+ * a container of sixteen had sixteen queues to drain at every REVOKE (turns of 100-200 ms, not
+ * 20). Its time per launch, learnt from whole turns, is the GPU time it gets with the others
+ * beside it, so the container's processes together admit about the budget. */
 static void set_budget(int d, const struct token_msg *m, uint64_t launched)
 {
     uint64_t budget;
+    uint32_t sharers;
     memcpy(&budget, m->text, sizeof budget); /* little-endian, as the arbiter packs it */
+    memcpy(&sharers, m->text + sizeof budget, sizeof sharers); /* 0 from an older arbiter */
     uint64_t stop = UINT64_MAX, work = 0, cost = tk.cost[d];
-    if (budget && (!cost || budget / cost <= MAX_BUDGET_LAUNCHES)) {
+    if (budget && (!cost || sharers > 1 || budget / cost <= MAX_BUDGET_LAUNCHES)) {
         uint64_t k = cost && budget / cost ? budget / cost : 1;
         stop = launched + k;
         work = k * cost;

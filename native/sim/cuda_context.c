@@ -501,8 +501,9 @@ SIM_API CUresult cuCtxSynchronize_v2(CUcontext ctx)
         return rc;
     LOCK();
     unsigned long long end = c->last_end;
+    int phys = c->phys;
     UNLOCK();
-    wait_until(end);
+    wait_mark(phys, end);
     LOCK();
     pools_settle_locked();
     UNLOCK();

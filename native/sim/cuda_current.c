@@ -92,22 +92,53 @@ int ctx_queues_init(struct sim_ctx *c)
 /* ------------------------------------------------------------------------ */
 /* Waiting                                                                   */
 
-/* How the work that waits on time is run: cuda_transfer.c registers it (its
- * queued copies and sets), so that this file stays below it. */
-static void (*_Atomic settle_fn)(unsigned long long t);
+/* How the work that waits for the device is run: cuda_transfer.c registers it
+ * (its queued copies and sets), so that this file stays below it. */
+static void (*_Atomic settle_fn)(void);
 
-void wait_on_settle(void (*settle)(unsigned long long t))
+void wait_on_settle(void (*settle)(void))
 {
     atomic_store(&settle_fn, settle);
 }
 
-void wait_until(unsigned long long t)
+unsigned long long work_done(int phys)
 {
-    if (t > sim_now_ns())
-        sim_sleep_until(t);
-    void (*settle)(unsigned long long) = atomic_load(&settle_fn);
+    const struct sim_sched *s = &drv.sched[phys];
+    struct sim_work *w = drv.work[phys];
+    if (!s->d || !w)
+        return 0;
+    sim_sched_lock(s);
+    sim_sched_advance(s, sim_now_ns());
+    unsigned long long d = atomic_load_explicit(&w->done, memory_order_acquire);
+    sim_sched_unlock(s);
+    return d;
+}
+
+unsigned long long mark_time(int phys, unsigned long long mark)
+{
+    const struct sim_sched *s = &drv.sched[phys];
+    struct sim_work *w = drv.work[phys];
+    if (!s->d || !w)
+        return sim_now_ns();
+    sim_sched_lock(s);
+    unsigned long long t = sim_work_time(w, mark);
+    sim_sched_unlock(s);
+    return t ? t : sim_now_ns();
+}
+
+void wait_mark(int phys, unsigned long long mark)
+{
+    /* Others' later launches decide when our work runs: look, then sleep until the
+     * earliest it could be done (were the device ours from now on), and look again. */
+    for (;;) {
+        unsigned long long d = work_done(phys);
+        if (d >= mark)
+            break;
+        sim_sleep_until(sim_now_ns() + (mark - d));
+    }
+    void (*settle)(void) = atomic_load(&settle_fn);
     if (settle)
-        settle(t); /* copies and sets queued up to t */
+        settle(); /* copies and sets queued behind that work */
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1,23 +1,43 @@
-/* The simulated CUDA driver (libcuda.so.1).  Kernel launch on the timeline:
- * the device runs one kernel at a time across every process that shares the
- * CGPU_SIM_STATE file (a private timeline without one).  A kernel starts at
- * max(its launch, the end of its stream's earlier work, the end of the
- * device's queued work) and runs for its duration (cuda_module.c).  A
- * process queues at most about a time slice (CGPU_SIM_TIMESLICE_NS) ahead of
- * its running kernel, so saturating processes take turns on the device as
- * under time-slicing. */
+/* The simulated CUDA driver (libcuda.so.1).  Kernel launch onto the device's
+ * schedule: the device runs one process's work at a time across every process
+ * that shares the CGPU_SIM_STATE file (a private schedule without one); a
+ * process's kernels run in launch order, and processes with work take turns
+ * in timeslices (sim_timeline.c).  A launch adds the kernel's duration to the
+ * process's queued work and returns its mark.  A process queues at most about
+ * CGPU_SIM_TIMESLICE_NS of its own work ahead of the device before a launch
+ * blocks, as a full GPU queue does. */
 #include "cuda_sim.h"
 
 static struct sim_tl_dev private_tl[SIM_MAX_DEVICES];
+static struct sim_work private_work[SIM_MAX_DEVICES];
 
-/* drv.mu held (cuInit). */
+/* drv.mu held (cuInit; again in a forked child, which starts from nothing). */
 void timeline_init(void)
 {
     struct sim_state_slot *slot = drv.st && drv.slot >= 0 ? &drv.st->f->slots[drv.slot] : NULL;
     for (int i = 0; i < SIM_MAX_DEVICES; i++) {
         int sdev = drv.sdev[i];
-        drv.tl[i] = slot && sdev >= 0 ? &drv.st->f->dev[sdev] : &private_tl[i];
-        drv.slot_tl[i] = slot && sdev >= 0 ? sim_slot_tl(slot, sdev, 1) : NULL;
+        struct sim_tl *tl = slot && sdev >= 0 ? sim_slot_tl(slot, sdev, 1) : NULL;
+        struct sim_sched *s = &drv.sched[i];
+        *s = (struct sim_sched){.slice = drv.cfg.slice_ns, .sw = drv.cfg.switch_ns, .sdev = -1};
+        if (tl) {
+            int t = (int)(tl - slot->tl);
+            s->f = drv.st->f;
+            s->d = &drv.st->f->dev[sdev];
+            s->sdev = sdev;
+            s->alive = sim_pid_alive;
+            drv.work[i] = &slot->work[t];
+            drv.work_id[i] = drv.slot * SIM_SLOT_TL + t;
+        } else { /* no state file, or this process already has SIM_SLOT_TL devices there */
+            memset(&private_tl[i], 0, sizeof private_tl[i]);
+            memset(&private_work[i], 0, sizeof private_work[i]);
+            sim_tl_dev_init(&private_tl[i]);
+            s->d = &private_tl[i];
+            s->priv = &private_work[i];
+            drv.work[i] = &private_work[i];
+            drv.work_id[i] = 0;
+        }
+        drv.last_start[i] = 0;
     }
 }
 
@@ -36,42 +56,41 @@ CUresult launch_work(CUstream s, unsigned long long ns)
             UNLOCK();
             return rc;
         }
-        unsigned long long now = sim_now_ns(), depth = drv.cfg.queue_depth;
-        unsigned long long oldest = q->ends[q->head % depth];
-        if (oldest > now) { /* queue_depth kernels pending on this stream */
-            UNLOCK();
-            wait_until(oldest);
-            continue;
-        }
         int phys = c->phys;
-        unsigned long long slice = drv.cfg.timeslice_ns;
-        if (slice && drv.last_start[phys] > now + slice) { /* take turns with other processes */
-            unsigned long long t = drv.last_start[phys] - slice;
+        const struct sim_sched *sc = &drv.sched[phys];
+        struct sim_work *w = drv.work[phys];
+        unsigned long long depth = drv.cfg.queue_depth, slice = drv.cfg.timeslice_ns;
+        unsigned long long now = sim_now_ns();
+        sim_sched_lock(sc);
+        sim_sched_advance(sc, now);
+        unsigned long long done = atomic_load_explicit(&w->done, memory_order_relaxed);
+        unsigned long long oldest = q->ends[q->head % depth], wait = 0;
+        if (oldest > done) /* queue_depth kernels pending on this stream */
+            wait = oldest;
+        else if (slice && drv.last_start[phys] > done + slice) /* a time slice queued ahead */
+            wait = drv.last_start[phys] - slice;
+        if (wait) {
+            sim_sched_unlock(sc);
             UNLOCK();
-            wait_until(t);
+            wait_mark(phys, wait);
             continue;
         }
-        unsigned long long start, ready = q->last_end > now ? q->last_end : now;
-        if (q == &c->q_legacy && c->last_end > ready)
-            ready = c->last_end;
-        unsigned long long wait = sim_tl_reserve(drv.tl[phys], now, ready, ns, &start);
-        if (wait) { /* the device's queue reaches SIM_TL_AHEAD_NS */
+        unsigned long long pending = sim_sched_pending(sc);
+        unsigned long long start = w->queued;
+        unsigned long long mark = pending + ns <= SIM_TL_AHEAD_NS || !pending
+                                      ? sim_sched_queue(sc, drv.work_id[phys], w, ns)
+                                      : 0;
+        sim_sched_unlock(sc);
+        if (!mark && ns) { /* the device's queue reaches SIM_TL_AHEAD_NS, or its run queue is full */
             UNLOCK();
-            wait_until(wait);
+            sim_sleep_until(now + (pending > ns ? ns : pending) + 1000);
             continue;
         }
-        unsigned long long end = start + ns;
         drv.last_start[phys] = start;
-        sim_tl_add(&drv.tl[phys]->tl, start, end);
-        if (drv.slot_tl[phys]) {
-            sim_tl_add(drv.slot_tl[phys], start, end);
-            atomic_fetch_add_explicit(&drv.st->f->slots[drv.slot].busy[drv.sdev[phys]], ns,
-                                      memory_order_relaxed);
-        }
-        q->ends[q->head++ % depth] = end;
-        q->last_end = end;
-        if (end > c->last_end)
-            c->last_end = end;
+        q->ends[q->head++ % depth] = mark;
+        q->last_end = mark;
+        if (mark > c->last_end)
+            c->last_end = mark;
         UNLOCK();
         return CUDA_SUCCESS;
     }

@@ -44,8 +44,10 @@ enum { O_CTX = 1, O_STREAM, O_EVENT, O_POOL, O_ARRAY, O_MIPMAP, O_VMM, O_MODULE,
 
 struct sim_ctx;
 
-/* The work queued on a stream: when its last item ends, and a ring of the
- * end times of its last queue_depth kernels (CGPU_SIM_QUEUE_DEPTH). */
+/* The work queued on a stream: the mark of its last item, and a ring of the
+ * marks of its last queue_depth kernels (CGPU_SIM_QUEUE_DEPTH).  A mark is a
+ * point in this process's work on the context's device (sim_common.h): the
+ * work is done when the device has run that much of the process's work. */
 struct sim_queue {
     unsigned long long last_end;
     unsigned long long *ends;
@@ -79,7 +81,7 @@ struct sim_ctx {
     size_t limits[CU_LIMIT_MAX > 16 ? CU_LIMIT_MAX : 16];
     unsigned long long heap_charge; /* what the stack, malloc heap and printf FIFO take
                                        beyond their defaults (cuCtxSetLimit) */
-    unsigned long long last_end;   /* end of all work queued in the context */
+    unsigned long long last_end;   /* mark of all work queued in the context */
     struct sim_queue q_legacy;     /* NULL and CU_STREAM_LEGACY */
     struct sim_queue q_ptds;       /* CU_STREAM_PER_THREAD (one for all threads) */
 };
@@ -98,7 +100,9 @@ struct sim_event {
     struct obj hdr;
     unsigned flags;
     int recorded;
-    unsigned long long time;       /* completes at this monotonic time */
+    int phys;                      /* the device of the work it waits for */
+    unsigned long long mark;       /* completes when that work is done */
+    unsigned long long time;       /* when it completed; 0: not known yet */
 };
 
 /* Dynamic shared memory a function may use before it opts in to more. */
@@ -243,9 +247,10 @@ struct sim_driver {
     struct sim_state *st;
     int sdev[SIM_MAX_DEVICES];
     int slot;
-    struct sim_tl_dev *tl[SIM_MAX_DEVICES];   /* the device timelines (shared or private) */
-    struct sim_tl *slot_tl[SIM_MAX_DEVICES];  /* this process's, in the state file, or NULL */
-    unsigned long long last_start[SIM_MAX_DEVICES]; /* start of this process's last kernel */
+    struct sim_sched sched[SIM_MAX_DEVICES];  /* the device schedules (shared or private) */
+    struct sim_work *work[SIM_MAX_DEVICES];   /* this process's work on each */
+    int work_id[SIM_MAX_DEVICES];             /* its id in the schedule's run queue */
+    unsigned long long last_start[SIM_MAX_DEVICES]; /* mark where its last kernel starts */
     struct zone zone[2];
     struct region **live;
     size_t nlive, caplive;
@@ -356,11 +361,16 @@ CUresult stream_check(CUstream s);
 CUresult stream_queue(CUstream s, struct sim_ctx **ctx, struct sim_queue **q);
 /* Allocate a context's default-stream queues (drv.mu held); 0 or -1. */
 int ctx_queues_init(struct sim_ctx *c);
-/* Wait until monotonic time `t`, then run the work registered with
- * wait_on_settle that is due by then (no lock held). */
-void wait_until(unsigned long long t);
-/* Register what wait_until runs after it waits (cuda_transfer.c: mem_settle). */
-void wait_on_settle(void (*settle)(unsigned long long t));
+/* How much of this process's work device `phys` has run, the schedule advanced
+ * to now (no drv.mu needed; may be held). */
+unsigned long long work_done(int phys);
+/* When this process's work on `phys` reached `mark` (done by now). */
+unsigned long long mark_time(int phys, unsigned long long mark);
+/* Wait until the device has run this process's work up to `mark`, then run the
+ * work registered with wait_on_settle that is due (no lock held). */
+void wait_mark(int phys, unsigned long long mark);
+/* Register what wait_mark runs after it waits (cuda_transfer.c: mem_settle). */
+void wait_on_settle(void (*settle)(void));
 /* Stream capture: what a call on a capturing stream adds to its graph instead of
  * running.  cuda_graph.c registers the operations (drv.mu held when they run). */
 struct sim_capture_ops {
@@ -392,14 +402,14 @@ void region_free(struct region *r);
 struct hrange *host_range(unsigned long long p);
 /* Release an array's memory and handle (cuda_array.c). */
 void array_free_locked(struct sim_array *a);
-/* Run the copies and sets waiting for time `t` (cuda_transfer.c; no lock held). */
-void mem_settle(unsigned long long t);
+/* Run the copies and sets whose stream work is done (cuda_transfer.c; no lock held). */
+void mem_settle(void);
 /* prop->location -> physical device, -1 for host locations; -2 invalid (*err set). */
 int location_phys(const CUmemLocation *loc, CUresult *err);
 
 /* ---- Timeline (cuda_launch.c) ------------------------------------------------ */
 
-/* Point drv.tl/slot_tl at the state file or a private timeline (cuInit). */
+/* Point drv.sched/work at the state file or a private schedule (cuInit). */
 void timeline_init(void);
 /* Queue a kernel of `ns` nanoseconds on stream `s`; blocks while the stream
  * has queue_depth kernels pending, while this process's last kernel starts

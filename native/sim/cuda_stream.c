@@ -1,22 +1,27 @@
 /* The simulated CUDA driver (libcuda.so.1).  Streams and events on the
- * kernel timeline: a stream's work ends at its queue's last_end, an event
- * completes at the end of the work recorded before it. */
+ * kernel timeline: a stream's work is done when the device has run the
+ * process's work up to its queue's last_end (a mark, cuda_sim.h), an event
+ * completes when the work recorded before it is done.  When that happens
+ * depends on what other processes launch later, so it is looked up when asked
+ * (work_done, wait_mark). */
 #include "cuda_sim.h"
 
 /* ------------------------------------------------------------------------ */
 /* Streams and events                                                        */
 
-/* When the work queued so far on stream `s` ends; the legacy stream waits
- * for every stream of its context. */
-static CUresult stream_end(CUstream s, unsigned long long *end)
+/* The mark of the work queued so far on stream `s`, and its device; the legacy
+ * stream waits for every stream of its context. */
+static CUresult stream_end(CUstream s, int *phys, unsigned long long *end)
 {
     NEED_INIT();
     struct sim_ctx *c;
     struct sim_queue *q;
     LOCK();
     CUresult rc = stream_queue(s, &c, &q);
-    if (!rc)
+    if (!rc) {
         *end = q == &c->q_legacy ? c->last_end : q->last_end;
+        *phys = c->phys;
+    }
     UNLOCK();
     return rc;
 }
@@ -24,9 +29,10 @@ static CUresult stream_end(CUstream s, unsigned long long *end)
 static CUresult stream_sync(CUstream s)
 {
     unsigned long long end;
-    CUresult rc = stream_end(s, &end);
+    int phys;
+    CUresult rc = stream_end(s, &phys, &end);
     if (!rc) {
-        wait_until(end);
+        wait_mark(phys, end);
         LOCK();
         pools_settle_locked();
         UNLOCK();
@@ -37,10 +43,11 @@ static CUresult stream_sync(CUstream s)
 static CUresult stream_query(CUstream s)
 {
     unsigned long long end;
-    CUresult rc = stream_end(s, &end);
-    if (rc || sim_now_ns() < end)
+    int phys;
+    CUresult rc = stream_end(s, &phys, &end);
+    if (rc || (end && work_done(phys) < end))
         return rc ? rc : CUDA_ERROR_NOT_READY;
-    mem_settle(end);
+    mem_settle();
     return CUDA_SUCCESS;
 }
 
@@ -112,9 +119,13 @@ static CUresult stream_wait(CUstream s, CUevent e, unsigned int flags)
     LOCK();
     struct sim_event *ev = obj_get(e, O_EVENT);
     rc = !ev ? CUDA_ERROR_INVALID_HANDLE : stream_queue(s, &c, &q);
-    if (!rc && ev->recorded && ev->time > q->last_end)
-        q->last_end = ev->time;
+    int phys = rc ? 0 : ev->phys;
+    unsigned long long mark = rc || !ev->recorded ? 0 : ev->mark;
+    if (mark && phys == c->phys && mark > q->last_end)
+        q->last_end = mark; /* the device runs the process's work in order anyway */
     UNLOCK();
+    if (mark && phys != c->phys)
+        wait_mark(phys, mark); /* another device's work: wait here (not modelled in order) */
     return rc;
 }
 
@@ -168,23 +179,37 @@ static CUresult event_record(CUevent e, CUstream s)
     struct sim_event *ev = obj_get(e, O_EVENT);
     CUresult rc = !ev ? CUDA_ERROR_INVALID_HANDLE : stream_queue(s, &c, &q);
     if (!rc) {
-        unsigned long long now = sim_now_ns();
-        unsigned long long end = q == &c->q_legacy ? c->last_end : q->last_end;
-        ev->time = end > now ? end : now;
+        ev->mark = q == &c->q_legacy ? c->last_end : q->last_end;
+        ev->phys = c->phys;
         ev->recorded = 1;
+        /* done already: completes now; otherwise when the device runs that work */
+        ev->time = work_done(c->phys) >= ev->mark ? sim_now_ns() : 0;
     }
     UNLOCK();
     return rc;
 }
 
-/* When the event completes (0: never recorded, complete). */
-static CUresult event_time(CUevent e, unsigned long long *t)
+/* Whether a recorded event has completed, noting when (drv.mu held). */
+static int event_done_locked(struct sim_event *ev)
+{
+    if (!ev->recorded || ev->time)
+        return 1;
+    if (work_done(ev->phys) < ev->mark)
+        return 0;
+    ev->time = mark_time(ev->phys, ev->mark);
+    return 1;
+}
+
+/* What the event waits for (mark 0: never recorded, complete). */
+static CUresult event_mark(CUevent e, int *phys, unsigned long long *mark)
 {
     NEED_INIT();
     LOCK();
     struct sim_event *ev = obj_get(e, O_EVENT);
-    if (ev)
-        *t = ev->recorded ? ev->time : 0;
+    if (ev) {
+        *phys = ev->phys;
+        *mark = ev->recorded && !ev->time ? ev->mark : 0;
+    }
     UNLOCK();
     return ev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
@@ -192,9 +217,10 @@ static CUresult event_time(CUevent e, unsigned long long *t)
 static CUresult event_sync(CUevent e)
 {
     unsigned long long t;
-    CUresult rc = event_time(e, &t);
+    int phys;
+    CUresult rc = event_mark(e, &phys, &t);
     if (!rc) {
-        wait_until(t);
+        wait_mark(phys, t);
         LOCK();
         pools_settle_locked();
         UNLOCK();
@@ -204,11 +230,14 @@ static CUresult event_sync(CUevent e)
 
 static CUresult event_query(CUevent e)
 {
-    unsigned long long t;
-    CUresult rc = event_time(e, &t);
-    if (rc || sim_now_ns() < t)
-        return rc ? rc : CUDA_ERROR_NOT_READY;
-    mem_settle(t);
+    NEED_INIT();
+    LOCK();
+    struct sim_event *ev = obj_get(e, O_EVENT);
+    int done = ev ? event_done_locked(ev) : 0;
+    UNLOCK();
+    if (!ev || !done)
+        return ev ? CUDA_ERROR_NOT_READY : CUDA_ERROR_INVALID_HANDLE;
+    mem_settle();
     return CUDA_SUCCESS;
 }
 
@@ -451,8 +480,7 @@ static CUresult elapsed(float *ms, CUevent start, CUevent end)
                   : (a->flags | b->flags) & CU_EVENT_DISABLE_TIMING ? CUDA_ERROR_INVALID_HANDLE
                   : !a->recorded || !b->recorded ? CUDA_ERROR_INVALID_HANDLE
                   : CUDA_SUCCESS;
-    unsigned long long now = sim_now_ns();
-    if (!rc && (a->time > now || b->time > now))
+    if (!rc && !(event_done_locked(a) & event_done_locked(b)))
         rc = CUDA_ERROR_NOT_READY;
     if (!rc)
         *ms = (float)(((double)b->time - (double)a->time) / 1e6);

@@ -4,10 +4,10 @@
  * Every copy and set is one transfer: up to three dimensions between two
  * sides (host, device or array), or a fill of device memory.  An operation on
  * a stream whose queued work has ended runs at once; otherwise it waits in a
- * list, ordered by the time its stream's work ends, and runs when something
- * observes that time: a synchronisation (wait_until), a stream or event query
- * that finds the work done, or the next copy or set.  Kernels compute nothing,
- * so running the list in time order gives every well-ordered program the
+ * list, ordered by its stream's work (a mark on its device), and runs when
+ * something observes that work done: a synchronisation (wait_mark), a stream
+ * or event query that finds the work done, or the next copy or set.  Kernels
+ * compute nothing, so running the list in that order gives every well-ordered program the
  * bytes a GPU would, and a program that reads before it synchronises sees old
  * bytes, as on a GPU.
  *
@@ -23,7 +23,8 @@
 
 struct pending {
     struct xfer x;
-    unsigned long long due, seq;
+    unsigned long long due, seq;   /* due: the mark of the work it waits for */
+    int phys;                      /* on this device */
 };
 
 static struct pending *pend;
@@ -218,29 +219,38 @@ static void pend_reset_if_forked(void)
     }
 }
 
-/* Run every waiting operation due by `t` (drv.mu held). */
-static void settle_locked(unsigned long long t)
+/* Run every waiting operation whose work is done, in order (drv.mu held). */
+static void settle_locked(void)
 {
     pend_reset_if_forked();
-    size_t i = 0;
-    while (i < npend && pend[i].due <= t) {
-        run_locked(&pend[i].x); /* a fault here would be a sticky error on a GPU */
-        free(pend[i].x.stage);
-        i++;
+    unsigned long long done[SIM_MAX_DEVICES];
+    unsigned looked = 0;
+    size_t keep = 0;
+    for (size_t i = 0; i < npend; i++) {
+        int p = pend[i].phys;
+        if (!(looked & 1u << p)) {
+            done[p] = work_done(p);
+            looked |= 1u << p;
+        }
+        if (pend[i].due <= done[p]) {
+            run_locked(&pend[i].x); /* a fault here would be a sticky error on a GPU */
+            free(pend[i].x.stage);
+        } else {
+            pend[keep++] = pend[i];
+        }
     }
-    if (i) {
-        memmove(pend, pend + i, (npend - i) * sizeof *pend);
-        npend -= i;
+    if (keep != npend) {
+        npend = keep;
         atomic_store(&pend_count, npend);
     }
 }
 
-void mem_settle(unsigned long long t)
+void mem_settle(void)
 {
     if (!atomic_load(&pend_count) || !INITED())
         return;
     LOCK();
-    settle_locked(t);
+    settle_locked();
     UNLOCK();
 }
 
@@ -250,8 +260,8 @@ __attribute__((constructor)) static void settle_on_wait(void)
     wait_on_settle(mem_settle);
 }
 
-/* Queue `x` to run at `due` (drv.mu held); 0 or -1. */
-static int pend_add(const struct xfer *x, unsigned long long due)
+/* Queue `x` to run when work `due` on `phys` is done (drv.mu held); 0 or -1. */
+static int pend_add(const struct xfer *x, int phys, unsigned long long due)
 {
     pend_reset_if_forked();
     if (npend == cappend) {
@@ -263,10 +273,10 @@ static int pend_add(const struct xfer *x, unsigned long long due)
         cappend = ncap;
     }
     size_t i = npend;
-    while (i > 0 && pend[i - 1].due > due)
+    while (i > 0 && pend[i - 1].phys == phys && pend[i - 1].due > due)
         i--;
     memmove(pend + i + 1, pend + i, (npend - i) * sizeof *pend);
-    pend[i] = (struct pending){*x, due, ++pend_seq};
+    pend[i] = (struct pending){*x, due, ++pend_seq, phys};
     npend++;
     atomic_store(&pend_count, npend);
     return 0;
@@ -297,12 +307,12 @@ CUresult xfer_issue(struct xfer *x, CUstream stream, int mode)
         UNLOCK();
         return rc;
     }
-    unsigned long long now = sim_now_ns();
     unsigned long long due = q == &c->q_legacy ? c->last_end : q->last_end;
-    settle_locked(now);
+    int phys = c->phys;
+    settle_locked();
     int to_pageable = x->dst.type == S_HOST && !host_pinned_locked(x->dst.addr);
     int from_pageable = !x->set && x->src.type == S_HOST && !host_pinned_locked(x->src.addr);
-    if (due <= now) {
+    if (due <= work_done(phys)) {
         rc = run_locked(x) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
         UNLOCK();
         return rc;
@@ -310,9 +320,9 @@ CUresult xfer_issue(struct xfer *x, CUstream stream, int mode)
     if (mode == T_SYNC || to_pageable) {
         /* Wait for the stream, then copy. */
         UNLOCK();
-        wait_until(due);
+        wait_mark(phys, due);
         LOCK();
-        settle_locked(due);
+        settle_locked();
         rc = run_locked(x) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
         UNLOCK();
         return rc;
@@ -333,7 +343,7 @@ CUresult xfer_issue(struct xfer *x, CUstream stream, int mode)
                 }
         x->stage = st;
     }
-    if (pend_add(x, due)) {
+    if (pend_add(x, phys, due)) {
         free(x->stage);
         UNLOCK();
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -72,11 +72,30 @@ struct grid {
     long long off;                    /* realtime - monotonic, ns */
 };
 
+/* Bring every device's schedule up to `mono`: the intervals each process ran are
+ * in the buckets only once the schedule has advanced past them (sim_timeline.c). */
+static void advance_all(unsigned long long mono)
+{
+    if (!nvs.st)
+        return;
+    for (int i = 0; i < nvs.cfg.ndev && i < SIM_MAX_DEVICES; i++) {
+        if (nvs.sdev[i] < 0)
+            continue;
+        struct sim_sched s = {.f = nvs.st->f, .d = &nvs.st->f->dev[nvs.sdev[i]], .sdev = nvs.sdev[i],
+                              .slice = nvs.cfg.slice_ns, .sw = nvs.cfg.switch_ns,
+                              .alive = sim_pid_alive};
+        sim_sched_lock(&s);
+        sim_sched_advance(&s, mono);
+        sim_sched_unlock(&s);
+    }
+}
+
 static struct grid grid_now(void)
 {
     struct timespec rt;
     clock_gettime(CLOCK_REALTIME, &rt);
     unsigned long long mono = sim_now_ns();
+    advance_all(mono);
     unsigned long long real = (unsigned long long)rt.tv_sec * 1000000000ULL + (unsigned long long)rt.tv_nsec;
     struct grid g = {.p = nvs.cfg.util_period_ns, .off = (long long)(real - mono)};
     g.newest = real / g.p - 1;

@@ -397,6 +397,22 @@ int sim_config_load(struct sim_config *cfg)
             ERR("CGPU_SIM_TIMESLICE_NS", "invalid time slice '%s' (0..1000000000 ns)", v);
         cfg->timeslice_ns = (unsigned long long)ns;
     }
+    /* The context timeslice and switch cost: native/sim/README.md, "Time-slicing", has the
+     * sources for the defaults. */
+    cfg->slice_ns = 2000000;
+    if ((v = getenv("CGPU_SIM_SLICE_NS"))) {
+        long ns;
+        if (parse_int(v, 1000, 1000000000L, &ns))
+            ERR("CGPU_SIM_SLICE_NS", "invalid timeslice '%s' (1000..1000000000 ns)", v);
+        cfg->slice_ns = (unsigned long long)ns;
+    }
+    cfg->switch_ns = 50000;
+    if ((v = getenv("CGPU_SIM_SWITCH_NS"))) {
+        long ns;
+        if (parse_int(v, 0, 100000000L, &ns))
+            ERR("CGPU_SIM_SWITCH_NS", "invalid context switch '%s' (0..100000000 ns)", v);
+        cfg->switch_ns = (unsigned long long)ns;
+    }
     cfg->util_period_ns = 166666667;
     if ((v = getenv("CGPU_SIM_UTIL_PERIOD_NS"))) {
         long ns;

@@ -57,6 +57,11 @@ static int init_mutex(pthread_mutex_t *m)
     return r;
 }
 
+int sim_tl_dev_init(struct sim_tl_dev *d)
+{
+    return init_mutex(&d->mu);
+}
+
 struct sim_state *sim_state_open(const char *path)
 {
     const size_t size = sizeof(struct sim_state_file);
@@ -101,6 +106,8 @@ struct sim_state *sim_state_open(const char *path)
         f->ndevices_max = SIM_STATE_DEVICES;
         f->nslots = SIM_STATE_SLOTS;
         init_mutex(&f->lock);
+        for (int d = 0; d < SIM_STATE_DEVICES; d++)
+            sim_tl_dev_init(&f->dev[d]);
         __atomic_store_n(&f->magic, SIM_STATE_MAGIC, __ATOMIC_RELEASE);
     } else if (f->magic != SIM_STATE_MAGIC || f->version != SIM_STATE_VERSION ||
                f->slot_size != sizeof(struct sim_state_slot) || f->nslots != SIM_STATE_SLOTS) {
@@ -186,6 +193,7 @@ int sim_state_claim(struct sim_state *st)
         }
         for (int t = 0; t < SIM_SLOT_TL; t++) {
             atomic_store(&s->tl_dev[t], 0);
+            memset(&s->work[t], 0, sizeof s->work[t]);
             for (int b = 0; b < SIM_TL_BUCKETS; b++)
                 atomic_store_explicit(&s->tl[t].b[b], 0, memory_order_relaxed);
         }

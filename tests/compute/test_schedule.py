@@ -381,3 +381,16 @@ def test_held_time_is_logged_for_the_estimator() -> None:
 def test_limits_out_of_range_are_refused(percent: int, policy: str) -> None:
     with pytest.raises(ValueError):
         Sim().gpu.set_limit("a", percent, policy)
+
+
+def test_a_grant_counts_the_holders_busy_processes() -> None:
+    # Each busy process of a container queues its own work ahead, so the grant tells them how
+    # many they are (with several, each counts the work budget whatever its kernels' length);
+    # one that went idle is not counted.
+    sim = Sim()
+    assert sim.gpu.sharers() == 1  # nobody holds the token
+    conns = sim.add("a", 30, "share", conns=3)
+    sim.settle()
+    assert sim.gpu.holder == "a" and sim.gpu.sharers() == 3
+    sim.gpu.idle(conns[0], sim.now)
+    assert sim.gpu.sharers() == 2

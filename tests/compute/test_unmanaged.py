@@ -33,7 +33,8 @@ def _feed(estimate: DemandEstimate, seconds: float, busy: float, held_share: flo
         (0.0, 0.0, 0.0),
         (0.5, 0.5, 0.0),  # all the busy time is the holder's
         (0.75, 0.5, 0.5),  # a quarter of the period beside a half that was free
-        (1.0, 0.95, 0.5),  # the free time counts as at least 10% of the period
+        (1.0, 0.85, 1.0),  # busy through the free time too
+        (1.0, 0.95, 0.0),  # held nearly all the period: skipped, the estimate stays
         (1.0, 1.0, 0.0),
     ],
 )
@@ -41,6 +42,33 @@ def test_demand_is_the_busy_time_no_hold_explains(busy, held_share, demand) -> N
     estimate = DemandEstimate()
     _feed(estimate, 5, busy, held_share)
     assert estimate.u == pytest.approx(demand, abs=0.01)
+
+
+def test_turns_longer_than_a_period_do_not_hide_a_saturating_neighbour() -> None:
+    # A neighbour that saturates the GPU, then a container holding it for whole periods (the
+    # GPU busy throughout): those periods say nothing of the neighbour, so its demand stays
+    # (counting them as none made the holder pay for the whole GPU it shared).
+    estimate = DemandEstimate()
+    _feed(estimate, 3, 1.0, 0.0)
+    before = estimate.u
+    ends = [3 * 10**9 + i * PERIOD for i in range(1, 6)]
+    estimate.add([(end, 1.0) for end in ends], lambda start, end: end - start)
+    assert estimate.u == pytest.approx(before)
+
+
+def test_how_busy_a_hold_keeps_the_gpu_is_learnt_from_whole_held_periods() -> None:
+    # Beside a saturating neighbour a hold keeps the GPU 97.6% busy (the two contexts
+    # time-slice, each switch idles it). Learnt from periods held whole, it is not mistaken
+    # for the neighbour's demand in periods held in part (60%: 0.6 * 0.976 + 0.4 busy).
+    estimate = DemandEstimate()
+    ends = [i * PERIOD for i in range(1, 31)]
+    estimate.add([(end, 0.976) for end in ends], lambda start, end: end - start)
+    assert estimate.held_busy == pytest.approx(0.976, abs=0.01)
+    more = [3 * 10**9 + i * PERIOD for i in range(1, 61)]
+    estimate.add(
+        [(end, 0.6 * 0.976 + 0.4) for end in more], lambda start, end: (end - start) * 6 // 10
+    )
+    assert estimate.u == pytest.approx(1.0, abs=0.01)  # (taken as b = 1: 0.96)
 
 
 def test_demand_is_smoothed_over_about_a_second() -> None:
@@ -133,3 +161,14 @@ def test_nvml_source_reads_the_simulators_samples(sim_env) -> None:
     assert ends == sorted(ends) and len(set(ends)) == len(ends)
     assert all(end > samples[-1][0] for end, _ in newer)
     assert pids == []
+
+
+def test_the_period_a_neighbour_is_seen_in_does_not_count() -> None:
+    # That period holds time before the neighbour ran (its start-up): it would pull the
+    # assumed saturation down at once, and the holder would pay for more of the GPU than it had.
+    source = FakeSource({10, 11})
+    load = UnmanagedLoad(source)
+    assert _poll(load, {10, 11}, 3) == 0.0  # no neighbour yet
+    source.busy = 30
+    assert _poll(load, {10}, 1) == 1.0  # seen: assumed to saturate, its first period skipped
+    assert _poll(load, {10}, 1) < 1.0  # the next period counts

@@ -134,6 +134,26 @@ def test_shares_hold_beside_neighbours(shim_env, sim_dir, load, tmp_path):
     assert min(busy) >= 90 - 1, busy
 
 
+def test_fixed_holds_beside_an_unlimited_neighbour_with_long_kernels(
+    shim_env, sim_dir, load, tmp_path
+):
+    # fixed 30% beside an unlimited container (never hooked on launch) that saturates the GPU,
+    # both with 50 ms kernels. The device time-slices the two contexts (the simulator, like a
+    # GPU without MPS), so the arbiter's turns get about half of it, which is what it charges;
+    # the neighbour keeps the rest. Every 1 s window from the second holds 30 +- 5 (one point of
+    # margin for a loaded machine), the neighbour >= 60.
+    containers = [
+        _container("f30", 0, (30, "fixed"), 50 * MS),
+        _container("free", 0, None, 50 * MS),
+    ]
+    windows = one_second_windows(0.0, SECONDS)
+    spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers, windows)
+    result = run_isolated(spec)[1 : len(windows) - 1]
+    f30, free = _shares(result, "f30"), _shares(result, "free")
+    assert all(abs(v - 30) <= TOL for v in f30), f30
+    assert all(v >= 60 - 1 for v in free), free
+
+
 def test_share_takes_the_idle_gpu_and_gives_it_back(shim_env, sim_dir, load, tmp_path):
     # share 30 runs throughout; a share 70 runs until 4 s, exits (possibly holding the GPU), and
     # a new one arrives at 7 s. Within 2 s of each change the 30% one is at >= 90, then back
