@@ -57,8 +57,14 @@ def sim_lib_dir() -> Path:
 
 
 def with_simulator(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """`env` (default: this process's) with the simulator's libraries first on the path."""
+    """`env` (default: this process's) with the simulator's libraries first on the path.
+
+    Triton (torch.compile's GPU backend) links its launchers against the libcuda that
+    TRITON_LIBCUDA_PATH names, else the first in `ldconfig -p` (a real driver's, where one is
+    installed): it is pointed at the simulator's.
+    """
     out = dict(os.environ if env is None else env)
     path = out.get("LD_LIBRARY_PATH", "")
     out["LD_LIBRARY_PATH"] = f"{sim_lib_dir()}:{path}" if path else str(sim_lib_dir())
+    out["TRITON_LIBCUDA_PATH"] = str(sim_lib_dir())
     return out

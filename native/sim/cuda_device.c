@@ -339,6 +339,9 @@ static int attribute(CUdevice_attribute a, int phys)
     case CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED: return 1;
     case CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT: return 4;
     case CU_DEVICE_ATTRIBUTE_NUMA_ID: return -1;
+    /* The product, as NVML's PCI ids say (an H100 SXM5): cuBLAS picks its kernels by it. */
+    case CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID: return (int)SIM_PCI_DEVICE_ID;
+    case CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID: return (int)SIM_PCI_SUBSYS_ID;
     default: return 0;
     }
 }

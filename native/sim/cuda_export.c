@@ -33,7 +33,7 @@ static CUresult slot_unmodelled(const char *table, int slot)
     }
 
 STUB(cudart, 3) STUB(cudart, 4) STUB(cudart, 5) STUB(cudart, 9) STUB(cudart, 10) STUB(cudart, 11)
-STUB(tls, 1) STUB(tls, 2) STUB(tls, 3)
+STUB(tls, 1) STUB(tls, 3)
 STUB(hooks, 1) STUB(hooks, 3) STUB(hooks, 4) STUB(hooks, 5)
 STUB(cls, 3)
 STUB(heap, 1) STUB(heap, 2)
@@ -43,8 +43,10 @@ STUB(devext, 14) STUB(devext, 15) STUB(devext, 16) STUB(devext, 17) STUB(devext,
 STUB(devext, 19) STUB(devext, 20) STUB(devext, 21) STUB(devext, 22) STUB(devext, 23)
 STUB(devext, 24) STUB(devext, 25)
 STUB(integrity, 2)
+STUB(topology, 1) STUB(topology, 2) STUB(topology, 3) STUB(topology, 4) STUB(topology, 5)
+STUB(topology, 6) STUB(topology, 7) STUB(topology, 8)
 STUB(ctxcheck, 1)
-STUB(rttools, 1) STUB(rttools, 2) STUB(rttools, 3) STUB(rttools, 4) STUB(rttools, 5)
+STUB(rttools, 1) STUB(rttools, 2) STUB(rttools, 3) STUB(rttools, 5)
 STUB(rttools, 6) STUB(rttools, 7) STUB(rttools, 8) STUB(rttools, 9) STUB(rttools, 10)
 STUB(rttools, 11) STUB(rttools, 12) STUB(rttools, 13) STUB(rttools, 14) STUB(rttools, 15)
 STUB(rttools, 16) STUB(rttools, 17) STUB(rttools, 18) STUB(rttools, 19) STUB(rttools, 20)
@@ -58,14 +60,6 @@ STUB(rttools, 51)
 
 /* ------------------------------------------------------------------------ */
 /* The runtime's interface: modules from fat binaries, primary contexts      */
-
-#define FATBINC_MAGIC 0x466243b1u /* __fatBinC_Wrapper_t, versions 1 and 2 */
-
-struct fatbinc_wrapper {
-    unsigned magic, version;
-    const void *data;
-    const void *filename_or_fatbins;
-};
 
 static CUresult load_wrapper(CUmodule *module, const struct fatbinc_wrapper *w)
 {
@@ -131,8 +125,12 @@ static const void *const cudart_table[13] = {
 /* ------------------------------------------------------------------------ */
 /* Tools: thread-local storage and the runtime's callback buffers            */
 
+/* Slot 2: the calling thread's current context (cuBLASLt 13 keys its per-context state by
+ * it and by its id, runtime tools slot 4). */
+static CUresult tls_current_ctx(CUcontext *ctx) { return cuCtxGetCurrent(ctx); }
+
 static const void *const tls_table[4] = {
-    (const void *)(4 * sizeof(void *)), (const void *)tls_1, (const void *)tls_2,
+    (const void *)(4 * sizeof(void *)), (const void *)tls_1, (const void *)tls_current_ctx,
     (const void *)tls_3,
 };
 
@@ -304,12 +302,15 @@ static const void *const ctxcheck_table[4] = {
 /* callbacks to profiling tools, which the hooks' zeroed buffers keep off.    */
 /* Every slot is a stub; slot 0 holds the size, as in the other tables.       */
 
+/* Slot 4: a context's unique id, as cuCtxGetId (cuBLASLt 13, with tools TLS slot 2). */
+static CUresult rttools_ctx_id(CUcontext ctx, unsigned long long *id) { return cuCtxGetId(ctx, id); }
+
 static const void *const rttools_table[52] = {
     (const void *)(52 * sizeof(void *)),
     (const void *)rttools_1,
     (const void *)rttools_2,
     (const void *)rttools_3,
-    (const void *)rttools_4,
+    (const void *)rttools_ctx_id,
     (const void *)rttools_5,
     (const void *)rttools_6,
     (const void *)rttools_7,
@@ -524,6 +525,25 @@ static CUresult integrity_check(unsigned version, unsigned long long unix_second
 }
 
 /* ------------------------------------------------------------------------ */
+/* A table cuBLASLt 13 asks for on its first heuristic query: slot 4 fills a  */
+/* pointer to a byte per SM (a GPC per SM, as its use suggests) and a second  */
+/* value.  cuBLASLt takes a failure, or a NULL array, as "not known" and goes */
+/* on without it, but it calls the slot without checking that the table came */
+/* back, so the table must exist.  Every slot is a stub.                      */
+
+static const void *const topology_table[9] = {
+    (const void *)(9 * sizeof(void *)),
+    (const void *)topology_1,
+    (const void *)topology_2,
+    (const void *)topology_3,
+    (const void *)topology_4,
+    (const void *)topology_5,
+    (const void *)topology_6,
+    (const void *)topology_7,
+    (const void *)topology_8,
+};
+
+/* ------------------------------------------------------------------------ */
 /* cuGetExportTable                                                          */
 
 static const struct {
@@ -561,6 +581,9 @@ static const struct {
     {"runtime_tools_13_5",
      {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2},
      rttools_table},
+    {"sm_topology",
+     {0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca},
+     topology_table},
 };
 
 SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)

@@ -318,6 +318,10 @@ SIM_API CUresult cuOccupancyAvailableDynamicSMemPerBlock(size_t *dynamicSmemSize
     return CUDA_SUCCESS;
 }
 
+/* The SMs of each GPC (graphics processing cluster) of an H100 SXM5: 132 in 8 GPCs of
+ * 7 to 9 TPCs (2 SMs each); the layout varies from chip to chip, this is one. */
+static const int gpc_sms[] = {18, 18, 18, 16, 16, 16, 16, 14};
+
 /* Thread-block clusters: 8 blocks portably, 16 when the function allows
  * non-portable sizes (compute capability 9.0). */
 static unsigned config_cluster(const CUlaunchConfig *config)
@@ -363,7 +367,10 @@ SIM_API CUresult cuOccupancyMaxActiveClusters(int *numClusters, CUfunction func,
         *numClusters = 0;
         return CUDA_SUCCESS;
     }
-    int blocks = blocks_per_sm((int)block, config->sharedMemBytes) * SM_COUNT;
-    *numClusters = blocks / (int)cluster;
+    /* A cluster runs within one GPC: each holds what its SMs hold, in whole clusters. */
+    int per_sm = blocks_per_sm((int)block, config->sharedMemBytes);
+    *numClusters = 0;
+    for (size_t g = 0; g < sizeof gpc_sms / sizeof gpc_sms[0]; g++)
+        *numClusters += gpc_sms[g] * per_sm / (int)cluster;
     return CUDA_SUCCESS;
 }

@@ -104,6 +104,15 @@ struct sim_event {
 /* Dynamic shared memory a function may use before it opts in to more. */
 #define SIM_SMEM_PER_BLOCK 49152
 #define FATBIN_MAGIC 0xba55ed50u /* a fat binary's own header (cuda_module.c, cuda_export.c) */
+#define FATBINC_MAGIC 0x466243b1u /* __fatBinC_Wrapper_t, versions 1 and 2 */
+
+/* What nvcc wraps a fat binary in: the CUDA runtime hands it to the private table's
+ * loaders and, from CUDA 13, to cuLibraryLoadData. */
+struct fatbinc_wrapper {
+    unsigned magic, version;
+    const void *data; /* the fat binary */
+    const void *filename_or_fatbins;
+};
 
 /* A module or library; its functions (kernels) are made on request by name. */
 struct sim_func;

@@ -27,6 +27,8 @@ ANSWERED = {
     "263e88607cd2614392f6bbd5006dfa7e": ("context_checks", 4),
     # libcudart 13.5 refuses to start without it; 13.0 never asks.
     "21318c60971432488ca641ff7324c8f2": ("runtime_tools_13_5", 52),
+    # cuBLASLt 13 calls its slot 4 without checking that the table came back.
+    "1734dc26800d47458726c0f1e7dd8bca": ("sm_topology", 9),
 }
 # Asked for by libcudart 12.9 and 13.0 before the others; unknown, as on ZLUDA.
 UNANSWERED = ["f8cff95121468b4eb9e2fb469e7c0dd9", "00" * 16, "ff" * 16]
