@@ -76,6 +76,13 @@ class Simulated:
             VLLM_NO_USAGE_STATS="1",
             DO_NOT_TRACK="1",
             VLLM_SERVER_DEV_MODE="1",  # /sleep, /wake_up, /is_sleeping
+            # Kernels compute nothing on the simulator. The V2 model runner (0.33's default)
+            # keeps its requests' bookkeeping on the GPU, so a request never advances there;
+            # the V1 runner keeps it on the host.
+            VLLM_USE_V2_MODEL_RUNNER="0",
+            # FlashInfer's sampler has no precompiled kernels for its release on PyPI: it
+            # would build them with nvcc at start-up (minutes, and curand.h). PyTorch's.
+            VLLM_USE_FLASHINFER_SAMPLER="0",
             VLLM_CACHE_ROOT=str(self.root / "vllm-cache"),
             PYTHONUNBUFFERED="1",
         )
@@ -116,7 +123,10 @@ class Server:
         self.gpu.state_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                cmd, env=self.gpu.env(), stdout=log, stderr=subprocess.STDOUT,
+                cmd,
+                env=self.gpu.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         return self
@@ -149,7 +159,9 @@ class Server:
         """POST JSON (or nothing), return the decoded answer ({} when it is empty)."""
         data = json.dumps(body).encode() if body is not None else b""
         req = urllib.request.Request(
-            self.url(path), data=data, method="POST",
+            self.url(path),
+            data=data,
+            method="POST",
             headers={"Content-Type": "application/json"},
         )
         with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -162,8 +174,13 @@ class Server:
 
     def complete(self, prompt: str = "hello world the", max_tokens: int = 8) -> dict[str, Any]:
         """One completion over the OpenAI-compatible API."""
-        body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens,
-                "temperature": 0, "ignore_eos": True}
+        body = {
+            "model": MODEL_NAME,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        }
         return self.post("/v1/completions", body)
 
     def ledger_used(self) -> int:
