@@ -15,30 +15,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from vllmkit import GiB, Server, Simulated, make_model, require_vllm
-
-SIM_MEMORY = "5GiB"
-SLICE = 2 * GiB
-UTILIZATION = 0.92  # vLLM 0.33's default --gpu-memory-utilization
-# What vLLM asks for: gpu_memory_utilization x the slice.
-REQUESTED = UTILIZATION * SLICE
-# Start-up on two cores: the engine, its profiling run, the HTTP server.
-READY_S = 600
-
-
-@pytest.fixture(scope="module")
-def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require_vllm()
-    return make_model(tmp_path_factory.mktemp("model") / "tiny-llama")
-
-
-def assert_serves(server: Server) -> None:
-    """A completion request is answered with text and the tokens asked for."""
-    answer = server.complete(max_tokens=8)
-    assert answer["object"] == "text_completion", answer
-    choice = answer["choices"][0]
-    assert isinstance(choice["text"], str), answer
-    assert answer["usage"]["completion_tokens"] == 8, answer
+from vllmkit import (
+    READY_S,
+    REQUESTED,
+    SIM_MEMORY,
+    SLICE,
+    GiB,
+    Server,
+    Simulated,
+    assert_serves,
+)
 
 
 def assert_kv_cache_from_slice(server: Server) -> None:
@@ -55,12 +41,12 @@ Pair = tuple[Server, Server, Simulated]
 
 
 @pytest.fixture(scope="module")
-def pair(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+def pair(vllm_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
     """Two eager servers (the first with sleep mode) in two 2 GiB containers on a 5 GiB GPU."""
     gpu = Simulated(tmp_path_factory.mktemp("gpu"), SIM_MEMORY)
     eager = ["--enforce-eager"]
-    first = Server(gpu, "first", model, "2GiB", [*eager, "--enable-sleep-mode"])
-    second = Server(gpu, "second", model, "2GiB", eager)
+    first = Server(gpu, "first", vllm_model, "2GiB", [*eager, "--enable-sleep-mode"])
+    second = Server(gpu, "second", vllm_model, "2GiB", eager)
     try:
         # One after the other: their profiling must not see each other's allocations move.
         for server in (first, second):
@@ -86,10 +72,10 @@ class TestTwoServersEager:
         assert_serves(second)
 
     def test_a_third_that_does_not_fit_fails_with_vllms_error(
-        self, pair: Pair, model: Path
+        self, pair: Pair, vllm_model: Path
     ) -> None:
         first, second, gpu = pair
-        third = Server(gpu, "third", model, "2GiB", ["--enforce-eager"])
+        third = Server(gpu, "third", vllm_model, "2GiB", ["--enforce-eager"])
         try:
             assert not third.start().wait_ready(READY_S), "a third 2 GiB server started on 5 GiB"
             assert third.wait_exit(60) != 0

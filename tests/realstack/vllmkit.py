@@ -34,6 +34,14 @@ REQUIREMENTS = HERE / "requirements-vllm.txt"
 GiB = 1 << 30
 MODEL_NAME = "tiny"
 MAX_MODEL_LEN = 512
+# The tests' simulated GPU and slices: a third 2 GiB server does not fit beside two.
+SIM_MEMORY = "5GiB"
+SLICE = 2 * GiB
+UTILIZATION = 0.92  # vLLM 0.33's default --gpu-memory-utilization
+# What vLLM asks for: gpu_memory_utilization x the slice.
+REQUESTED = UTILIZATION * SLICE
+# Start-up on two cores: the engine, its profiling run, the HTTP server.
+READY_S = 600
 
 
 def require_vllm() -> None:
@@ -211,3 +219,12 @@ class Server:
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(30)
+
+
+def assert_serves(server: Server) -> None:
+    """A completion request is answered with text and the tokens asked for."""
+    answer = server.complete(max_tokens=8)
+    assert answer["object"] == "text_completion", answer
+    choice = answer["choices"][0]
+    assert isinstance(choice["text"], str), answer
+    assert answer["usage"]["completion_tokens"] == 8, answer
