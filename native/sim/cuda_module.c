@@ -244,6 +244,13 @@ static size_t fatbin_length(const unsigned char *img)
     return h.magic == FATBIN_MAGIC && h.size < (1ULL << 32) ? h.header_size + h.size : 0;
 }
 
+/* Whether the image given by address is a fatbin wrapper: byte by byte, stopping at the first
+ * that differs (a short text image ends there). */
+static int is_wrapper(const unsigned char *img)
+{
+    return img[0] == 0xb1 && img[1] == 0x43 && img[2] == 0x62 && img[3] == 0x46;
+}
+
 /* A new module or library from `image` (`len` bytes; 0: an image in memory whose length
  * its headers give). */
 static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const void *image, size_t len)
@@ -259,8 +266,8 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const
     unsigned long long total = 0;
     struct sim_global *syms = NULL;
     size_t nsyms = 0;
-    const struct fatbinc_wrapper *w = image;
-    if (image && !len && w->magic == FATBINC_MAGIC) {
+    if (image && !len && is_wrapper(image)) {
+        const struct fatbinc_wrapper *w = image;
         if (w->version != 1 && w->version != 2)
             return CUDA_ERROR_INVALID_IMAGE;
         image = w->data;

@@ -47,6 +47,17 @@ def test_run_passes_the_exit_status_through(sim_env, tmp_path):
     assert out.returncode == 7
 
 
+def test_run_simulate_names_the_simulator_to_its_loaders(sim_env, tmp_path):
+    """The simulator's folder comes first on the library path, and Triton (torch.compile) is
+    told to link against it rather than the first libcuda.so.1 ldconfig knows."""
+    show = "import os; print(os.environ['LD_LIBRARY_PATH'], os.environ['TRITON_LIBCUDA_PATH'])"
+    out = cgpu_run(tmp_path, sys.executable, "-c", show, env=sim_env())
+    assert out.returncode == 0, out.stderr
+    ld_path, triton = out.stdout.split()
+    assert (Path(triton) / "libcuda.so.1").is_file(), triton
+    assert ld_path.split(":")[0] == triton
+
+
 def test_run_refuses_bad_input(sim_env, tmp_path):
     bad_size = cgpu("run", "--simulate", "--gpu-mem", "lots", "--", "true", env=sim_env())
     assert bad_size.returncode == 2 and "--gpu-mem" in bad_size.stderr

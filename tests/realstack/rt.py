@@ -13,18 +13,20 @@ from pathlib import Path
 CUDA_SUCCESS = 0
 
 
-def _nvidia_dir() -> Path:
+def _nvidia_dirs() -> list[Path]:
+    """The `nvidia` namespace package's folders (one per site-packages that holds a wheel)."""
     spec = importlib.util.find_spec("nvidia")
     assert spec and spec.submodule_search_locations, "no nvidia wheels installed"
-    return Path(next(iter(spec.submodule_search_locations)))
+    return [Path(p) for p in spec.submodule_search_locations]
 
 
 def cudart_path(major: int) -> Path:
     """The libcudart.so.<major> of the pinned wheels."""
     sub = "cuda_runtime/lib" if major == 12 else f"cu{major}/lib"
-    path = _nvidia_dir() / sub / f"libcudart.so.{major}"
-    assert path.is_file(), f"{path} is missing"
-    return path
+    paths = [d / sub / f"libcudart.so.{major}" for d in _nvidia_dirs()]
+    found = [p for p in paths if p.is_file()]
+    assert found, f"{paths[0]} is missing"
+    return found[0]
 
 
 class Cudart:
@@ -70,3 +72,31 @@ class Cudart:
 
 class CudaError(Exception):
     """A runtime call's error, as the client would raise it."""
+
+
+class _ProcessInfo(ctypes.Structure):
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+def driver_used(pid: int) -> int:
+    """What the driver charges process `pid` on GPU 0, as NVML's compute process list says.
+
+    The simulator's libnvidia-ml is called through its own handle, so the shim (which answers
+    the slice where a program asks NVML) does not stand between: this is the device's figure,
+    to hold against the ledger's.
+    """
+    from cgpu.core.paths import sim_lib_dir
+
+    nvml = ctypes.CDLL(str(sim_lib_dir() / "libnvidia-ml.so.1"))
+    assert nvml.nvmlInit_v2() == 0
+    dev = ctypes.c_void_p()
+    assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0
+    infos = (_ProcessInfo * 64)()
+    count = ctypes.c_uint(64)
+    assert nvml.nvmlDeviceGetComputeRunningProcesses_v2(dev, ctypes.byref(count), infos) == 0
+    return sum(p.usedGpuMemory for p in infos[: count.value] if p.pid == pid)

@@ -1,0 +1,126 @@
+"""What NVIDIA's libraries (cuBLAS 13, cuBLASLt, cuDNN) need of the driver, on the simulator:
+globals of zstd-compressed cubins in fat binaries, fat binaries in the runtime's wrapper handed
+to cuLibraryLoadData, the product's PCI ids, and thread-block clusters that fill GPCs.
+(The libraries themselves run in tests/realstack/test_torch_libraries.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from simkit import MiB, json_out, run_py
+
+DATA = Path(__file__).resolve().parents[1] / "shim" / "data"
+# nvcc --compress-mode=size (tests/shim/data/globals.cu): its sm_90 cubin zstd-compressed.
+ZSTD_FATBIN = DATA / "globals_sm90_zstd.fatbin"
+
+GLOBALS = """
+import ctypes, json, sys
+cu = ctypes.CDLL("libcuda.so.1")
+def ok(rc):
+    assert rc == 0, rc
+ok(cu.cuInit(0))
+ctx = ctypes.c_void_p()
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
+ok(cu.cuCtxSetCurrent(ctx))
+image = open(sys.argv[1], "rb").read()
+buf = ctypes.create_string_buffer(image, len(image))
+
+class Wrapper(ctypes.Structure):  # __fatBinC_Wrapper_t
+    _fields_ = [("magic", ctypes.c_uint), ("version", ctypes.c_uint),
+                ("data", ctypes.c_void_p), ("filename_or_fatbins", ctypes.c_void_p)]
+
+def free():
+    f, t = ctypes.c_size_t(), ctypes.c_size_t()
+    ok(cu.cuMemGetInfo_v2(ctypes.byref(f), ctypes.byref(t)))
+    return f.value
+
+def found(lib, name):
+    ptr, size = ctypes.c_uint64(), ctypes.c_size_t()
+    rc = cu.cuLibraryGetGlobal(ctypes.byref(ptr), ctypes.byref(size), lib, name)
+    return [rc, size.value]
+
+out = {}
+wrapper = Wrapper(0x466243B1, 1, ctypes.addressof(buf), None)
+for how, code in (("fatbin", ctypes.addressof(buf)), ("wrapper", ctypes.addressof(wrapper))):
+    before = free()
+    lib = ctypes.c_void_p()
+    ok(cu.cuLibraryLoadData(ctypes.byref(lib), ctypes.c_void_p(code), None, None, 0, None, None, 0))
+    out[how] = {"charged": before - free(), "big": found(lib, b"big"),
+                "coef": found(lib, b"coef"), "none": found(lib, b"nothing")}
+    ok(cu.cuLibraryUnload(lib))
+    out[how]["back"] = free() == before
+bad = Wrapper(0x466243B1, 7, ctypes.addressof(buf), None)
+lib = ctypes.c_void_p()
+out["bad_version"] = cu.cuLibraryLoadData(ctypes.byref(lib), ctypes.byref(bad), None, None, 0,
+                                          None, None, 0)
+print(json.dumps(out))
+"""
+
+
+def test_compressed_cubin_globals_load_from_fatbin_and_wrapper(simlib: Path) -> None:
+    proc = run_py(simlib, GLOBALS.replace("sys.argv[1]", repr(str(ZSTD_FATBIN))))
+    assert proc.returncode == 0, proc.stderr
+    r = json_out(proc)
+    for how in ("fatbin", "wrapper"):
+        got = r[how]
+        assert got["big"] == [0, 64 * MiB], got
+        assert got["coef"] == [0, 1024], got
+        assert got["none"][0] == 500, got  # CUDA_ERROR_NOT_FOUND
+        # 64 MiB + 16 bytes + 1 KiB, in whole pages of the 2 MiB granularity.
+        assert got["charged"] == 66 * MiB and got["back"], got
+    assert r["bad_version"] == 200, r  # CUDA_ERROR_INVALID_IMAGE
+
+
+def test_device_ids_and_clusters(simlib: Path) -> None:
+    proc = run_py(
+        simlib,
+        """
+        import ctypes, json
+        cu = ctypes.CDLL("libcuda.so.1")
+        assert cu.cuInit(0) == 0
+        def attr(a):
+            v = ctypes.c_int()
+            assert cu.cuDeviceGetAttribute(ctypes.byref(v), a, 0) == 0
+            return v.value & 0xFFFFFFFF
+        ctx = ctypes.c_void_p()
+        assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+        assert cu.cuCtxSetCurrent(ctx) == 0
+        mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+        assert cu.cuModuleLoadData(ctypes.byref(mod), b"\\x7fELF") == 0
+        assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"k") == 0
+        assert cu.cuFuncSetAttribute(fn, 8, 232448) == 0                # max dynamic smem
+        assert cu.cuFuncSetAttribute(fn, 14, 1) == 0                    # non-portable clusters
+
+        class Attr(ctypes.Structure):
+            _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_int), ("val", ctypes.c_uint * 16)]
+
+        class Config(ctypes.Structure):
+            _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                        ("smem", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                        ("attrs", ctypes.POINTER(Attr)), ("n", ctypes.c_uint)]
+
+        def clusters(size):
+            a = Attr(4, 0)                                              # cluster dimension
+            a.val[0], a.val[1], a.val[2] = size, 1, 1
+            cfg = Config((ctypes.c_uint * 3)(size, 1, 1), (ctypes.c_uint * 3)(128, 1, 1),
+                         232448, None, ctypes.pointer(a), 1)
+            n = ctypes.c_int(-1)
+            rc = cu.cuOccupancyMaxActiveClusters(ctypes.byref(n), fn, ctypes.byref(cfg))
+            return [rc, n.value]
+
+        print(json.dumps({"pci": attr(139), "subsystem": attr(140),
+                          "clusters": {s: clusters(s) for s in (1, 2, 8, 16, 17)}}))
+        """,
+    )
+    assert proc.returncode == 0, proc.stderr
+    r = json_out(proc)
+    # An H100 SXM5, as NVML's PCI ids say: device 0x2330, vendor 0x10de.
+    assert (r["pci"], r["subsystem"]) == (0x233010DE, 0x16C110DE), r
+    # One 227 KiB block per SM; a cluster stays in one of the 8 GPCs (14 to 18 SMs).
+    assert r["clusters"] == {
+        "1": [0, 132],
+        "2": [0, 66],
+        "8": [0, 15],
+        "16": [0, 7],
+        "17": [912, -1],  # CUDA_ERROR_INVALID_CLUSTER_SIZE: over 16
+    }, r
