@@ -124,3 +124,48 @@ def test_device_ids_and_clusters(simlib: Path) -> None:
         "16": [0, 7],
         "17": [912, -1],  # CUDA_ERROR_INVALID_CLUSTER_SIZE: over 16
     }, r
+
+
+def test_private_slots_cublaslt_keys_its_state_by(simlib: Path) -> None:
+    """Tools TLS slot 2 gives the calling thread's current context and runtime tools slot 4 a
+    context's id (cuCtxGetId's); the SM topology table answers its slot 4 with an error, on
+    which cuBLASLt goes on without the topology."""
+    proc = run_py(
+        simlib,
+        """
+        import ctypes, json
+        cu = ctypes.CDLL("libcuda.so.1")
+        assert cu.cuInit(0) == 0
+
+        def table(hexid):
+            t = ctypes.c_void_p()
+            uuid = (ctypes.c_ubyte * 16)(*bytes.fromhex(hexid))
+            assert cu.cuGetExportTable(ctypes.byref(t), uuid) == 0
+            return (ctypes.c_void_p * 9).from_address(t.value)
+
+        fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+        current = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(
+            table("42d85a8123f6cb478298f6e78a3aecdc")[2])
+        ctx_id = fn(table("21318c60971432488ca641ff7324c8f2")[4])
+        topology = fn(table("1734dc26800d47458726c0f1e7dd8bca")[4])
+        got = ctypes.c_void_p(1)
+        none_rc = current(ctypes.byref(got))
+        none = got.value
+        ctx = ctypes.c_void_p()
+        assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+        assert cu.cuCtxSetCurrent(ctx) == 0
+        assert current(ctypes.byref(got)) == 0
+        mine, want = ctypes.c_uint64(), ctypes.c_uint64()
+        assert ctx_id(got, ctypes.byref(mine)) == 0
+        assert cu.cuCtxGetId(ctx, ctypes.byref(want)) == 0
+        sms, other = ctypes.c_void_p(), ctypes.c_uint64()
+        print(json.dumps({"none": [none_rc, none], "same": got.value == ctx.value,
+                          "id": mine.value == want.value,
+                          "topology": topology(ctypes.byref(sms), ctypes.byref(other))}))
+        """,
+    )
+    assert proc.returncode == 0, proc.stderr
+    r = json_out(proc)
+    assert r["none"] == [0, None], r  # no current context: success and NULL, as cuCtxGetCurrent
+    assert r["same"] and r["id"], r
+    assert r["topology"] == 801, r  # CUDA_ERROR_NOT_SUPPORTED
