@@ -69,6 +69,9 @@ fi
 
 # The CUDA and NVML clients tests/clients runs (pinned in tests/clients/requirements.txt).
 bash scripts/install-clients.sh
+# vLLM for tests/realstack/test_vllm.py, in .venv-vllm (pinned in
+# tests/realstack/requirements-vllm.txt; its torch is older than the main venv's).
+bash scripts/install-vllm.sh
 # NVIDIA's nvidia-smi for tests/realstack: fetched from Debian and unpacked, never installed.
 bash scripts/install-nvidia-smi.sh
 echo "setup: cgpu installed in $(pwd)/.venv ($(.venv/bin/cgpu shim-path))"

@@ -202,3 +202,60 @@ SIM_API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridD
     return launch(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, hStream,
                   kernelParams, NULL);
 }
+
+/* ---- tensor maps (TMA descriptors) ------------------------------------------------ */
+
+/* A kernel reads a tensor map (Hopper's TMA) as one of its parameters; kernels compute
+ * nothing here, so the map only has to pass the driver's checks (cuda.h's rules for
+ * cuTensorMapEncodeTiled) and hold its address. The 128 opaque bytes are the address, then
+ * zeros. */
+static int tensor_address_ok(const CUtensorMap *map, const void *address)
+{
+    return map && ((uintptr_t)map % 64) == 0 && address && ((uintptr_t)address % 16) == 0;
+}
+
+static void tensor_map_fill(CUtensorMap *map, void *address)
+{
+    memset(map, 0, sizeof *map);
+    memcpy(map, &address, sizeof address);
+}
+
+SIM_API CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
+                                        cuuint32_t tensorRank, void *globalAddress,
+                                        const cuuint64_t *globalDim,
+                                        const cuuint64_t *globalStrides,
+                                        const cuuint32_t *boxDim,
+                                        const cuuint32_t *elementStrides,
+                                        CUtensorMapInterleave interleave,
+                                        CUtensorMapSwizzle swizzle,
+                                        CUtensorMapL2promotion l2Promotion,
+                                        CUtensorMapFloatOOBfill oobFill)
+{
+    (void)swizzle, (void)l2Promotion, (void)oobFill;
+    NEED_INIT();
+    if (!tensor_address_ok(tensorMap, globalAddress) || !globalDim || !boxDim || !elementStrides)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((unsigned)tensorDataType > CU_TENSOR_MAP_DATA_TYPE_16U6_ALIGN16B || tensorRank < 1 ||
+        tensorRank > 5 || (interleave != CU_TENSOR_MAP_INTERLEAVE_NONE && tensorRank < 3))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (tensorRank > 1 && !globalStrides)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (cuuint32_t i = 0; i < tensorRank; i++) {
+        if (globalDim[i] == 0 || globalDim[i] > (1ull << 32) || boxDim[i] == 0 || boxDim[i] > 256 ||
+            elementStrides[i] == 0 || elementStrides[i] > 8)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (i + 1 < tensorRank && (globalStrides[i] % 16 || globalStrides[i] >= (1ull << 40)))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    tensor_map_fill(tensorMap, globalAddress);
+    return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
+{
+    NEED_INIT();
+    if (!tensor_address_ok(tensorMap, globalAddress))
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(tensorMap, &globalAddress, sizeof globalAddress);
+    return CUDA_SUCCESS;
+}

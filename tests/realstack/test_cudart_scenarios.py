@@ -26,7 +26,10 @@ def script(major: int, body: str) -> str:
 def test_threads_allocating_at_once_stop_at_the_slice(run_real: Runner, major: int) -> None:
     """16 threads race cudaMalloc of 8 MiB blocks; together they hold no more than the slice."""
     require(runtime_dist(major))
-    result = run_real(script(major, """
+    result = run_real(
+        script(
+            major,
+            """
     held, errors, lock = [], set(), threading.Lock()
     barrier = threading.Barrier(16)
     def work():
@@ -50,7 +53,9 @@ def test_threads_allocating_at_once_stop_at_the_slice(run_real: Runner, major: i
         assert L.cudaFree(V(p)) == 0
     inside.report(blocks=len(held), errors=sorted(errors), ledger=ledger,
                   after=inside.ledger_used(), free=cudart.mem_get_info()[0])
-    """))
+    """,
+        )
+    )
     assert result["errors"] == [2], result  # cudaErrorMemoryAllocation, nothing else
     assert SLICE - 64 * MiB < result["blocks"] * 8 * MiB <= SLICE, result
     assert result["ledger"] <= SLICE, result
@@ -61,7 +66,10 @@ def test_threads_allocating_at_once_stop_at_the_slice(run_real: Runner, major: i
 def test_a_forked_child_gets_an_initialization_error(run_real: Runner, major: int) -> None:
     """As on a real GPU, a child forked after the runtime started cannot use it."""
     require(runtime_dist(major))
-    result = run_real(script(major, """
+    result = run_real(
+        script(
+            major,
+            """
     p = V()
     assert L.cudaMalloc(B(p), S(1 << 20)) == 0
     r, w = os.pipe()
@@ -73,7 +81,9 @@ def test_a_forked_child_gets_an_initialization_error(run_real: Runner, major: in
     os.waitpid(pid, 0)
     child = int(os.read(r, 16))
     inside.report(child=child, parent=L.cudaFree(p))
-    """))
+    """,
+        )
+    )
     assert result == {"child": 3, "parent": 0}  # cudaErrorInitializationError in the child
 
 
@@ -83,12 +93,15 @@ def test_an_old_driver(run_real: Runner, major: int, expect: int) -> None:
     cudaErrorInsufficientDriver (35), as it does on a real driver."""
     require(runtime_dist(major))
     result = run_real(
-        script(major, """
+        script(
+            major,
+            """
     n = ctypes.c_int()
     rc = L.cudaGetDeviceCount(B(n))
     total = cudart.mem_get_info()[1] if rc == 0 else 0
     inside.report(rc=rc, count=n.value, total=total)
-    """),
+    """,
+        ),
         env={"CGPU_SIM_DRIVER_VERSION": "12020"},
     )
     assert result["rc"] == expect, result
@@ -101,7 +114,10 @@ def test_reset_then_reuse_and_pinned_round_trip(run_real: Runner, major: int) ->
     """cudaDeviceReset gives the slice back; the device works after it; bytes go through
     pinned host memory and an async copy on a stream."""
     require(runtime_dist(major))
-    result = run_real(script(major, """
+    result = run_real(
+        script(
+            major,
+            """
     p = V()
     assert L.cudaMalloc(B(p), S(3 << 30)) == 0
     held = inside.ledger_used()
@@ -120,7 +136,9 @@ def test_reset_then_reuse_and_pinned_round_trip(run_real: Runner, major: int) ->
     same = ctypes.string_at(h, n) == bytes(range(256)) * (n // 256)
     inside.report(held=held, after_reset=after_reset, same=same,
                   freehost=L.cudaFreeHost(h), free=L.cudaFree(d))
-    """))
+    """,
+        )
+    )
     assert result["held"] >= 3 << 30, result
     assert result["after_reset"] < 64 * MiB, result
     assert result["same"] and result["freehost"] == 0 and result["free"] == 0, result
@@ -132,7 +150,10 @@ def test_memory_a_pool_keeps_stays_charged(run_real: Runner, major: int) -> None
     it), 3 GiB freed into the pool stay the pool's: the slice shows them used and a plain
     cudaMalloc of 3 GiB fails, until cudaMemPoolTrimTo gives them back."""
     require(runtime_dist(major))
-    result = run_real(script(major, """
+    result = run_real(
+        script(
+            major,
+            """
     pool = V()
     assert L.cudaDeviceGetDefaultMemPool(B(pool), 0) == 0
     assert L.cudaMemPoolSetAttribute(pool, 4, B(ctypes.c_uint64(2**64 - 1))) == 0
@@ -152,7 +173,9 @@ def test_memory_a_pool_keeps_stays_charged(run_real: Runner, major: int) -> None
     trimmed_free = cudart.mem_get_info()[0]
     inside.report(kept_free=kept_free, plain=plain, reused=reused, trimmed_free=trimmed_free,
                   ledger=inside.ledger_used())
-    """))
+    """,
+        )
+    )
     assert result["kept_free"] < SLICE - (3 << 30), result
     assert result["plain"] == 2, result  # cudaErrorMemoryAllocation
     assert result["reused"] == 0, result
