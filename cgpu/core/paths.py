@@ -51,6 +51,10 @@ def api_header_path() -> Path:
     return _native("cgpu_api.h")
 
 
+SIMULATOR_VLLM_DEFAULTS = {"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+"""vLLM settings `cgpu run` gives on the simulated GPU unless the environment sets them."""
+
+
 def sim_lib_dir() -> Path:
     """Directory holding the simulator's libcuda.so.1 and libnvidia-ml.so.1."""
     return _native("sim")
@@ -61,10 +65,15 @@ def with_simulator(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
     Triton (torch.compile's GPU backend) links its launchers against the libcuda that
     TRITON_LIBCUDA_PATH names, else the first in `ldconfig -p` (a real driver's, where one is
-    installed): it is pointed at the simulator's.
+    installed): it is pointed at the simulator's. vLLM is given two defaults, where the
+    environment does not set them, because kernels compute nothing here: its V1 model runner (the
+    V2 one keeps request bookkeeping on the device and never finishes) and PyTorch's sampler
+    (FlashInfer's would build kernels with nvcc at start-up). See docs/clients.md, "vLLM".
     """
     out = dict(os.environ if env is None else env)
     path = out.get("LD_LIBRARY_PATH", "")
     out["LD_LIBRARY_PATH"] = f"{sim_lib_dir()}:{path}" if path else str(sim_lib_dir())
     out["TRITON_LIBCUDA_PATH"] = str(sim_lib_dir())
+    for name, value in SIMULATOR_VLLM_DEFAULTS.items():
+        out.setdefault(name, value)
     return out

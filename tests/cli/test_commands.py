@@ -58,6 +58,22 @@ def test_run_simulate_names_the_simulator_to_its_loaders(sim_env, tmp_path):
     assert ld_path.split(":")[0] == triton
 
 
+def test_run_simulate_gives_vllm_what_the_simulator_needs_unless_set(sim_env, tmp_path):
+    """vLLM's V1 model runner and PyTorch's sampler by default on the simulator; a user's own
+    setting wins."""
+    show = (
+        "import os; print(os.environ['VLLM_USE_V2_MODEL_RUNNER'],"
+        " os.environ['VLLM_USE_FLASHINFER_SAMPLER'])"
+    )
+    out = cgpu_run(tmp_path, sys.executable, "-c", show, env=sim_env())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "0"]
+    env = {**sim_env(), "VLLM_USE_V2_MODEL_RUNNER": "1"}
+    out = cgpu_run(tmp_path, sys.executable, "-c", show, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "0"]
+
+
 def test_run_refuses_bad_input(sim_env, tmp_path):
     bad_size = cgpu("run", "--simulate", "--gpu-mem", "lots", "--", "true", env=sim_env())
     assert bad_size.returncode == 2 and "--gpu-mem" in bad_size.stderr

@@ -84,13 +84,8 @@ class Simulated:
             VLLM_NO_USAGE_STATS="1",
             DO_NOT_TRACK="1",
             VLLM_SERVER_DEV_MODE="1",  # /sleep, /wake_up, /is_sleeping
-            # Kernels compute nothing on the simulator. The V2 model runner (0.33's default)
-            # keeps its requests' bookkeeping on the GPU, so a request never advances there;
-            # the V1 runner keeps it on the host.
-            VLLM_USE_V2_MODEL_RUNNER="0",
-            # FlashInfer's sampler has no precompiled kernels for its release on PyPI: it
-            # would build them with nvcc at start-up (minutes, and curand.h). PyTorch's.
-            VLLM_USE_FLASHINFER_SAMPLER="0",
+            # VLLM_USE_V2_MODEL_RUNNER and VLLM_USE_FLASHINFER_SAMPLER are left to `cgpu run`,
+            # which gives vLLM what the simulator needs (cgpu.core.paths), as a user gets it.
             VLLM_CACHE_ROOT=str(self.root / "vllm-cache"),
             PYTHONUNBUFFERED="1",
         )
