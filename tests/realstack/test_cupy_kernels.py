@@ -1,6 +1,6 @@
 """CuPy's kernels on the simulator under a 4 GiB slice: ElementwiseKernel, ReductionKernel and
-RawKernel compile with NVRTC 12.9 (nvidia-cuda-nvrtc-cu12, pinned), load through the driver and
-launch. Kernels compute nothing on the simulator: the check is that CuPy's whole path (source,
+RawKernel compile with NVRTC (the one cuda-pathfinder finds for CuPy: torch's NVRTC 13.0 in this
+venv), load through the driver and launch. Kernels compute nothing on the simulator: the check is that CuPy's whole path (source,
 NVRTC, cubin, module, launch) runs, and that nothing but module globals escapes the ledger."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from realkit import Runner, require
 
 def test_cupy_kernels_compile_with_nvrtc_and_launch(run_real: Runner, tmp_path: Path) -> None:
     require("cupy-cuda12x")
-    require("nvidia-cuda-nvrtc-cu12")
     result = run_real(
         """
         import os, cupy, inside, rt
@@ -44,7 +43,7 @@ def test_cupy_kernels_compile_with_nvrtc_and_launch(run_real: Runner, tmp_path: 
         """,
         env={"CUPY_CACHE_DIR": str(tmp_path / "cupy")},  # compiled here, not from a cache
     )
-    assert result["nvrtc"] == [12, 9], result
+    assert result["nvrtc"][0] in (12, 13), result  # NVRTC loaded and answered
     assert result["shapes"] == [1 << 16, 0], result
     assert result["regs"] > 0, result  # the loaded function's attributes, from the driver
     # Beyond the ledger: the globals of the fat binaries CuPy's runtime loads (NVRTC's cubins
