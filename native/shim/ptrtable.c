@@ -150,14 +150,18 @@ void pt_remove_context(struct ptrtable *t, void *ctx, void (*credit)(uint64_t ke
     pt_settle(t);
     if (!t->slots || !ctx)
         return;
-    /* Backward-shift deletion only moves entries into the hole at i or after it, so
-     * re-checking i after a removal visits every entry exactly once. */
+    /* The entry at i itself is removed, not the first of its key: an address the driver
+     * handed out again (in this context) while its previous holder's free (in another) was
+     * not yet accounted has two entries, and the older is the other context's.  Removing by
+     * key took that one and shifted entries back into slots already passed, so memory of
+     * this context stayed charged after its death.  Backward-shift deletion at i moves
+     * entries only into the hole at i or cyclically after it, so re-checking i after a
+     * removal misses none (an entry wrapped from the start may be looked at twice). */
     for (size_t i = 0; i <= t->mask;) {
         if (t->slots[i].key && t->slots[i].ctx == ctx) {
-            uint64_t key = t->slots[i].key, bytes;
-            unsigned dev;
-            pt_remove(t, key, &dev, &bytes, NULL);
-            credit(key, dev, bytes);
+            struct pt_entry e = t->slots[i];
+            pt_remove_at(t, i);
+            credit(e.key, pt_entry_dev(&e), e.bytes & ((1ULL << PT_DEV_SHIFT) - 1));
             continue;
         }
         i++;
