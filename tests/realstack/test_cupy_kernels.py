@@ -1,7 +1,8 @@
 """CuPy's kernels on the simulator under a 4 GiB slice: ElementwiseKernel, ReductionKernel and
 RawKernel compile with NVRTC (the one cuda-pathfinder finds for CuPy: torch's NVRTC 13.0 in this
-venv), load through the driver and launch. Kernels compute nothing on the simulator: the check is that CuPy's whole path (source,
-NVRTC, cubin, module, launch) runs, and that nothing but module globals escapes the ledger."""
+venv), load through the driver and launch. Kernels compute nothing on the simulator: the check
+is that CuPy's whole path (source, NVRTC, cubin, module, launch) runs, and that nothing but
+module globals escapes the ledger."""
 
 from __future__ import annotations
 
