@@ -2,6 +2,8 @@
  * dies with a context (destroy, detach, primary reset and release). */
 #include "charge.h"
 
+#include <stdlib.h>
+
 /* ---- contexts: their overhead, and the memory that dies with them ------------- */
 
 
@@ -58,25 +60,60 @@ static void *owner_of(uint64_t key)
     return ctx;
 }
 
-static void learn_contexts(void)
+/* The linear memory of a context about to die, taken out of the table before the driver call
+ * that may destroy it, and credited after (bury).  Until the driver frees it, no other thread
+ * can be given one of its addresses; once the call returns, one can, and its own entry must
+ * be the only one of that address: left in the table until after the call, the dying
+ * context's older entry was what that thread's free took out (pt_remove_fast takes the
+ * oldest), and its own then outlived it, charged until the process ended. */
+struct doomed {
+    struct pt_entry *e;
+    size_t n;
+};
+
+static struct doomed doom(void *ctx)
 {
+    struct doomed d = {NULL, 0};
     /* Without a slot (none charged yet, or given back at exit) there is nothing to credit. */
-    if (mode() != SHIM_LIMITED || __atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) < 0)
-        return;
+    if (!ctx || mode() != SHIM_LIMITED || __atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) < 0)
+        return d;
     pointer_attr_fn fn = __atomic_load_n(&pointer_attr, __ATOMIC_ACQUIRE);
     if (!fn) {
         fn = (pointer_attr_fn)shim_driver_sym("cuPointerGetAttribute");
-        if (!fn)
-            return;
-        __atomic_store_n(&pointer_attr, fn, __ATOMIC_RELEASE);
+        if (fn)
+            __atomic_store_n(&pointer_attr, fn, __ATOMIC_RELEASE);
     }
     ledger_lock_private(&g_shim.ledger);
-    pt_learn_contexts(&g_table, owner_of);
+    if (fn)
+        pt_learn_contexts(&g_table, owner_of);
+    d.n = pt_take_linear(&g_table, ctx, &d.e);
     ledger_unlock_private(&g_shim.ledger);
+    return d;
+}
+
+/* After the call: credit what died with the context, or put it back if it lives on. */
+static void bury(struct doomed *d, int died)
+{
+    if (d->n && died) {
+        ledger_lock(&g_shim.ledger);
+        for (size_t i = 0; i < d->n; i++)
+            credit_locked(d->e[i].key, pt_entry_dev(&d->e[i]), d->e[i].bytes & ((1ULL << PT_DEV_SHIFT) - 1));
+        ledger_unlock(&g_shim.ledger);
+    } else if (d->n) {
+        ledger_lock_private(&g_shim.ledger);
+        for (size_t i = 0; i < d->n; i++)
+            (void)pt_insert(&g_table, d->e[i].key, pt_entry_dev(&d->e[i]),
+                            d->e[i].bytes & ((1ULL << PT_DEV_SHIFT) - 1), d->e[i].ctx);
+        ledger_unlock_private(&g_shim.ledger);
+    }
+    free(d->e);
+    d->e = NULL;
+    d->n = 0;
 }
 
 /* The driver destroyed `ctx`: credit the memory allocated in it, and the device's
- * context overhead if it was the last.  learn_contexts ran before the call. */
+ * context overhead if it was the last.  Its linear memory was taken out before the call
+ * (doom) and is credited by bury. */
 static void context_destroyed(void *ctx)
 {
     if (!ctx || mode() != SHIM_LIMITED)
@@ -164,8 +201,9 @@ EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsig
 }
 
 /* After a call that may have destroyed a context: credit what died with it. */
-static CUresult destroyed_if(CUresult rc, CUcontext ctx)
+static CUresult destroyed_if(CUresult rc, CUcontext ctx, struct doomed *d)
 {
+    bury(d, rc == CUDA_SUCCESS);
     if (rc == CUDA_SUCCESS)
         context_destroyed(ctx);
     return rc;
@@ -173,14 +211,14 @@ static CUresult destroyed_if(CUresult rc, CUcontext ctx)
 
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
-    learn_contexts();
-    return destroyed_if(REAL(cuCtxDestroy_v2)(ctx), ctx);
+    struct doomed d = doom(ctx);
+    return destroyed_if(REAL(cuCtxDestroy_v2)(ctx), ctx, &d);
 }
 
 EXPORT CUresult cuCtxDestroy(CUcontext ctx)
 {
-    learn_contexts();
-    return destroyed_if(REAL(cuCtxDestroy)(ctx), ctx);
+    struct doomed d = doom(ctx);
+    return destroyed_if(REAL(cuCtxDestroy)(ctx), ctx, &d);
 }
 
 /* Legacy usage counts: cuCtxAttach adds one to the current context's count,
@@ -211,9 +249,9 @@ EXPORT CUresult cuCtxDetach(CUcontext ctx)
         }
         ledger_unlock(&g_shim.ledger);
     }
-    if (last)
-        learn_contexts();
+    struct doomed d = last ? doom(ctx) : (struct doomed){NULL, 0};
     CUresult rc = REAL(cuCtxDetach)(ctx);
+    bury(&d, rc == CUDA_SUCCESS && last);
     if (rc == CUDA_SUCCESS && last)
         context_destroyed(ctx);
     else if (rc != CUDA_SUCCESS && !last) { /* refused: the count stands */
@@ -239,38 +277,46 @@ static int primary_active(CUdevice ordinal)
 
 /* After a reset or release of `ordinal`'s primary context: if it is gone, credit
  * what died with it. */
-static CUresult primary_gone_if(CUresult rc, CUdevice ordinal, int released)
+/* The primary context of `ordinal` as this process knows it, or NULL. */
+static void *primary_of(CUdevice ordinal)
 {
-    if (rc != CUDA_SUCCESS || ordinal < 0 || ordinal >= SHIM_MAX_ORDINALS)
-        return rc;
-    if (released && primary_active(ordinal))
-        return rc; /* other retains keep it alive */
-    context_destroyed(__atomic_exchange_n(&g_shim.primary[ordinal], NULL, __ATOMIC_RELAXED));
+    if (ordinal < 0 || ordinal >= SHIM_MAX_ORDINALS)
+        return NULL;
+    return __atomic_load_n(&g_shim.primary[ordinal], __ATOMIC_RELAXED);
+}
+
+static CUresult primary_gone_if(CUresult rc, CUdevice ordinal, int released, struct doomed *d)
+{
+    int died = rc == CUDA_SUCCESS && ordinal >= 0 && ordinal < SHIM_MAX_ORDINALS &&
+               !(released && primary_active(ordinal)); /* other retains keep it alive */
+    bury(d, died);
+    if (died)
+        context_destroyed(__atomic_exchange_n(&g_shim.primary[ordinal], NULL, __ATOMIC_RELAXED));
     return rc;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-    learn_contexts();
-    return primary_gone_if(REAL(cuDevicePrimaryCtxReset_v2)(dev), dev, 0);
+    struct doomed d = doom(primary_of(dev));
+    return primary_gone_if(REAL(cuDevicePrimaryCtxReset_v2)(dev), dev, 0, &d);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
 {
-    learn_contexts();
-    return primary_gone_if(REAL(cuDevicePrimaryCtxReset)(dev), dev, 0);
+    struct doomed d = doom(primary_of(dev));
+    return primary_gone_if(REAL(cuDevicePrimaryCtxReset)(dev), dev, 0, &d);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-    learn_contexts();
-    return primary_gone_if(REAL(cuDevicePrimaryCtxRelease_v2)(dev), dev, 1);
+    struct doomed d = doom(primary_of(dev));
+    return primary_gone_if(REAL(cuDevicePrimaryCtxRelease_v2)(dev), dev, 1, &d);
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
 {
-    learn_contexts();
-    return primary_gone_if(REAL(cuDevicePrimaryCtxRelease)(dev), dev, 1);
+    struct doomed d = doom(primary_of(dev));
+    return primary_gone_if(REAL(cuDevicePrimaryCtxRelease)(dev), dev, 1, &d);
 }
 
 

@@ -1,5 +1,7 @@
 #include "ptrtable.h"
 
+#include <stdlib.h>
+
 #include <string.h>
 #include <sys/mman.h>
 
@@ -143,6 +145,32 @@ void pt_learn_contexts(struct ptrtable *t, void *(*owner)(uint64_t key))
         }
     }
     t->unknown = left;
+}
+
+size_t pt_take_linear(struct ptrtable *t, void *ctx, struct pt_entry **out)
+{
+    pt_settle(t);
+    *out = NULL;
+    if (!t->slots || !ctx)
+        return 0;
+    size_t n = 0;
+    for (size_t i = 0; i <= t->mask; i++)
+        n += t->slots[i].key && t->slots[i].ctx == ctx && pt_is_linear(t->slots[i].key);
+    struct pt_entry *v = n ? malloc(n * sizeof *v) : NULL;
+    if (!v)
+        return 0; /* none, or no memory: the entries stay for pt_remove_context */
+    size_t k = 0;
+    for (size_t i = 0; i <= t->mask && k < n;) {
+        struct pt_entry *e = &t->slots[i];
+        if (e->key && e->ctx == ctx && pt_is_linear(e->key)) {
+            v[k++] = *e;
+            pt_remove_at(t, i); /* re-check i: see pt_remove_context */
+            continue;
+        }
+        i++;
+    }
+    *out = v;
+    return k;
 }
 
 void pt_remove_context(struct ptrtable *t, void *ctx, void (*credit)(uint64_t key, unsigned dev, uint64_t bytes))

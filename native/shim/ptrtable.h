@@ -212,6 +212,15 @@ uint64_t pt_find_range(struct ptrtable *t, uint64_t kind, uint64_t lo, uint64_t 
 /* Asks `owner` the context of every entry of context PT_CTX_UNKNOWN (its key: an address) and
  * keeps the answer; an entry whose owner cannot be told (NULL) stays unknown. */
 void pt_learn_contexts(struct ptrtable *t, void *(*owner)(uint64_t key));
+/* Linear device memory's keys are its addresses (kind 0, below the kinds' tags). */
+static inline int pt_is_linear(uint64_t key)
+{
+    return (key >> 48) == 0;
+}
+/* Takes every linear-memory entry of context `ctx` out of the table into a malloc'd array
+ * (*out, to free), before the driver destroys the context; returns how many.  0 with *out
+ * NULL when there are none or no memory (the entries then stay in the table). */
+size_t pt_take_linear(struct ptrtable *t, void *ctx, struct pt_entry **out);
 /* Removes every entry of context `ctx`, calling `credit` for each. */
 void pt_remove_context(struct ptrtable *t, void *ctx, void (*credit)(uint64_t key, unsigned dev, uint64_t bytes));
 /* Forget everything (after fork, in the child). */
