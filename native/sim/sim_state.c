@@ -62,6 +62,27 @@ int sim_tl_dev_init(struct sim_tl_dev *d)
     return init_mutex(&d->mu);
 }
 
+/* A state file of another layout (an older simulator's, or not one at all): no simulator of
+ * this release can share it, so it is replaced by a fresh one, under its lock.  Processes that
+ * still map the old file keep it and no longer meet the new ones.  Once only: a file that is
+ * replaced again under our feet is refused. */
+static struct sim_state *replaced(const char *path, int fd, void *map, size_t size)
+{
+    static _Thread_local int depth;
+    fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: %s is of another simulator's layout; starting a new one\n", path);
+    if (map)
+        munmap(map, size);
+    int gone = depth == 0 && unlink(path) == 0;
+    flock(fd, LOCK_UN);
+    close(fd);
+    if (!gone)
+        return NULL;
+    depth++;
+    struct sim_state *st = sim_state_open(path);
+    depth--;
+    return st;
+}
+
 struct sim_state *sim_state_open(const char *path)
 {
     const size_t size = sizeof(struct sim_state_file);
@@ -86,13 +107,8 @@ struct sim_state *sim_state_open(const char *path)
     if (fstat(fd, &sb) != 0)
         goto io_error;
     int fresh = sb.st_size == 0;
-    if (!fresh && (size_t)sb.st_size != size) {
-        fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: %s is not a simulator state file (size %lld)\n",
-                path, (long long)sb.st_size);
-        flock(fd, LOCK_UN);
-        close(fd);
-        return NULL;
-    }
+    if (!fresh && (size_t)sb.st_size != size)
+        return replaced(path, fd, NULL, 0);
     if (fresh && ftruncate(fd, (off_t)size) != 0)
         goto io_error;
     struct sim_state_file *f = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -111,12 +127,7 @@ struct sim_state *sim_state_open(const char *path)
         __atomic_store_n(&f->magic, SIM_STATE_MAGIC, __ATOMIC_RELEASE);
     } else if (f->magic != SIM_STATE_MAGIC || f->version != SIM_STATE_VERSION ||
                f->slot_size != sizeof(struct sim_state_slot) || f->nslots != SIM_STATE_SLOTS) {
-        fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: %s is not a simulator state file of this layout\n",
-                path);
-        munmap(f, size);
-        flock(fd, LOCK_UN);
-        close(fd);
-        return NULL;
+        return replaced(path, fd, f, size);
     }
     flock(fd, LOCK_UN);
     close(fd);
