@@ -285,15 +285,17 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const
     if (bad)
         return CUDA_ERROR_INVALID_IMAGE;
     /* A library's globals go to the current context's device (the driver loads a
-     * library into the contexts that use it). */
+     * library into the contexts that use it).  cuLibraryLoadData needs no current context:
+     * with CUDA's lazy loading, libcudart loads a kernel's library on the first launch, on
+     * whatever thread makes it (autograd's engine thread, say), which may never have made a
+     * context current itself.  Without one, the globals go to the first device. */
     struct sim_ctx *home = c;
-    if (total && !home && cur_ctx(&home)) {
-        free(syms);
-        return CUDA_ERROR_INVALID_CONTEXT;
-    }
+    int phys = 0;
+    if (total)
+        phys = home || cur_ctx(&home) == CUDA_SUCCESS ? home->phys : dev_phys(0);
     LOCK();
     CUdeviceptr globals = 0;
-    CUresult rc = total ? mem_alloc_locked(c, home->phys, total, 0, 0, NULL, &globals) : CUDA_SUCCESS;
+    CUresult rc = total ? mem_alloc_locked(c, phys, total, 0, 0, NULL, &globals) : CUDA_SUCCESS;
     struct sim_module *m = rc ? NULL : obj_new(sizeof *m, O_MODULE, c);
     if (m) {
         m->library = library;
