@@ -45,17 +45,16 @@ static CUresult context_created(CUdevice ordinal, CUcontext ctx)
  * matters only when the context dies, and until the call that destroys it the driver knows
  * which context each address belongs to.  So before each call that may destroy a context,
  * every entry not learned yet is asked (cuPointerGetAttribute), under the lock that guards
- * the table: one driver query per allocation at most, and none in a process whose contexts
- * live as long as it does.  A query the driver cannot answer leaves the entry unknown: what
- * dies with its context then stays charged (over-counted, never under). */
+ * the table: an entry once learnt is not asked again, and none is asked in a process whose
+ * contexts live as long as it does.  A query the driver cannot answer leaves the entry
+ * unknown: what dies with its context then stays charged (over-counted, never under). */
 typedef CUresult (*pointer_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
-static pointer_attr_fn pointer_attr;
+static pointer_attr_fn pointer_attr; /* set and used under the table's lock (doom) */
 
 static void *owner_of(uint64_t key)
 {
     CUcontext ctx = NULL;
-    if (__atomic_load_n(&pointer_attr, __ATOMIC_RELAXED)(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT,
-                                                          (CUdeviceptr)(key ^ PT_KIND_PTR)) != CUDA_SUCCESS)
+    if (pointer_attr(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)(key ^ PT_KIND_PTR)) != CUDA_SUCCESS)
         return NULL;
     return ctx;
 }
@@ -77,14 +76,8 @@ static struct doomed doom(void *ctx)
     /* Without a slot (none charged yet, or given back at exit) there is nothing to credit. */
     if (!ctx || mode() != SHIM_LIMITED || __atomic_load_n(&g_shim.ledger.slot, __ATOMIC_RELAXED) < 0)
         return d;
-    pointer_attr_fn fn = __atomic_load_n(&pointer_attr, __ATOMIC_ACQUIRE);
-    if (!fn) {
-        fn = (pointer_attr_fn)shim_driver_sym("cuPointerGetAttribute");
-        if (fn)
-            __atomic_store_n(&pointer_attr, fn, __ATOMIC_RELEASE);
-    }
     ledger_lock_private(&g_shim.ledger);
-    if (fn)
+    if ((pointer_attr = (pointer_attr_fn)shim_driver_sym("cuPointerGetAttribute")))
         pt_learn_contexts(&g_table, owner_of);
     d.n = pt_take_linear(&g_table, ctx, &d.e);
     ledger_unlock_private(&g_shim.ledger);
@@ -97,13 +90,13 @@ static void bury(struct doomed *d, int died)
     if (d->n && died) {
         ledger_lock(&g_shim.ledger);
         for (size_t i = 0; i < d->n; i++)
-            credit_locked(d->e[i].key, pt_entry_dev(&d->e[i]), d->e[i].bytes & ((1ULL << PT_DEV_SHIFT) - 1));
+            credit_locked(d->e[i].key, pt_entry_dev(&d->e[i]), pt_entry_bytes(&d->e[i]));
         ledger_unlock(&g_shim.ledger);
     } else if (d->n) {
         ledger_lock_private(&g_shim.ledger);
         for (size_t i = 0; i < d->n; i++)
-            (void)pt_insert(&g_table, d->e[i].key, pt_entry_dev(&d->e[i]),
-                            d->e[i].bytes & ((1ULL << PT_DEV_SHIFT) - 1), d->e[i].ctx);
+            (void)pt_insert(&g_table, d->e[i].key, pt_entry_dev(&d->e[i]), pt_entry_bytes(&d->e[i]),
+                            d->e[i].ctx);
         ledger_unlock_private(&g_shim.ledger);
     }
     free(d->e);
@@ -275,8 +268,6 @@ static int primary_active(CUdevice ordinal)
     return active;
 }
 
-/* After a reset or release of `ordinal`'s primary context: if it is gone, credit
- * what died with it. */
 /* The primary context of `ordinal` as this process knows it, or NULL. */
 static void *primary_of(CUdevice ordinal)
 {
@@ -285,6 +276,8 @@ static void *primary_of(CUdevice ordinal)
     return __atomic_load_n(&g_shim.primary[ordinal], __ATOMIC_RELAXED);
 }
 
+/* After a reset or release of `ordinal`'s primary context: if it is gone, credit
+ * what died with it. */
 static CUresult primary_gone_if(CUresult rc, CUdevice ordinal, int released, struct doomed *d)
 {
     int died = rc == CUDA_SUCCESS && ordinal >= 0 && ordinal < SHIM_MAX_ORDINALS &&

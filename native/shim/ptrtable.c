@@ -131,20 +131,12 @@ void pt_remove_at(struct ptrtable *t, size_t i)
 void pt_learn_contexts(struct ptrtable *t, void *(*owner)(uint64_t key))
 {
     pt_settle(t);
-    if (!t->slots || !t->unknown)
-        return;
-    int left = 0;
-    for (size_t i = 0; i <= t->mask; i++) {
+    for (size_t i = 0; t->slots && i <= t->mask; i++) {
         struct pt_entry *e = &t->slots[i];
-        if (e->key && e->ctx == PT_CTX_UNKNOWN) {
-            void *ctx = owner(e->key);
-            if (ctx)
-                e->ctx = ctx;
-            else
-                left = 1;
-        }
+        void *ctx;
+        if (e->key && e->ctx == PT_CTX_UNKNOWN && (ctx = owner(e->key)))
+            e->ctx = ctx;
     }
-    t->unknown = left;
 }
 
 size_t pt_take_linear(struct ptrtable *t, void *ctx, struct pt_entry **out)
@@ -189,7 +181,7 @@ void pt_remove_context(struct ptrtable *t, void *ctx, void (*credit)(uint64_t ke
         if (t->slots[i].key && t->slots[i].ctx == ctx) {
             struct pt_entry e = t->slots[i];
             pt_remove_at(t, i);
-            credit(e.key, pt_entry_dev(&e), e.bytes & ((1ULL << PT_DEV_SHIFT) - 1));
+            credit(e.key, pt_entry_dev(&e), pt_entry_bytes(&e));
             continue;
         }
         i++;

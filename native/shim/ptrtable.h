@@ -64,8 +64,6 @@ struct ptrtable {
     size_t count;
     uint64_t reserved; /* pending slots taken: set and cleared under the lock, read by publishers */
     struct pt_entry pending[PT_PENDING]; /* key 0: reserved, not yet published */
-    int unknown; /* the table may hold entries of context PT_CTX_UNKNOWN (after the pending
-                    slots, so that the layout the hot path reads stays as it was) */
 };
 
 /* Returns 0, or -1 if the table could not grow (the entry is then not kept). */
@@ -170,8 +168,6 @@ static inline __attribute__((always_inline)) int pt_insert_fast(struct ptrtable 
         i = (i + 1) & t->mask;
     t->slots[i] = (struct pt_entry){.key = key, .bytes = bytes | ((uint64_t)dev << PT_DEV_SHIFT), .ctx = ctx};
     t->count++;
-    if (ctx == PT_CTX_UNKNOWN)
-        t->unknown = 1;
     return 0;
 }
 

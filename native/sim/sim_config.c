@@ -177,6 +177,22 @@ static int parse_int(const char *s, long lo, long hi, long *out)
 
 /* A driver release as NVIDIA numbers them: a branch of 3 digits, then one or two
  * more numbers ("535.261.03", "580.65.06", "550.54"). */
+/* Duration variable `var`, ns in [lo, hi], into *out (left at its default when unset); -1,
+ * with a line naming the variable and `what` it sets, when malformed. */
+static int env_ns(const char *var, const char *what, long lo, long hi, unsigned long long *out)
+{
+    const char *v = getenv(var);
+    long ns;
+    if (!v)
+        return 0;
+    if (parse_int(v, lo, hi, &ns)) {
+        fprintf(stderr, "cgpu-sim: %s: invalid %s '%s' (%ld..%ld ns)\n", var, what, v, lo, hi);
+        return -1;
+    }
+    *out = (unsigned long long)ns;
+    return 0;
+}
+
 static int parse_release(const char *s)
 {
     int parts = 0;
@@ -384,42 +400,22 @@ int sim_config_load(struct sim_config *cfg)
         strcpy(cfg->state, v);
     }
 
-    if ((v = getenv("CGPU_SIM_KERNEL_NS"))) {
-        long ns;
-        if (parse_int(v, 0, (long)SIM_TL_MAX_KERNEL_NS, &ns))
-            ERR("CGPU_SIM_KERNEL_NS", "invalid duration '%s' (0..%llu ns)", v, SIM_TL_MAX_KERNEL_NS);
-        cfg->kernel_ns = (unsigned long long)ns;
-    }
+    if (env_ns("CGPU_SIM_KERNEL_NS", "duration", 0, (long)SIM_TL_MAX_KERNEL_NS, &cfg->kernel_ns))
+        return -1;
     cfg->timeslice_ns = 10000000;
-    if ((v = getenv("CGPU_SIM_TIMESLICE_NS"))) {
-        long ns;
-        if (parse_int(v, 0, 1000000000L, &ns))
-            ERR("CGPU_SIM_TIMESLICE_NS", "invalid time slice '%s' (0..1000000000 ns)", v);
-        cfg->timeslice_ns = (unsigned long long)ns;
-    }
+    if (env_ns("CGPU_SIM_TIMESLICE_NS", "time slice", 0, 1000000000L, &cfg->timeslice_ns))
+        return -1;
     /* The context timeslice and switch cost: native/sim/README.md, "Time-slicing", has the
      * sources for the defaults. */
     cfg->slice_ns = 2000000;
-    if ((v = getenv("CGPU_SIM_SLICE_NS"))) {
-        long ns;
-        if (parse_int(v, 1000, 1000000000L, &ns))
-            ERR("CGPU_SIM_SLICE_NS", "invalid timeslice '%s' (1000..1000000000 ns)", v);
-        cfg->slice_ns = (unsigned long long)ns;
-    }
+    if (env_ns("CGPU_SIM_SLICE_NS", "timeslice", 1000, 1000000000L, &cfg->slice_ns))
+        return -1;
     cfg->switch_ns = 50000;
-    if ((v = getenv("CGPU_SIM_SWITCH_NS"))) {
-        long ns;
-        if (parse_int(v, 0, 100000000L, &ns))
-            ERR("CGPU_SIM_SWITCH_NS", "invalid context switch '%s' (0..100000000 ns)", v);
-        cfg->switch_ns = (unsigned long long)ns;
-    }
+    if (env_ns("CGPU_SIM_SWITCH_NS", "context switch", 0, 100000000L, &cfg->switch_ns))
+        return -1;
     cfg->util_period_ns = 166666667;
-    if ((v = getenv("CGPU_SIM_UTIL_PERIOD_NS"))) {
-        long ns;
-        if (parse_int(v, 10000000L, 10000000000L, &ns))
-            ERR("CGPU_SIM_UTIL_PERIOD_NS", "invalid period '%s' (10000000..10000000000 ns)", v);
-        cfg->util_period_ns = (unsigned long long)ns;
-    }
+    if (env_ns("CGPU_SIM_UTIL_PERIOD_NS", "period", 10000000L, 10000000000L, &cfg->util_period_ns))
+        return -1;
     cfg->util_exact = 0;
     if ((v = getenv("CGPU_SIM_UTIL_ATTRIBUTION"))) {
         if (strcmp(v, "exact") == 0)

@@ -7,7 +7,6 @@ under readers, and run processes in separate pid namespaces.
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from compute_kit import cuda_include
 
 from cgpu.core.ledger import LedgerError, read_ledger
 from cgpu.core.native import load
@@ -322,11 +322,7 @@ def test_processes_in_separate_pid_namespaces_never_share_the_lock(
 def build_against_sim(tmp_path_factory, cc, sim_dir, name: str) -> Path:
     """tests/shim/<name>.c, built against the simulator's libcuda."""
     exe = tmp_path_factory.mktemp(name) / name
-    include = next(
-        p
-        for p in (os.environ.get("CUDA_HOME", "") + "/include", "/usr/local/cuda/include")
-        if Path(p, "cuda.h").is_file()
-    )
+    include = cuda_include()
     src = Path(__file__).resolve().parent / f"{name}.c"
     subprocess.run(
         [
@@ -348,6 +344,15 @@ def build_against_sim(tmp_path_factory, cc, sim_dir, name: str) -> Path:
     return exe
 
 
+def run_steps(exe: Path, size: int, env: dict[str, str]) -> dict[str, list[str]]:
+    """Run a context program with `size`: each line it prints, "<step> <fields>...", by step."""
+    proc = subprocess.run(
+        [str(exe), str(size)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()}
+
+
 @pytest.fixture(scope="session")
 def legacy_ctx(tmp_path_factory, cc, sim_dir) -> Path:
     return build_against_sim(tmp_path_factory, cc, sim_dir, "legacy_ctx")
@@ -359,12 +364,7 @@ def ctx_owners(tmp_path_factory, cc, sim_dir) -> Path:
 
 
 def test_memory_of_a_detached_context_comes_back(shim_env, legacy_ctx):
-    env = shim_env({"CGPU_MEM_LIMIT": "1GiB"})
-    proc = subprocess.run(
-        [str(legacy_ctx), str(256 * MiB)], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    steps = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()}
+    steps = run_steps(legacy_ctx, 256 * MiB, shim_env({"CGPU_MEM_LIMIT": "1GiB"}))
     start_free = int(steps["start"][1])
     assert steps["alloc"] == ["0", str(start_free - 256 * MiB)]
     assert steps["attach"] == ["0", str(start_free - 256 * MiB)]
@@ -377,12 +377,7 @@ def test_memory_is_credited_with_the_context_it_was_allocated_in(shim_env, ctx_o
     (not at the allocation): with two live contexts, each one's death credits its own memory
     and only that, a release that leaves the primary alive credits nothing, and memory
     allocated after such a release is still credited with the primary."""
-    env = shim_env({"CGPU_MEM_LIMIT": "1GiB"})
-    proc = subprocess.run(
-        [str(ctx_owners), str(16 * MiB)], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    steps = {line.split()[0]: line.split()[1:] for line in proc.stdout.splitlines()}
+    steps = run_steps(ctx_owners, 16 * MiB, shim_env({"CGPU_MEM_LIMIT": "1GiB"}))
     free = int(steps["start"][1])
     a, b, e, f = 8 * 16 * MiB, 4 * 16 * MiB, 2 * 16 * MiB, 16 * MiB
     assert steps["alloc"] == ["0", str(free - a - b - e)]
