@@ -74,6 +74,14 @@ LIMITED = {
         ("share50", 50, "share"),
     ],
     "fixed 30% + unlimited": [("fixed30", 30, "fixed"), ("unlimited", 0, "")],
+    # Beside a busy unlimited container the limited ones together get about one even turn of
+    # the GPU's time-slicing (architecture.md, "Known limits"): these two show how much.
+    "fixed 60% + unlimited": [("fixed60", 60, "fixed"), ("unlimited", 0, "")],
+    "fixed 20% + share 40% + unlimited": [
+        ("fixed20", 20, "fixed"),
+        ("share40", 40, "share"),
+        ("unlimited", 0, ""),
+    ],
     "share 30% alone": [("share30", 30, "share")],
     "bare + bare": [("bare1", 0, ""), ("bare2", 0, "")],
 }

@@ -16,7 +16,8 @@
 # shim_overhead and torch_throughput are capped at a minute each.
 set -u
 PY=${PY:-python3}
-STEPS=${STEPS:-smoke compute_share compute_matmul smi pytest compute_nvml shim_overhead torch_throughput}
+STEPS=${STEPS:-smoke compute_share compute_matmul compute_long pytest smi}
+# Also there: compute_nvml shim_overhead torch_throughput (STEPS="..." to run them).
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -67,11 +68,15 @@ case " $STEPS " in *" smoke "*)
 esac
 # The compute share under the host's arbiter: every case of issue 23 with spin kernels, then the
 # pair and the unlimited neighbour with matrix products (work, not clock cycles; see the script).
-step compute_share 150 "$PY" benchmarks/compute_share_real.py --seconds 5 \
+step compute_share 200 "$PY" benchmarks/compute_share_real.py --seconds 5 \
     --json "$OUT/compute_share.json"
-step compute_matmul 90 "$PY" benchmarks/compute_share_real.py --seconds 5 --work matmul \
-    --only "share 30% + share 70%" "fixed 30% + unlimited" "bare + bare" \
-    --json "$OUT/compute_matmul.json"
+step compute_matmul 120 "$PY" benchmarks/compute_share_real.py --seconds 5 --work matmul \
+    --only "share 30% + share 70%" "fixed 30% + unlimited" "bare + bare" "fixed 60% + unlimited" \
+    "fixed 20% + share 40% + unlimited" --json "$OUT/compute_matmul.json"
+# Long kernels: matrix products of about 50 ms, in batches of four.
+step compute_long 90 "$PY" benchmarks/compute_share_real.py --seconds 5 --work matmul \
+    --kernel-ms 50 --only "share 30% + share 70%" "fixed 30% + unlimited" \
+    --json "$OUT/compute_long.json"
 # The shim's NVML controller alone (no arbiter), for comparison, if time allows.
 step compute_nvml 60 "$PY" benchmarks/compute_share_real.py --seconds 5 --no-arbiter \
     --only "share 30% + share 70%" --json "$OUT/compute_nvml.json"
