@@ -108,6 +108,21 @@ def pairs(kernel_ns: int, seconds: float) -> list[dict]:
     ]
 
 
+def beside_unlimited(kernel_ns: int, seconds: float) -> list[dict]:
+    """Limited containers whose limits add up past the ceiling beside an unlimited one (about
+    half the GPU with one busy unlimited process): `fixed` 20 keeps its percent and `share` 40
+    gets what is left; `fixed` 60 gets the ceiling (shown, not a goal)."""
+    u, k, t = unit(kernel_ns), kernel_ns, seconds
+    return [
+        member(f"fixed 20 + share 40 + unl.: 20, {u}", 0, 20, "fixed", k, t),
+        member(f"fixed 20 + share 40 + unl.: 40, {u}", 0, 40, "share", k, t,
+               goal=("at least", 20)),
+        member(f"fixed 20 + share 40 + unl.: unl, {u}", 0, 0, "", k, t, goal=("at least", 40)),
+        member(f"fixed 60 + unlimited: 60, {u}", 1, 60, "fixed", k, t, goal=("shown", 0)),
+        member(f"fixed 60 + unlimited: unl, {u}", 1, 0, "", k, t, goal=("shown", 0)),
+    ]
+
+
 def machines(tmp: Path, load: Path, seconds: float, attribution: str, arbiter: bool) -> list[dict]:
     """Four simulated machines: the neighbour cases with 10 us, 1 ms and 50 ms kernels, then
     `share` alone after the others stop and back, and 200 ms kernels (longer than a quantum)."""
@@ -128,14 +143,14 @@ def machines(tmp: Path, load: Path, seconds: float, attribution: str, arbiter: b
             member("share 30% + 70%: 70, 200 ms", 1, 70, "share", 200 * MS, seconds,
                    goal=("long", 70)),
         ]
-    ]
+    ] + [beside_unlimited(MS, seconds)]
     out = []
     for m, containers in enumerate(groups):
         for c in containers:
             c["ledger"] = str(tmp / f"machine{m}" / c["name"].replace(" ", "_").replace("%", ""))
         env = base_env(tmp, f"machine{m}.state", 4, shim=True, attribution=attribution)
         windows = one_second_windows(0.0, seconds)
-        if m == len(groups) - 1:
+        if any(GOALS[c["name"]][0] == "long" for c in containers):
             windows += [(1.0 + 5 * i, 6.0 + 5 * i) for i in range((n - 1) // 5)]
         spec = {
             "sim_dir": str(sim_lib_dir()),
@@ -209,6 +224,8 @@ def band(values: list[float], target: float) -> str:
 def verdict(name: str, shares: list[float], long: list[float]) -> str:
     """The case's promise, over the windows it applies to (from the second one)."""
     goal, target = GOALS[name]
+    if goal == "shown":
+        return f"{min(shares[1:]):4.1f}-{max(shares[1:]):4.1f} (the ceiling; no goal)"
     if goal == "long":
         return "5 s windows: " + band(long, target)
     if goal == "at least":

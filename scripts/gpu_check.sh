@@ -17,7 +17,7 @@
 set -u
 PY=${PY:-python3}
 STEPS=${STEPS:-smoke compute_share compute_matmul compute_long pytest smi}
-# Also there: compute_nvml shim_overhead torch_throughput (STEPS="..." to run them).
+# Also there: compute_200 compute_nvml shim_overhead torch_throughput (STEPS="..." to run them).
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -77,6 +77,10 @@ step compute_matmul 120 "$PY" benchmarks/compute_share_real.py --seconds 5 --wor
 step compute_long 90 "$PY" benchmarks/compute_share_real.py --seconds 5 --work matmul \
     --kernel-ms 50 --only "share 30% + share 70%" "fixed 30% + unlimited" \
     --json "$OUT/compute_long.json"
+# Kernels longer than a quantum (fp16 products of about 200 ms), judged over 5 s windows from
+# the json (not in the default steps: about a minute).
+step compute_200 120 "$PY" benchmarks/compute_share_real.py --seconds 11 --work matmul \
+    --kernel-ms 200 --only "share 30% + share 70%" --json "$OUT/compute_200.json"
 # The shim's NVML controller alone (no arbiter), for comparison, if time allows.
 step compute_nvml 60 "$PY" benchmarks/compute_share_real.py --seconds 5 --no-arbiter \
     --only "share 30% + share 70%" --json "$OUT/compute_nvml.json"

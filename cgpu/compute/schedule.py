@@ -7,7 +7,10 @@ applies the rules at `now` and returns the messages to send, as (connection, Ord
 One container at a time holds the token. `share` containers are served by least virtual time
 (charged ns / percent), so saturating ones split the GPU by their percents; `fixed` ones also
 need credit, which they earn at their percent of wall time, so they get their percent and no
-more. A holder is charged its hold times f, the fraction of the GPU it really had (below 1 when
+more. A `fixed` container with credit goes before every `share` one: its percent is a
+reservation, and the shares split what the reservations leave. (By virtual time alone, `fixed`
+20 beside `share` 40 gets a third of the turns whenever the limited containers together get
+less than the GPU, as beside an unlimited container: 10 for 20 on an H200.) A holder is charged its hold times f, the fraction of the GPU it really had (below 1 when
 processes outside the managed containers run on the GPU too).
 
 A grant admits about GRANT_WORK_QUANTA quanta of work while others wait (ALONE_WORK_QUANTA
@@ -119,6 +122,11 @@ def _after(segment: tuple[int, int, float], start: int) -> float:
     """The part of a charge for [begin, end] that falls after `start` (pro rata)."""
     begin, end, charged = segment
     return charged if begin >= start else charged * max(0, end - start) / (end - begin)
+
+
+def _rank(tenant: _Tenant[Conn]) -> int:
+    """Which class a container is served in: 0 for `fixed` (a reservation), 1 for `share`."""
+    return 0 if tenant.policy == FIXED else 1
 
 
 def check_limit(percent: int, policy: str) -> None:
@@ -350,13 +358,13 @@ class GpuSchedule(Generic[Conn]):
         return None
 
     def _behind(self, waiters: list[_Tenant[Conn]], token: _Token, now: int) -> bool:
-        """Whether some waiter's virtual time is not above the holder's, counting what the
-        holder has used since its last charge and the work it has queued (else the holder would
-        be granted again)."""
+        """Whether some waiter ranks before the holder or with it (fixed before share, then by
+        virtual time), counting what the holder has used since its last charge and the work it
+        has queued (else the holder would be granted again)."""
         holder = self._tenants[token.holder]
         owed = self._pending_charge(token, now) + self._queued_charge(token, now)
-        holder_vtime = holder.vtime + owed / holder.percent
-        return min(t.vtime for t in waiters) <= holder_vtime
+        holder_rank = (_rank(holder), holder.vtime + owed / holder.percent)
+        return min((_rank(t), t.vtime) for t in waiters) <= holder_rank
 
     def _revoke(self, token: _Token, now: int, spent: bool) -> None:
         """Send REVOKE to every granted connection of the holder."""
@@ -391,16 +399,17 @@ class GpuSchedule(Generic[Conn]):
         self._token = None
 
     def _grant_next(self, now: int) -> None:
-        """Give the free token to the eligible container with the least virtual time (ties:
-        the one waiting longest), and GRANT all of its connections."""
+        """Give the free token to the eligible container that ranks first (fixed before share,
+        then the least virtual time; ties: the one waiting longest), and GRANT all of its
+        connections."""
         candidates = [
-            (tenant.vtime, self._waiting_since(tenant), name)
+            (_rank(tenant), tenant.vtime, self._waiting_since(tenant), name)
             for name, tenant in self._tenants.items()
             if self._eligible(tenant)
         ]
         if not candidates:
             return
-        name = min(candidates)[2]
+        name = min(candidates)[3]
         tenant = self._tenants[name]
         self._epoch += 1
         self._token = _Token(name, self._epoch, t_grant=now, t_mark=now)

@@ -144,6 +144,24 @@ def test_a_fixed_container_beside_a_share_one_gets_its_percent_and_no_more(late_
     assert sim.charged_s("share") == pytest.approx(7.0, abs=0.1)
 
 
+@pytest.mark.parametrize("late_want", [False, True], ids=["want-with-done", "want-after-done"])
+@pytest.mark.parametrize("fixed,share", [(20, 40), (10, 90)])
+def test_a_fixed_container_keeps_its_percent_where_the_limited_ones_get_half_the_gpu(
+    fixed: int, share: int, late_want: bool
+) -> None:
+    """Beside an unlimited container (f = 0.5) the limited ones get half the GPU together:
+    `fixed` still gets its percent, `share` what is left (by virtual time alone, `fixed` 20
+    beside `share` 40 got a third of the turns, 16.7; an H200 gave it 10)."""
+    sim = Sim(late_want=late_want)
+    sim.add("fixed", fixed, "fixed")
+    sim.add("share", share, "share")
+    sim.gpu.set_unmanaged(1.0)
+    sim.run(10)
+    assert sim.charged_s("fixed") == pytest.approx(fixed / 10, abs=0.1)
+    assert sim.charged_s("share") == pytest.approx(5 - fixed / 10, abs=0.1)
+    assert sim.held[None] <= 1
+
+
 def test_a_busy_share_container_alone_is_never_revoked_but_is_charged() -> None:
     sim = Sim()
     (conn,) = sim.add("a", 50, "share")
@@ -352,11 +370,13 @@ def test_a_limit_change_applies_from_the_next_grant() -> None:
     sim.gpu.set_limit(holder, 20, "fixed")
     assert sim.gpu.usage(sim.now)[holder].percent == 50
     sim.run(0.021)
-    assert sim.gpu.holder != holder
     assert (sim.gpu.usage(sim.now)[holder].percent, sim.gpu.usage(sim.now)[holder].policy) == (
         20,
         "fixed",
     )
+    before = sim.charged_s(holder)
+    sim.run(2)
+    assert sim.charged_s(holder) - before == pytest.approx(0.4, abs=0.05)  # 20% from then on
 
 
 def test_a_removed_container_frees_the_token() -> None:
