@@ -354,9 +354,13 @@ class Arbiter:
                 if client.peer is not None and uuid in client.devs.values()
             }
             held = partial(_held_until, gpu, now)
-            load = self._unmanaged.poll(uuid, managed, held, offset)
+            load = self._unmanaged.poll(uuid, managed, held, offset, now)
             gpu.set_unmanaged(load)
             self._loads[uuid] = load
+            gap = self._unmanaged.probe_gap(uuid, now)
+            if gap:
+                log.debug("%s: probe, the token free for %.1f ms", uuid, gap / MS)
+                gpu.probe(gap)
 
     def _write_status(self, now: int) -> None:
         path = self.settings.status

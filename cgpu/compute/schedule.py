@@ -8,10 +8,11 @@ One container at a time holds the token. `share` containers are served by least 
 (charged ns / percent), so saturating ones split the GPU by their percents; `fixed` ones also
 need credit, which they earn at their percent of wall time, so they get their percent and no
 more. A `fixed` container with credit goes before every `share` one: its percent is a
-reservation, and the shares split what the reservations leave. (By virtual time alone, `fixed`
-20 beside `share` 40 gets a third of the turns whenever the limited containers together get
-less than the GPU, as beside an unlimited container: 10 for 20 on an H200.) A holder is charged its hold times f, the fraction of the GPU it really had (below 1 when
-processes outside the managed containers run on the GPU too).
+reservation, and the shares split what the reservations leave (by virtual time alone, `fixed` 20
+beside `share` 40 got a third of the turns wherever the limited containers together get less
+than the GPU, as beside an unlimited one). A holder is charged its hold times f, the fraction of
+the GPU it really had (below 1 when processes outside the managed containers run on the GPU
+too). A probe (`probe`) leaves the token free for a while, so that those processes' demand shows.
 
 A grant admits about GRANT_WORK_QUANTA quanta of work while others wait (ALONE_WORK_QUANTA
 while none does): the client counts its launches at its own learnt time per launch, at least one,
@@ -150,6 +151,8 @@ class GpuSchedule(Generic[Conn]):
         self._token: _Token | None = None
         self._epoch = 0
         self._load = 0.0  # unmanaged demand: u * k
+        self._probe_ns = 0  # a probe asked for: the token is to be left free this long
+        self._paused_until = 0  # no grant before this (a probe's gap)
         self._holds: deque[tuple[int, int]] = deque()
         self._outbox: list[tuple[Conn, Order]] = []
 
@@ -252,6 +255,12 @@ class GpuSchedule(Generic[Conn]):
         if link is not None:
             self._tenants[link.container].conns.pop(conn, None)
 
+    def probe(self, gap_ns: int) -> None:
+        """Leave the GPU to the processes outside the managed containers for `gap_ns`: the
+        holder's turn ends now (charged as usual) and the token stays free that long after its
+        drain, so the device's busy samples show a period not all held (see unmanaged.py)."""
+        self._probe_ns = max(self._probe_ns, gap_ns)
+
     def set_unmanaged(self, load: float) -> None:
         """The unmanaged processes' demand on this GPU, u * k (0: none)."""
         self._load = load if math.isfinite(load) and load > 0 else 0.0
@@ -266,9 +275,13 @@ class GpuSchedule(Generic[Conn]):
         token = self._token
         if token and token.phase is Phase.GRANTED:
             self._run_hold(token, now)
+        if self._probe_ns and token and token.phase is Phase.GRANTED:
+            self._revoke(token, now, spent=False)
         if token and token.phase is Phase.REVOKING:
             self._finish_revoke(token, now)
-        if self._token is None:
+        if self._token is None and self._probe_ns:
+            self._paused_until, self._probe_ns = now + self._probe_ns, 0
+        if self._token is None and now >= self._paused_until:
             self._grant_next(now)
         out, self._outbox = self._outbox, []
         return out

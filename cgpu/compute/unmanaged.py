@@ -11,10 +11,20 @@ b (below 1 where the GPU time-slices the holder and a neighbour: each context sw
 Counted as demand 0, such periods pulled u down on turns longer than a period, and the holder
 was charged too much of the GPU (fixed 30 beside a saturating neighbour got 25). The scheduler
 gets u * k (0 when k is 0). A neighbour that appears (k was 0) is taken to saturate the GPU
-(u = 1) until the samples of the periods after the one it was seen in say otherwise (that one
-holds time before it ran): a limited container beside it is never
-under-served while u is learnt, only over-served for about a second when the neighbour idles.
+(u = 1) until a period after the one it was seen in (that one holds time before it ran) says
+otherwise: a limited container beside it is not under-served while u is learnt.
 Without NVML, or when it fails, the load is 0 (f = 1), logged once.
+
+Probes. While limited containers keep the token held through every period, no period teaches
+u, and a neighbour that was idle when u was last learnt and saturates now goes unseen (on an
+H200: `fixed` 20 beside `share` 40 and an unlimited container that had idled at first got 9.4,
+charged as if it had the whole GPU). So when a GPU has processes outside the containers and no
+period has taught u for max(1 s, 6 periods), the scheduler is asked to leave the token free for
+a quarter of a period (42 ms a second at 1/6 s: the neighbours fill it, or the GPU idles 4% of
+its time); a neighbour that appears is probed two periods after it was seen. A period's weight
+in the smoothing is the time since the last period that taught u, so a probe's period, after a
+second of none, sets u alone; so does the first period that teaches u after a neighbour came
+(it replaces the guess u = 1).
 """
 
 from __future__ import annotations
@@ -29,6 +39,10 @@ log = logging.getLogger(__name__)
 
 SMOOTHING_NS = 1_000_000_000
 MIN_FREE_SHARE = 0.1  # a period with less than this share not held is skipped
+DEFAULT_PERIOD_NS = 166_666_667  # NVML's sample period until the samples show theirs
+PROBE_EVERY_NS = 1_000_000_000  # a probe when no period has taught u for this long
+PROBE_EVERY_PERIODS = 6  # or for this many periods, if longer
+PROBE_GAP_SHARE = 0.25  # a probe leaves the token free for this share of a period
 NVML_ERROR_NOT_FOUND = 6  # nvmlDeviceGetSamples: no sample newer than asked
 NVML_GPU_UTILIZATION_SAMPLES = 1
 
@@ -57,6 +71,8 @@ class DemandEstimate:
         self.held_busy = 1.0  # how busy the GPU is while held, from periods held (nearly) whole
         self.last_end: int | None = None  # end of the newest period seen
         self.learn_from = 0  # periods that start no later say nothing of the present neighbours
+        self.informed_end: int | None = None  # end of the newest period that taught u
+        self.period_ns = DEFAULT_PERIOD_NS  # the spacing of the samples
 
     def add(self, samples: Iterable[tuple[int, float]], held: HeldNs) -> None:
         """Fold in (period end ns, busy fraction) samples, oldest first; each period starts
@@ -66,6 +82,7 @@ class DemandEstimate:
             if start is None or end <= start or start <= self.learn_from:
                 continue
             period = end - start
+            self.period_ns = period
             hold = min(max(held(start, end), 0), period)
             busy_ns = min(max(busy, 0.0), 1.0) * period
             weight = min(1.0, period / self.smoothing_ns)
@@ -76,7 +93,23 @@ class DemandEstimate:
                     self.held_busy += weight * (min(busy_ns / hold, 1.0) - self.held_busy)
                 continue
             demand = max(0.0, busy_ns - self.held_busy * hold) / (period - hold)
+            # The period stands for the time since the last one that taught u (a probe's, after
+            # seconds held throughout, for all of it).
+            if self.informed_end is None or self.informed_end <= self.learn_from:
+                weight = 1.0  # the first look since a neighbour came: it replaces the guess
+            else:
+                weight = min(1.0, max(period, end - self.informed_end) / self.smoothing_ns)
             self.u += weight * (min(demand, 1.0) - self.u)
+            self.informed_end = end
+
+    def probe_due(self, now: int, last_probe: int) -> bool:
+        """Whether no period has taught u for max(PROBE_EVERY_NS, PROBE_EVERY_PERIODS
+        periods) before `now`, counting a probe asked for at `last_probe` as one that did; for
+        a newcomer (nothing learnt, nor probed, since it came), two periods."""
+        every = max(PROBE_EVERY_NS, PROBE_EVERY_PERIODS * self.period_ns)
+        if (self.informed_end or 0) <= self.learn_from and last_probe <= self.learn_from:
+            every = 2 * self.period_ns
+        return now - max(self.informed_end or 0, self.learn_from, last_probe) >= every
 
 
 class UnmanagedLoad:
@@ -87,10 +120,14 @@ class UnmanagedLoad:
         self._estimates: dict[str, DemandEstimate] = {}
         self._last_us: dict[str, int] = {}  # the newest sample's end, per GPU
         self._had: dict[str, int] = {}  # k at the last poll, per GPU
+        self._probed: dict[str, int] = {}  # when a probe was last asked for, per GPU
         self._failed: set[str] = set()
 
-    def poll(self, uuid: str, managed: set[int], held: HeldNs, offset_ns: int) -> float:
-        """Read the GPU now. `offset_ns` turns CLOCK_REALTIME ns into the hold log's clock."""
+    def poll(
+        self, uuid: str, managed: set[int], held: HeldNs, offset_ns: int, now_ns: int = 0
+    ) -> float:
+        """Read the GPU at `now_ns` (the hold log's clock). `offset_ns` turns CLOCK_REALTIME ns
+        into that clock."""
         if self.source is None:
             return 0.0
         try:
@@ -110,13 +147,25 @@ class UnmanagedLoad:
         if unmanaged and not self._had.get(uuid):
             estimate.u = 1.0  # a new neighbour: assume it saturates until measured
             # The period it was seen in holds time before it ran: learn from the next one on.
-            estimate.learn_from = estimate.last_end or 0
+            estimate.learn_from = estimate.last_end or now_ns
         self._had[uuid] = len(unmanaged)
         estimate.add([(end * 1000 + offset_ns, busy / 100) for end, busy in samples], held)
         return estimate.u * len(unmanaged)
 
+    def probe_gap(self, uuid: str, now_ns: int) -> int:
+        """How long the GPU's token should be left free now so that a period teaches u (a
+        quarter of a period), or 0: no process outside the containers, or u learnt lately."""
+        estimate = self._estimates.get(uuid)
+        if estimate is None or not self._had.get(uuid):
+            return 0
+        if not estimate.probe_due(now_ns, self._probed.get(uuid, 0)):
+            return 0
+        self._probed[uuid] = now_ns
+        return round(PROBE_GAP_SHARE * estimate.period_ns)
+
     def forget(self, uuid: str) -> None:
         """Drop a GPU that no container limits any more."""
+        self._probed.pop(uuid, None)
         self._estimates.pop(uuid, None)
         self._last_us.pop(uuid, None)
         self._had.pop(uuid, None)

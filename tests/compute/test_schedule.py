@@ -414,3 +414,23 @@ def test_a_grant_counts_the_holders_busy_processes() -> None:
     assert sim.gpu.holder == "a" and sim.gpu.sharers() == 3
     sim.gpu.idle(conns[0], sim.now)
     assert sim.gpu.sharers() == 2
+
+
+def test_a_probe_ends_the_turn_and_leaves_the_token_free_for_the_gap() -> None:
+    sim = Sim()
+    sim.add("a", 50, "share")
+    sim.add("b", 50, "share")
+    sim.run(1)
+    holder = sim.gpu.holder
+    assert holder is not None
+    before = sim.charged_s("a") + sim.charged_s("b")
+    sim.gpu.probe(25 * MS)
+    sim.run(0.001)
+    assert sim.gpu.holder is None  # revoked and drained at once: the gap has begun
+    free_before = sim.held[None]
+    sim.run(0.030)
+    assert sim.held[None] - free_before == pytest.approx(25, abs=2)
+    assert sim.gpu.holder is not None  # and the token goes on after it
+    sim.run(1)
+    after = sim.charged_s("a") + sim.charged_s("b")
+    assert after - before == pytest.approx(1.031 - 0.025, abs=0.01)  # the gap is charged to none

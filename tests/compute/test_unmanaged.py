@@ -16,6 +16,10 @@ MS = 1_000_000
 PERIOD = 100 * MS
 
 
+def _never_held(start: int, end: int) -> int:
+    return 0
+
+
 def _feed(estimate: DemandEstimate, seconds: float, busy: float, held_share: float) -> None:
     """Periods of 100 ms in which the GPU was `busy` and a container held it `held_share`."""
     ends = [i * PERIOD for i in range(1, round(seconds * 10) + 1)]
@@ -73,13 +77,28 @@ def test_how_busy_a_hold_keeps_the_gpu_is_learnt_from_whole_held_periods() -> No
 
 def test_demand_is_smoothed_over_about_a_second() -> None:
     estimate = DemandEstimate()
-    _feed(estimate, 0.5, 1.0, 0.0)
+    _feed(estimate, 1, 0.0, 0.0)  # an idle GPU (the first period that teaches u sets it alone)
+    assert estimate.u == 0.0
+    busy = [10**9 + i * PERIOD for i in range(1, 6)]
+    estimate.add([(end, 1.0) for end in busy], _never_held)
     assert 0.2 < estimate.u < 0.6
     before = estimate.u
-    _feed(estimate, 0.5, 1.0, 0.0)  # the same periods again are old news
+    estimate.add([(end, 1.0) for end in busy], _never_held)  # the same periods again: old news
     assert estimate.u == before
-    _feed(estimate, 3, 1.0, 0.0)
+    more = [busy[-1] + i * PERIOD for i in range(1, 31)]
+    estimate.add([(end, 1.0) for end in more], _never_held)
     assert estimate.u > 0.9
+
+
+def test_the_first_period_after_a_guess_replaces_it() -> None:
+    estimate = DemandEstimate()
+    _feed(estimate, 1, 1.0, 0.0)
+    estimate.u, estimate.learn_from = 1.0, estimate.last_end  # a neighbour came: the guess
+    seen = estimate.last_end
+    estimate.add([(seen + PERIOD, 0.0)], _never_held)  # the period it was seen in: skipped
+    assert estimate.u == 1.0
+    estimate.add([(seen + 2 * PERIOD, 0.0)], _never_held)
+    assert estimate.u == 0.0  # it idles: the holders are not charged for it for a second
 
 
 class FakeSource:
@@ -100,10 +119,6 @@ class FakeSource:
         self.now_us += 100_000
         ends = range(self.now_us - 1_000_000, self.now_us + 1, 100_000)
         return [(end, self.busy) for end in ends if end > after_us]
-
-
-def _never_held(start: int, end: int) -> int:
-    return 0
 
 
 def _poll(load: UnmanagedLoad, managed: set[int], times: int, held: Callable = _never_held):
@@ -172,3 +187,53 @@ def test_the_period_a_neighbour_is_seen_in_does_not_count() -> None:
     source.busy = 30
     assert _poll(load, {10}, 1) == 1.0  # seen: assumed to saturate, its first period skipped
     assert _poll(load, {10}, 1) < 1.0  # the next period counts
+
+
+def test_a_probe_period_after_seconds_held_throughout_sets_the_demand_alone() -> None:
+    # The neighbour idled while u was learnt (u = 0); then the limited containers held the token
+    # through every period for 2 s, which teaches nothing; the probe's period (a quarter free,
+    # the GPU busy throughout it) stands for that time and sets u at once.
+    estimate = DemandEstimate()
+    _feed(estimate, 2, 0.0, 0.0)
+    assert estimate.u == pytest.approx(0.0)
+    held_ends = [2 * 10**9 + i * PERIOD for i in range(1, 21)]
+    estimate.add([(end, 1.0) for end in held_ends], lambda start, end: end - start)
+    assert estimate.u == pytest.approx(0.0)
+    assert estimate.probe_due(4 * 10**9, last_probe=0)
+    probe_end = 4 * 10**9 + PERIOD
+    estimate.add([(probe_end, 1.0)], lambda start, end: (end - start) * 3 // 4)
+    assert estimate.u == pytest.approx(1.0, abs=0.01)
+    assert not estimate.probe_due(probe_end + 500 * MS, last_probe=0)
+    assert estimate.probe_due(probe_end + 1000 * MS, last_probe=0)
+
+
+def test_no_probe_while_periods_teach_the_demand_or_nobody_else_runs() -> None:
+    source = FakeSource({10, 11})
+    load = UnmanagedLoad(source)
+    clock = 0
+    gaps = []
+    for _ in range(50):  # 5 s of polls; the FakeSource's periods are never held: they teach u
+        clock += 100 * MS
+        load.poll("GPU-a", {10}, _never_held, offset_ns=0, now_ns=clock)
+        gaps.append(load.probe_gap("GPU-a", clock))
+    assert not any(gaps)
+    alone = UnmanagedLoad(FakeSource({10}))  # every process on the GPU is a container's
+    for i in range(50):
+        alone.poll("GPU-a", {10}, lambda start, end: end - start, 0, now_ns=i * 100 * MS)
+        assert alone.probe_gap("GPU-a", i * 100 * MS) == 0
+
+
+def test_a_gpu_held_throughout_beside_a_neighbour_is_probed_every_second() -> None:
+    source = FakeSource({10, 11})
+    load = UnmanagedLoad(source)
+    offset = -source.now_us * 1000  # the samples' clock: the poll's clock
+    asked = []
+    for i in range(1, 61):  # 6 s of polls, every period held whole
+        clock = i * 100 * MS
+        load.poll("GPU-a", {10}, lambda start, end: end - start, offset, now_ns=clock)
+        gap = load.probe_gap("GPU-a", clock)
+        if gap:
+            asked.append((clock, gap))
+    # two periods after the neighbour is first seen (a newcomer), then every second
+    assert [t for t, _ in asked] == [300 * MS, *(i * 1000 * MS + 1300 * MS for i in range(5))]
+    assert all(gap == 25 * MS for _, gap in asked)  # a quarter of the 100 ms period

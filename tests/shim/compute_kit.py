@@ -104,6 +104,7 @@ class Container:
     threads: int = 1  # launching threads per process (with kernel_ptsz: a stream each)
     device: int = 0  # the simulated GPU (CUDA_VISIBLE_DEVICES)
     start_after: float = 0.0  # seconds after the others
+    idle_first: float = 0.0  # seconds its processes hold a context and launch nothing
     pidns: bool = False  # its processes share a pid namespace of their own (unshare)
     # (percent, policy): the host writes this compute limit into the container's cgpu.conf, as
     # the device plugin does (the arbiter reads only that); None: the environment's, if any.
@@ -128,7 +129,7 @@ class Container:
             "CUDA_VISIBLE_DEVICES": str(self.device),
         }
         args = [str(load), "run", self.path, str(self.kernel_ns), str(self.seconds)]
-        args.append(str(self.threads))
+        args += [str(self.threads), str(self.idle_first)]
         if self.pidns:
             # One namespace for all of them, as in a container: its init (sh, pid 1) starts
             # them and fails if any fails.  /proc stays the host's, as a host reader sees it.

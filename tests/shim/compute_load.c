@@ -1,6 +1,6 @@
 /* A saturating GPU workload on the simulator, for the compute limit's tests and benchmark.
  *
- *   compute_load run <path> <kernel_ns> <seconds> [threads]
+ *   compute_load run <path> <kernel_ns> <seconds> [threads [idle_first_s]]
  *     launch cgpu_sim_busy kernels of <kernel_ns> back to back for <seconds> through <path>:
  *     kernel, kernel_ptsz, ex, coop, graph (entry points found with dlsym), proc (cuLaunchKernel
  *     through cuGetProcAddress) or direct (the linked symbol); prints "launched N".
@@ -127,7 +127,13 @@ static int run(int argc, char **argv)
     kernel_ns = strtoull(argv[3], NULL, 10);
     seconds = atof(argv[4]);
     int threads = argc > 5 ? atoi(argv[5]) : 1;
+    double idle_first = argc > 6 ? atof(argv[6]) : 0.0; /* its context made, no launch yet */
     setup();
+    if (idle_first > 0) {
+        struct timespec idle = {(time_t)idle_first, (long)((idle_first - (time_t)idle_first) * 1e9)};
+        nanosleep(&idle, NULL);
+        seconds -= idle_first;
+    }
     pthread_t t[64];
     unsigned long long counts[64] = {0}, total = 0;
     for (int i = 0; i < threads && i < 64; i++)

@@ -154,6 +154,32 @@ def test_fixed_holds_beside_an_unlimited_neighbour_with_long_kernels(
     assert all(v >= 60 - 1 for v in free), free
 
 
+def test_fixed_keeps_its_percent_beside_a_share_and_a_neighbour_that_wakes_up(
+    shim_env, sim_dir, load, tmp_path
+):
+    # fixed 20 + share 40 beside an unlimited container that holds its context idle for 3 s,
+    # then saturates the GPU. The two limited ones keep the token held through every NVML
+    # period, so no period shows the neighbour's demand: the arbiter probes (leaves the token
+    # free a quarter of a period every second). Without it, u stayed at what the idle neighbour
+    # taught and fixed 20 was charged as if it had the whole GPU (9.4 on an H200). With it,
+    # fixed 20 holds 20 +- 5 (one point of margin) in every window but the one the neighbour
+    # wakes in, and the next (margin for the probe); share 40 gets what the limited ones'
+    # even turn leaves; the neighbour >= 40.
+    containers = [
+        _container("f20", 0, (20, "fixed"), MS),
+        _container("s40", 0, (40, "share"), MS),
+        _container("free", 0, None, MS, idle_first=3.0),
+    ]
+    windows = one_second_windows(0.0, SECONDS)
+    spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers, windows)
+    result = run_isolated(spec)
+    f20, s40, free = (_shares(result, n) for n in ("f20", "s40", "free"))
+    assert all(abs(v - 20) <= TOL for v in f20[1:3]), f20  # the neighbour idle
+    assert all(abs(v - 20) <= TOL for v in f20[5 : len(windows) - 1]), f20
+    assert all(v >= 20 for v in s40[5 : len(windows) - 1]), s40
+    assert all(v >= 40 - 1 for v in free[5 : len(windows) - 1]), free
+
+
 def test_share_takes_the_idle_gpu_and_gives_it_back(shim_env, sim_dir, load, tmp_path):
     # share 30 runs throughout; a share 70 runs until 4 s, exits (possibly holding the GPU), and
     # a new one arrives at 7 s. Within 2 s of each change the 30% one is at >= 90, then back
