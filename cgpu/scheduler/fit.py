@@ -81,7 +81,7 @@ class NodeView:
         within the ceiling when the ceiling is counted."""
         if not self.unlimited:
             return self.compute_left(gpu)
-        return max(min(self.compute_left(gpu), self.ceiling(gpu) - self.placed(gpu)), 0)
+        return min(self.compute_left(gpu), self.ceiling(gpu) - self.placed(gpu))
 
     def compute_usable(self, gpu: int) -> int:
         """Free compute as the rankings see it: compute_room on a GPU that runs compute-limited
