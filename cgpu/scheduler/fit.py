@@ -22,7 +22,8 @@ class NodeView:
     node advertises none, `compute_error` saying why when its capacity is malformed).
 
     `unlimited` counts, per GPU, the pods there that hold GPU memory but ask for no compute
-    (never gated: see "The compute ceiling" in docs/operations-scheduler.md); empty when the
+    (never gated: see "The compute ceiling beside pods without a limit" in
+    docs/operations-scheduler.md); empty when the
     ceiling is not counted (`--unlimited-neighbours=ignore`, or no compute advertised).
     """
 
