@@ -78,6 +78,13 @@ class Device:
     pods: list[PodShare] = field(default_factory=list)
     compute_total: int = 0
     compute_used: int = 0
+    unlimited: int = 0  # pods holding memory here with no compute limit (never gated)
+
+    @property
+    def compute_ceiling(self) -> int:
+        """What the compute-limited pods here get together beside the unlimited ones: an even
+        time slice each (the scheduler extender places within it, operations-scheduler.md)."""
+        return self.compute_total // (self.unlimited + 1)
 
 
 @dataclass
@@ -175,6 +182,7 @@ def build_nodes(
             device = info.devices.setdefault(index, Device(index, 0))
             device.used += amount
             device.compute_used += compute[index]
+            device.unlimited += bool(amount and info.compute_total and not percent)
             device.pods.append(share)
     _add_dra(out, nodes, dra)
     for info in out.values():

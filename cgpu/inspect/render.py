@@ -140,6 +140,9 @@ def _with_compute(out: list[dict[str, Any]], nodes: list[GpuNode]) -> None:
             device = node.devices[dev["id"]]
             dev["totalCompute"] = device.compute_total
             dev["usedCompute"] = device.compute_used
+            if device.unlimited:
+                dev["unlimitedPods"] = device.unlimited
+                dev["computeCeiling"] = device.compute_ceiling
             for pod, share in zip(dev["pods"], device.pods, strict=True):
                 pod["usedCompute"] = share.compute.get(device.index, 0)
         for pod, share in zip(entry["pendingPods"], pending.pods if pending else [], strict=True):

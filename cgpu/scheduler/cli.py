@@ -20,6 +20,7 @@ from .state import ClusterState
 
 log = logging.getLogger("cgpu.scheduler")
 DEFAULT_PORT = 32766
+NEIGHBOURS = ("count", "ignore")  # --unlimited-neighbours
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +38,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=30.0,
         help="seconds a bound pod's units stay assumed before the watch must show it (30)",
+    )
+    parser.add_argument(
+        "--unlimited-neighbours",
+        choices=NEIGHBOURS,
+        default="count",
+        help="count: a GPU's compute-limited pods get at most 100/(u+1)%% together beside u "
+        "pods without a compute limit, and are placed so; ignore: as if those were idle "
+        "(count)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
 
@@ -68,9 +77,12 @@ def build(
     node_policy: str = "binpack",
     gpu_policy: str = "binpack",
     assume_timeout: float = 30.0,
+    unlimited_neighbours: str = "count",
 ) -> Extender:
     """Start informers, the reaper and the HTTP server; return the running extender."""
-    state = ClusterState()
+    if unlimited_neighbours not in NEIGHBOURS:
+        raise ValueError(f"unlimited_neighbours={unlimited_neighbours!r} is not count or ignore")
+    state = ClusterState(count_unlimited=unlimited_neighbours == "count")
     metrics = Metrics()
     informers = start_informers(api, state, lambda resource: metrics.lists.labels(resource).inc())
     binder = Binder(state, api, gpu_policy, assume_timeout)
@@ -119,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             args.node_policy,
             args.gpu_policy,
             args.assume_timeout,
+            args.unlimited_neighbours,
         )
     except OSError as err:
         print(
@@ -127,11 +140,12 @@ def run(args: argparse.Namespace) -> int:
         )
         return 1
     log.info(
-        "serving on %s:%d (node policy %s, GPU policy %s)",
+        "serving on %s:%d (node policy %s, GPU policy %s, unlimited neighbours: %s)",
         args.address,
         extender.server.port,
         args.node_policy,
         args.gpu_policy,
+        args.unlimited_neighbours,
     )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -20,6 +20,11 @@ class NodeView:
     other than an extender): they hold memory somewhere on the node. The `compute_*` fields are
     the same for aliyun.com/gpu-core.percentage (percent per GPU; `compute_per_gpu` 0 when the
     node advertises none, `compute_error` saying why when its capacity is malformed).
+
+    `unlimited` counts, per GPU, the pods there that hold GPU memory but ask for no compute
+    (never gated: see "The compute ceiling beside pods without a limit" in
+    docs/operations-scheduler.md); empty when the
+    ceiling is not counted (`--unlimited-neighbours=ignore`, or no compute advertised).
     """
 
     per_gpu: int
@@ -30,14 +35,22 @@ class NodeView:
     compute_free: tuple[int, ...] = ()
     compute_unplaced: int = 0
     compute_error: str | None = None
+    unlimited: tuple[int, ...] = ()
     largest: int = field(init=False)  # the most free units on one GPU
     spare: int = field(init=False)  # free units on all GPUs, less the unplaced ones
     compute_spare: int = field(init=False)  # the same for compute
+    usable_spare: int = field(init=False)  # compute_spare within each GPU's ceiling
+    closed: tuple[int, ...] = field(init=False)  # GPUs a pod without a compute limit may not join
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "largest", max(self.free, default=0))
-        object.__setattr__(self, "spare", sum(self.free) - self.unplaced)
-        object.__setattr__(self, "compute_spare", sum(self.compute_free) - self.compute_unplaced)
+        set_ = object.__setattr__
+        set_(self, "largest", max(self.free, default=0))
+        set_(self, "spare", sum(self.free) - self.unplaced)
+        set_(self, "compute_spare", sum(self.compute_free) - self.compute_unplaced)
+        gpus = range(len(self.compute_free))
+        usable = sum(self.compute_usable(i) for i in gpus)
+        set_(self, "usable_spare", usable - self.compute_unplaced)
+        set_(self, "closed", tuple(i for i in gpus if not self.takes_unlimited(i)))
 
     @property
     def capacity(self) -> int:
@@ -51,13 +64,44 @@ class NodeView:
         """Free percent of compute on one GPU (0 when the node advertises no compute)."""
         return self.compute_free[gpu] if gpu < len(self.compute_free) else 0
 
+    def placed(self, gpu: int) -> int:
+        """Percent of compute the compute-limited pods on one GPU ask for together."""
+        return self.compute_per_gpu - self.compute_left(gpu) if self.compute_free else 0
+
+    def unlimited_on(self, gpu: int) -> int:
+        """Pods without a compute limit on one GPU (0 when the ceiling is not counted)."""
+        return self.unlimited[gpu] if gpu < len(self.unlimited) else 0
+
+    def ceiling(self, gpu: int, more: int = 0) -> int:
+        """The most compute the compute-limited pods on one GPU get together beside its pods
+        without a compute limit (and `more` such pods): an even time slice each."""
+        return self.compute_per_gpu // (self.unlimited_on(gpu) + more + 1)
+
+    def compute_room(self, gpu: int) -> int:
+        """The most compute a compute-limited pod can be given on one GPU: its free compute,
+        within the ceiling when the ceiling is counted."""
+        if not self.unlimited:
+            return self.compute_left(gpu)
+        return min(self.compute_left(gpu), self.ceiling(gpu) - self.placed(gpu))
+
+    def compute_usable(self, gpu: int) -> int:
+        """Free compute as the rankings see it: compute_room on a GPU that runs compute-limited
+        pods, the free compute on one that runs none (ranked as before the ceiling)."""
+        return self.compute_room(gpu) if self.placed(gpu) > 0 else self.compute_left(gpu)
+
+    def takes_unlimited(self, gpu: int) -> bool:
+        """Whether a pod without a compute limit may join one GPU: the compute-limited pods
+        there must stay within the ceiling it lowers (always, when it is not counted)."""
+        return not self.unlimited or self.placed(gpu) <= self.ceiling(gpu, more=1)
+
     def left(self, gpu: int) -> float:
-        """How empty one GPU is, 0..2: its free memory fraction plus its free compute fraction
-        (the latter only when the node advertises compute). The GPU policies sort on it."""
+        """How empty one GPU is, 0..2: its free memory fraction plus its usable free compute
+        fraction (the latter only when the node advertises compute). The GPU policies sort on
+        it."""
         memory = self.free[gpu] / self.per_gpu if self.per_gpu else 0.0
         if not self.compute_per_gpu:
             return memory
-        return memory + self.compute_left(gpu) / self.compute_per_gpu
+        return memory + self.compute_usable(gpu) / self.compute_per_gpu
 
 
 @dataclass(frozen=True)
@@ -84,6 +128,7 @@ def check(view: NodeView, request: GpuRequest) -> Verdict:
         and not request.compute
         and request.per_gpu <= view.largest
         and request.total <= view.spare
+        and not view.closed
     ):
         return FITS  # the common case, in a few comparisons
     verdict = place(view, request, "binpack")
@@ -108,7 +153,10 @@ def place(view: NodeView, request: GpuRequest, gpu_policy: str) -> Verdict:
         )
     if request.compute:
         return _place_with_compute(view, request, gpu_policy)
-    candidates = [i for i, free in enumerate(view.free) if free >= need]
+    roomy = [i for i, free in enumerate(view.free) if free >= need]
+    candidates = [i for i in roomy if i not in view.closed]
+    if len(roomy) >= count > len(candidates):
+        return Verdict(reason=_closed_reason(view, roomy, candidates, need, count))
     if len(candidates) < count:
         if count == 1:
             reason = f"no single GPU has {need} free units (largest free: {view.largest})"
@@ -146,7 +194,10 @@ def _place_with_compute(view: NodeView, request: GpuRequest, gpu_policy: str) ->
             permanent=True,
         )
     gpus = range(len(view.free))
-    candidates = [i for i in gpus if view.free[i] >= need and view.compute_left(i) >= percent]
+    free = [i for i in gpus if view.free[i] >= need and view.compute_left(i) >= percent]
+    candidates = [i for i in free if view.compute_room(i) >= percent]
+    if free and not candidates:
+        return Verdict(reason=_ceiling_reason(view, free, percent))
     if not candidates:
         return Verdict(reason=_no_gpu_reason(view, need, percent))
     if view.unplaced and need and view.spare < need:
@@ -160,6 +211,42 @@ def _place_with_compute(view: NodeView, request: GpuRequest, gpu_policy: str) ->
             f"{max(view.compute_spare, 0)}% left, the pod needs {percent}%"
         )
     return Verdict(gpus=(_order(view, candidates, gpu_policy)[0],))
+
+
+def _pods(n: int) -> str:
+    return f"{n} pod{'' if n == 1 else 's'} without a compute limit"
+
+
+def _ceiling_reason(view: NodeView, free: list[int], percent: int) -> str:
+    """Why GPUs with the free compute still refuse a compute-limited pod: their ceiling.
+    Names the one with the most room."""
+    gpu = max(free, key=lambda i: (view.compute_room(i), -i))
+    return (
+        f"GPU {gpu} runs {_pods(view.unlimited_on(gpu))}: compute-limited pods there get at "
+        f"most {view.ceiling(gpu)}% together ({view.placed(gpu)}% placed, the pod needs "
+        f"{percent}%)"
+    )
+
+
+def _closed_reason(
+    view: NodeView, roomy: list[int], candidates: list[int], need: int, count: int
+) -> str:
+    """Why GPUs with the free memory refuse a pod without a compute limit: the compute-limited
+    pods there would pass the ceiling it lowers. Names the one closest to taking it."""
+    gpu = min((i for i in roomy if i in view.closed), key=lambda i: (view.placed(i), i))
+    now = view.unlimited_on(gpu)
+    beside = f"{now} there now and this one" if now else "this one"
+    why = (
+        f"GPU {gpu} runs compute-limited pods with {view.placed(gpu)}% placed: beside "
+        f"{_pods(now + 1)} ({beside}) they would get at most {view.ceiling(gpu, more=1)}% "
+        "together"
+    )
+    if count == 1:
+        return why
+    return (
+        f"only {len(candidates)} of {len(roomy)} GPUs with {need} free units take a pod "
+        f"without a compute limit, the pod needs {count} ({COUNT_RESOURCE}={count}): {why}"
+    )
 
 
 def _no_gpu_reason(view: NodeView, need: int, percent: int) -> str:
@@ -192,13 +279,14 @@ def score(view: NodeView, request: GpuRequest, node_policy: str) -> int:
     """0..10: binpack favours the node left fullest, spread the node left emptiest.
 
     "Full" is the memory used after placing the pod, over the node's memory; on a node that
-    advertises compute it is the mean of that and the same ratio for compute.
+    advertises compute it is the mean of that and the same ratio for compute (free compute
+    counted within each GPU's ceiling, see NodeView.compute_usable).
     """
     if view.error or not view.capacity:
         return 0
     ratio = _ratio_after(view.capacity, view.spare, request.total)
     if view.compute_capacity:
-        compute = _ratio_after(view.compute_capacity, view.compute_spare, request.compute)
+        compute = _ratio_after(view.compute_capacity, view.usable_spare, request.compute)
         ratio = (ratio + compute) / 2
     if node_policy == "spread":
         ratio = 1.0 - ratio

@@ -62,12 +62,14 @@ class NodeState:
     holdings: dict[str, Holding] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     view: NodeView = field(default_factory=lambda: NodeView(0, (), 0, "node not seen yet"))
+    count_unlimited: bool = True  # count the compute ceiling beside pods without a limit
 
     def refresh(self) -> None:
         """Recompute the published view (caller holds self.lock)."""
         count, per_gpu = self.gpus.count, self.gpus.per_gpu
         used = [0] * count
         compute_used = [0] * count
+        unlimited = [0] * count
         unplaced = compute_unplaced = 0
         for holding in self.holdings.values():
             if not holding.gpus:
@@ -77,6 +79,7 @@ class NodeState:
                 if gpu < count:
                     used[gpu] += holding.per_gpu
                     compute_used[gpu] += holding.compute
+                    unlimited[gpu] += not holding.compute  # memory, no compute limit
         error = self.gpus.error if self.known else "node is unknown to the API server"
         free = tuple(per_gpu - u for u in used)
         compute = self.gpus.compute_per_gpu
@@ -89,6 +92,7 @@ class NodeState:
             tuple(compute - u for u in compute_used) if compute else (),
             compute_unplaced,
             self.gpus.compute_error,
+            tuple(unlimited) if compute and self.count_unlimited else (),
         )
 
 
@@ -146,7 +150,10 @@ def _pod_compute(pod: dict[str, Any]) -> int:
 class ClusterState:
     """Nodes, GPU pods and assumptions, updated by the informers and the binder."""
 
-    def __init__(self) -> None:
+    def __init__(self, count_unlimited: bool = True) -> None:
+        """`count_unlimited`: count the compute ceiling beside pods without a compute limit
+        (`--unlimited-neighbours=count`); False ignores them, as before the ceiling."""
+        self.count_unlimited = count_unlimited
         self.lock = threading.RLock()
         self.nodes: dict[str, NodeState] = {}
         self.pods: dict[str, PodRecord] = {}
@@ -159,7 +166,9 @@ class ClusterState:
         node = self.nodes.get(name)
         if node is None:
             with self.lock:
-                node = self.nodes.setdefault(name, NodeState(name))
+                node = self.nodes.setdefault(
+                    name, NodeState(name, count_unlimited=self.count_unlimited)
+                )
         return node
 
     def observe_node(self, obj: dict[str, Any]) -> None:
@@ -363,7 +372,10 @@ class ClusterState:
 
     # --- reports ---------------------------------------------------------------------------
     def inspect(self, only: str | None = None) -> dict[str, Any]:
-        """gpushare's inspect JSON: nodes, their devices, and the pods on each device."""
+        """gpushare's inspect JSON: nodes, their devices, and the pods on each device. A device
+        with pods without a compute limit, when the ceiling is counted, also shows how many
+        (`unlimitedPods`) and the compute its compute-limited pods get together
+        (`computeCeiling`)."""
         names = [only] if only else sorted(self.nodes)
         nodes = []
         for name in names:
@@ -392,6 +404,9 @@ class ClusterState:
                 if compute:
                     dev["totalCompute"] = view.compute_per_gpu
                     dev["usedCompute"] = view.compute_per_gpu - view.compute_left(gpu)
+                if view.unlimited_on(gpu):
+                    dev["unlimitedPods"] = view.unlimited_on(gpu)
+                    dev["computeCeiling"] = view.ceiling(gpu)
                 devs.append(dev)
             entry = {
                 "name": name,

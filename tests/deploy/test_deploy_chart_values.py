@@ -56,6 +56,10 @@ def test_policies_reach_the_extender() -> None:
         )
         ext = flags(container(one(objs, "Deployment", name), "extender"))
         assert (ext["node-policy"], ext["gpu-policy"]) == ("spread", "spread")
+        assert ext["unlimited-neighbours"] == "count"
+        objs = helm_template(f"scheduler.mode={mode}", "scheduler.unlimitedNeighbours=ignore")
+        ext = flags(container(one(objs, "Deployment", name), "extender"))
+        assert ext["unlimited-neighbours"] == "ignore"
 
 
 def test_scheduler_knobs_reach_the_scheduler_config() -> None:
@@ -171,6 +175,7 @@ def test_parts_can_be_turned_off() -> None:
         (("resourceName=nvidia.com/gpu",), "resourceName"),
         (("scheduler.mode=sidecar",), "mode"),
         (("scheduler.nodePolicy=random",), "nodePolicy"),
+        (("scheduler.unlimitedNeighbours=sometimes",), "unlimitedNeighbours"),
         (("scheduler.port=70000",), "port"),
         (("scheduler.httpTimeout=ten",), "httpTimeout"),
         (("stateDir=relative/dir",), "stateDir"),

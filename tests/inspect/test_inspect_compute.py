@@ -94,6 +94,9 @@ def test_json_has_compute_keys(kube_api, inspect_cli) -> None:
     a, b = data["nodes"]
     assert (a["usedCompute"], a["totalCompute"], a["pendingCompute"]) == (60, 200, 10)
     assert [(d["usedCompute"], d["totalCompute"]) for d in a["devs"]] == [(30, 100), (20, 100)]
+    # GPU 1 runs "plain" (memory, no compute limit): its limited pods get at most 50% together.
+    assert "computeCeiling" not in a["devs"][0]
+    assert (a["devs"][1]["unlimitedPods"], a["devs"][1]["computeCeiling"]) == (1, 50)
     assert a["devs"][1]["pods"] == [
         {"name": "infer", "namespace": "default", "usedGPU": 0, "usedCompute": 20},
         {"name": "plain", "namespace": "default", "usedGPU": 2, "usedCompute": 0},

@@ -95,6 +95,7 @@ args:
   - --node-policy={{ $.Values.scheduler.nodePolicy }}
   - --gpu-policy={{ $.Values.scheduler.gpuPolicy }}
   - --assume-timeout={{ $.Values.scheduler.assumeTimeoutSeconds }}
+  - --unlimited-neighbours={{ $.Values.scheduler.unlimitedNeighbours }}
   - --log-level={{ $.Values.scheduler.logLevel }}
 resources:
   {{- toYaml $.Values.scheduler.resources | nindent 2 }}
