@@ -164,9 +164,10 @@ def test_first_launches_on_threads_that_made_no_context_current(run_real: Runner
         (out.sum() + weights.sum()).backward()
         torch.cuda.synchronize()
         inside.report(errors=errors, grad=list(q.grad.shape))
-        # The simulator's teardown at exit races autograd's device threads: about half the
-        # runs abort there ("terminate called without an active exception"), with or without
-        # the shim (docs/clients.md, known defects). What is checked is the work above.
+        # PyTorch's autograd device thread can drop its last GraphTask reference while the
+        # interpreter finalizes and abort the process ("terminate called without an active
+        # exception", pytorch/pytorch#190489; docs/clients.md), with or without the shim.
+        # What is checked is the work above.
         os._exit(0)
     """)
     assert result["errors"] == [], result
