@@ -75,6 +75,32 @@ def test_torch_libraries_run_and_are_charged(run_real: Runner) -> None:
     assert f"total capacity of {SLICE >> 30}.00 GiB" in result["error"], result["error"]
 
 
+def test_eager_module_loading_runs_the_libraries_under_the_slice(run_real: Runner) -> None:
+    """CUDA_MODULE_LOADING=EAGER: libcudart loads every kernel's library at start-up, on the
+    main thread (once failed at torch's start on the simulator: cudaGetDeviceCount, error 201)."""
+    require("torch")
+    result = run_real(
+        """
+        import torch, inside
+        a = torch.randn(256, 256, device="cuda", dtype=torch.float16)
+        conv = torch.nn.Conv2d(3, 8, 3).cuda()
+        y = conv(torch.randn(2, 3, 16, 16, device="cuda"))
+        x = torch.randn(8, 8, device="cuda", requires_grad=True)
+        (x * 2).sum().backward()
+        torch.cuda.synchronize()
+        free, total = torch.cuda.mem_get_info()
+        inside.report(shapes=[list((a @ a).shape), list(y.shape), list(x.grad.shape)],
+                      total=total, used=inside.ledger_used())
+        import os
+        os._exit(0)  # past PyTorch's exit race after a backward (pytorch/pytorch#190489)
+        """,
+        env={"CUDA_MODULE_LOADING": "EAGER"},
+    )
+    assert result["shapes"] == [[256, 256], [2, 8, 14, 14], [8, 8]], result
+    assert result["total"] == SLICE, result  # the slice, not the GPU
+    assert result["used"] > 0, result
+
+
 def test_cuda_graphs_capture_and_replay(run_real: Runner) -> None:
     """torch.cuda.graph capture and replay, make_graphed_callables; the graph's private pool
     is torch's own memory, charged as the pool reserves it."""
