@@ -273,6 +273,26 @@ def machines() -> dict[str, list[dict]]:
                         atleast("2 s after it idles (7-11): busy >= 90", ["F20", "S25"], 90,
                                 [7, 8, 9, 10, 11])]},
         ],
+        "G": [
+            {"title": f"fixed 20 alone, {n} process{'es' if n > 1 else ''}, {u}",
+             "containers": [ct(f"F20x{n}", 20, "fixed", k, procs=n)],
+             "checks": [band("fixed 20: 20 +- 5", [f"F20x{n}"], 20, ALL)]}
+            for n, k, u in ((1, 200 * US, "200 us"), (2, 200 * US, "200 us"),
+                            (8, MS, "1 ms"), (8, 10 * US, "10 us"))
+        ],
+        # One mix on the machine (less CPU load than four at once).
+        "H": [{"title": "fixed 20 alone, 8 processes, 200 us, the only mix on the machine",
+               "containers": [ct("F20x8", 20, "fixed", 200 * US, procs=8)],
+               "checks": [band("fixed 20: 20 +- 5", ["F20x8"], 20, ALL)]}],
+        "I": [{"title": "fixed 20 alone, 4 processes, 200 us, the only mix on the machine",
+               "containers": [ct("F20x4", 20, "fixed", 200 * US, procs=4)],
+               "checks": [band("fixed 20: 20 +- 5", ["F20x4"], 20, ALL)]}],
+        "J": [{"title": "fixed 20 (8 processes, 200 us) beside share 30 (1 process, 1 ms), the "
+                        "only mix on the machine",
+               "containers": [ct("F20x8", 20, "fixed", 200 * US, procs=8),
+                              ct("S30", 30, "share", MS)],
+               "checks": [band("fixed 20: 20 +- 5", ["F20x8"], 20, ALL),
+                          atleast("share 30 takes the rest: >= 70", ["S30"], 70, ALL)]}],
     }
 
 
