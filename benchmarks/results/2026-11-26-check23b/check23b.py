@@ -323,6 +323,22 @@ class Busy:
         return int(self.fn(dev, pid, since_us, until_us))
 
 
+def read_status(path: Path, at: float) -> dict:
+    """The arbiter's status, reduced: per GPU index, u and each container's share and forced
+    revokes (None while it has written none)."""
+    try:
+        gpus = json.loads(path.read_text())["gpus"]
+    except (OSError, ValueError, KeyError):
+        return {"at": round(at, 2), "gpus": None}
+    out = {}
+    for uuid, g in gpus.items():
+        out[uuid[-1]] = {"u": g["unmanaged_load"], "holder": (g["holder"] or "").rsplit("/", 1)[-1],
+                         "containers": {n.rsplit("/", 1)[-1]: [c["share_percent"],
+                                                               c["forced_revokes"]]
+                                        for n, c in g["containers"].items()}}
+    return {"at": round(at, 2), "gpus": out}
+
+
 def run_machine(spec: dict) -> dict:
     """Start the arbiter and every container; return every 50 ms slice's share per container."""
     busy = Busy(Path(spec["state"]))
@@ -337,7 +353,8 @@ def run_machine(spec: dict) -> dict:
             compute = {uuid: (c["limit"], c["policy"])} if c["limit"] else {}
             write_config(ledger, {uuid: 8 << 30}, compute)
             members.append((gpu, c, ledger))
-    arbiter = Arbiter(root, spec["env"], [])
+    status_file = root.parent / f"{root.name}.status.json"  # outside the containers' root
+    arbiter = Arbiter(root, spec["env"], ["--status", str(status_file)])
     arbiter.wait_for([ledger for _, c, ledger in members if c["limit"]])
     # The slices' origin: a 10 ms boundary of CLOCK_REALTIME (the simulator's buckets), 0.4 s
     # ahead so every process is up; its CLOCK_MONOTONIC twin is the processes' CB_T0.
@@ -357,6 +374,7 @@ def run_machine(spec: dict) -> dict:
     fired: list[tuple[float, str, str]] = []
     nslices = int(seconds / SLICE)
     slices: list[dict[str, float]] = []
+    status: list[dict] = []  # the arbiter's status file, every 0.5 s: u and charges per GPU
     load_before = os.getloadavg()
     try:
         while len(slices) < nslices:
@@ -376,6 +394,8 @@ def run_machine(spec: dict) -> dict:
                     ns = sum(busy.ns(gpu, p.pid, a, b) for p in procs[key])
                     row[key] = 100.0 * ns / ((b - a) * 1000)
                 slices.append(row)
+                if len(slices) % 10 == 0:
+                    status.append(read_status(status_file, time.monotonic() - t0))
                 continue
             time.sleep(0.005)
     finally:
@@ -391,7 +411,7 @@ def run_machine(spec: dict) -> dict:
                     failures.append(f"{key} pid {p.pid} rc {p.returncode}: {err.strip()[-300:]}")
         arbiter.stop()
     log = (root / "arbiter.log").read_text(errors="replace")
-    return {"slices": slices, "signals": fired, "failures": failures,
+    return {"slices": slices, "signals": fired, "status": status, "failures": failures,
             "load": [load_before, os.getloadavg()], "arbiter_log_tail": log[-4000:]}
 
 
@@ -543,6 +563,9 @@ def main() -> None:
             for r in rec:
                 r["signals"] = result["signals"]
                 r["arbiter_log_tail"] = result["arbiter_log_tail"]
+                r["arbiter_status"] = [
+                    {"at": st["at"], **((st["gpus"] or {}).get(f"{r['gpu']:x}") or {})}
+                    for st in result["status"]]
             records += rec
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
