@@ -180,6 +180,20 @@ def test_fixed_keeps_its_percent_beside_a_share_and_a_neighbour_that_wakes_up(
     assert all(v >= 40 - 1 for v in free[5 : len(windows) - 1]), free
 
 
+def test_fixed_of_many_processes_with_short_kernels_alone_holds_each_second(
+    shim_env, sim_dir, load, tmp_path
+):
+    # fixed 20, 8 processes of 200 us kernels, alone on its GPU. Each process queues the work
+    # its grant admits; admitted 20 quanta (a container alone), the turns were 110 ms of GPU
+    # time every 0.57 s, 12-22 per 1 s window (independent check, 2026-11-26). A fixed
+    # holder's grant now admits its credit.
+    containers = [_container("f20x8", 0, (20, "fixed"), 200_000, processes=8)]
+    windows = one_second_windows(0.0, SECONDS)
+    spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers, windows)
+    f20 = _shares(run_isolated(spec), "f20x8")
+    assert all(abs(v - 20) <= TOL for v in f20[1 : len(windows) - 1]), f20
+
+
 def test_share_takes_the_idle_gpu_and_gives_it_back(shim_env, sim_dir, load, tmp_path):
     # share 30 runs throughout; a share 70 runs until 4 s, exits (possibly holding the GPU), and
     # a new one arrives at 7 s. Within 2 s of each change the 30% one is at >= 90, then back
