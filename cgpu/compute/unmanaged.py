@@ -4,7 +4,10 @@ Per GPU, every ~100 ms: k = the compute processes NVML lists on it that are no m
 connection's peer; u = their demand in [0, 1], from the device's busy samples. A sample covers a
 period P (the spacing of the samples) and says how busy the GPU was in it; h is how long a
 managed container held the token in that period. The busy time no hold explains, over the time
-not held, is u_p = max(0, busy*P - b*h) / (P - h), clamped to [0, 1]; u smooths u_p over ~1 s.
+not held, is u_p = max(0, busy*P - b*h) / (P - h), clamped to [0, 1]; u smooths u_p over about
+0.3 s of time not held (a period counts for its free time P - h: a neighbour that idles is
+forgotten within about two periods where the token is often free; 1 s of wall time before, and
+`fixed` 25 beside it got 42.8 and 31.2 in the two windows after).
 b is how busy the GPU is while held (1 at first): a period held for more than 90% of it says
 next to nothing of the others (the GPU is busy through a hold whoever runs), so it only teaches
 b (below 1 where the GPU time-slices the holder and a neighbour: each context switch idles it).
@@ -22,8 +25,8 @@ charged as if it had the whole GPU). So when a GPU has processes outside the con
 period has taught u for max(1 s, 6 periods), the scheduler is asked to leave the token free for
 a quarter of a period (42 ms a second at 1/6 s: the neighbours fill it, or the GPU idles 4% of
 its time); a neighbour that appears is probed two periods after it was seen. A period's weight
-in the smoothing is the time since the last period that taught u, so a probe's period, after a
-second of none, sets u alone; so does the first period that teaches u after a neighbour came
+in the smoothing is at least the time since the last period that taught u, so a probe's period,
+after a second of none, sets u alone; so does the first period that teaches u after a neighbour came
 (it replaces the guess u = 1).
 """
 
@@ -37,7 +40,8 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
-SMOOTHING_NS = 1_000_000_000
+SMOOTHING_NS = 1_000_000_000  # how busy a hold keeps the GPU (b) is smoothed over ~1 s
+DEMAND_SMOOTHING_NS = 300_000_000  # u over ~0.3 s of free (not held) time
 MIN_FREE_SHARE = 0.1  # a period with less than this share not held is skipped
 DEFAULT_PERIOD_NS = 166_666_667  # NVML's sample period until the samples show theirs
 PROBE_EVERY_NS = 1_000_000_000  # a probe when no period has taught u for this long
@@ -65,8 +69,11 @@ class BusySource(Protocol):
 class DemandEstimate:
     """The unmanaged demand u of one GPU, fed with its busy samples as they come."""
 
-    def __init__(self, smoothing_ns: int = SMOOTHING_NS) -> None:
+    def __init__(
+        self, smoothing_ns: int = SMOOTHING_NS, demand_smoothing_ns: int = DEMAND_SMOOTHING_NS
+    ) -> None:
         self.smoothing_ns = smoothing_ns
+        self.demand_smoothing_ns = demand_smoothing_ns
         self.u = 0.0
         self.held_busy = 1.0  # how busy the GPU is while held, from periods held (nearly) whole
         self.last_end: int | None = None  # end of the newest period seen
@@ -97,8 +104,9 @@ class DemandEstimate:
             # seconds held throughout, for all of it).
             if self.informed_end is None or self.informed_end <= self.learn_from:
                 weight = 1.0  # the first look since a neighbour came: it replaces the guess
-            else:
-                weight = min(1.0, max(period, end - self.informed_end) / self.smoothing_ns)
+            else:  # the free time it saw, or the time since the last period that taught u
+                seen = max(period - hold, end - self.informed_end - period)
+                weight = min(1.0, seen / self.demand_smoothing_ns)
             self.u += weight * (min(demand, 1.0) - self.u)
             self.informed_end = end
 
@@ -107,9 +115,10 @@ class DemandEstimate:
         periods) before `now`, counting a probe asked for at `last_probe` as one that did; for
         a newcomer (nothing learnt, nor probed, since it came), two periods."""
         every = max(PROBE_EVERY_NS, PROBE_EVERY_PERIODS * self.period_ns)
+        last = max(self.informed_end or 0, self.learn_from, last_probe)
         if (self.informed_end or 0) <= self.learn_from and last_probe <= self.learn_from:
-            every = 2 * self.period_ns
-        return now - max(self.informed_end or 0, self.learn_from, last_probe) >= every
+            every = 2 * self.period_ns  # a newcomer: nothing learnt, nor probed, since it came
+        return now - last >= every
 
 
 class UnmanagedLoad:

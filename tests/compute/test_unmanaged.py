@@ -75,19 +75,22 @@ def test_how_busy_a_hold_keeps_the_gpu_is_learnt_from_whole_held_periods() -> No
     assert estimate.u == pytest.approx(1.0, abs=0.01)  # (taken as b = 1: 0.96)
 
 
-def test_demand_is_smoothed_over_about_a_second() -> None:
+def test_demand_is_smoothed_over_about_a_third_of_a_second_of_free_time() -> None:
     estimate = DemandEstimate()
     _feed(estimate, 1, 0.0, 0.0)  # an idle GPU (the first period that teaches u sets it alone)
     assert estimate.u == 0.0
-    busy = [10**9 + i * PERIOD for i in range(1, 6)]
-    estimate.add([(end, 1.0) for end in busy], _never_held)
+    busy = [10**9 + PERIOD]
+    estimate.add([(end, 1.0) for end in busy], _never_held)  # 100 ms free and busy
     assert 0.2 < estimate.u < 0.6
     before = estimate.u
-    estimate.add([(end, 1.0) for end in busy], _never_held)  # the same periods again: old news
+    estimate.add([(end, 1.0) for end in busy], _never_held)  # the same period again: old news
     assert estimate.u == before
-    more = [busy[-1] + i * PERIOD for i in range(1, 31)]
+    half = [busy[-1] + PERIOD]
+    estimate.add([(end, 1.0) for end in half], lambda start, end: (end - start) // 2)
+    assert estimate.u - before < (1 - before) * 0.2  # 50 ms free: it counts for half as much
+    more = [half[-1] + i * PERIOD for i in range(1, 11)]
     estimate.add([(end, 1.0) for end in more], _never_held)
-    assert estimate.u > 0.9
+    assert estimate.u > 0.95
 
 
 def test_the_first_period_after_a_guess_replaces_it() -> None:
