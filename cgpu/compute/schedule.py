@@ -470,7 +470,7 @@ class GpuSchedule(Generic[Conn]):
     def grant_work_ns(self) -> int:
         """The work a grant admits now: GRANT_WORK_QUANTA quanta while another container is
         eligible (shorter kernels: the quantum rules), ALONE_WORK_QUANTA while none is; for a
-        `fixed` holder no more than its credit (at least a quantum). A container of several
+        `fixed` holder no more than its credit (at least GRANT_WORK_QUANTA quanta). A container of several
         busy processes queues what its grant admits whatever the REVOKE: `fixed` 20 of 8
         processes alone, admitted 20 quanta, held turns of 110 ms every 0.57 s (12-22 per 1 s
         window)."""
@@ -479,7 +479,7 @@ class GpuSchedule(Generic[Conn]):
         work = (GRANT_WORK_QUANTA if waiting else ALONE_WORK_QUANTA) * self.quantum_ns
         tenant = self._tenants.get(holder) if holder else None
         if tenant and tenant.policy == FIXED:
-            work = min(work, max(self.quantum_ns, int(tenant.credit_ns)))
+            work = min(work, max(GRANT_WORK_QUANTA * self.quantum_ns, int(tenant.credit_ns)))
         return work
 
     def sharers(self) -> int:
