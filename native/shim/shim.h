@@ -52,9 +52,9 @@ enum { SHIM_UNINIT = 0, SHIM_PASSTHROUGH = 1, SHIM_LIMITED = 2, SHIM_FAILED = 3 
 struct shim_state {
     int state;               /* SHIM_*; read with acquire loads */
     int single_device;       /* ledger index when the process sees one device, else SHIM_MULTI_DEVICE */
+    struct ledger_handle ledger;
     int (*ctx_get_device)(int *); /* the real cuCtxGetDevice */
     int (*ctx_get_current)(void **); /* the real cuCtxGetCurrent */
-    struct ledger_handle ledger;
     int devmap[SHIM_MAX_ORDINALS]; /* CUDA ordinal -> ledger index, -1 = no slice */
     int contexts[CGPU_MAX_DEVICES]; /* live contexts of this process per ledger device */
     void *primary[SHIM_MAX_ORDINALS]; /* each ordinal's primary context, once retained */
