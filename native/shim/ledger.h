@@ -97,7 +97,8 @@ struct ledger {
     struct ledger_compute compute[CGPU_MAX_DEVICES] __attribute__((aligned(64)));
 };
 
-/* A mapped ledger, and what this process knows without trusting the file. */
+/* A mapped ledger, and what this process knows without trusting the file.  The order puts
+ * `held` in the first line of g_shim with the handle's head (shim.h). */
 struct ledger_handle {
     struct ledger *l;
     int slot;                            /* this process's slot, -1 if none */
