@@ -9,10 +9,13 @@ about as cheap as a driver's can be, built differently from the simulator), or t
 NVIDIA driver (--real is the same as --driver real).  --cpu pins every run to one CPU.
 
 Rounds alternate bare and shimmed runs; the figures are medians of the rounds,
-each round reporting its fastest batch of 1000 calls.  --other adds another build of
-libcgpu.so (an older one, say), alternated in the same rounds.  Each shimmed run is limited as
-the device plugin limits a container: a cgpu.conf with the slice and the context cost measured
-on the host; --env-limit uses CGPU_MEM_LIMIT alone instead (the shim measures each context).
+each round reporting its fastest batch of 1000 calls.  "caches cold" writes a 32 KiB buffer
+before each call, as PyTorch's path evicts the shim's lines between two calls (shim_bench cold);
+the buffer costs bare and shimmed runs alike, so the difference is the shim's, cold.
+--other adds another build of libcgpu.so (an older one, say), alternated in the same rounds.
+Each shimmed run is limited as the device plugin limits a container: a cgpu.conf with the slice
+and the context cost measured on the host; --env-limit uses CGPU_MEM_LIMIT alone instead (the
+shim measures each context).
 """
 
 from __future__ import annotations
@@ -203,13 +206,15 @@ def main() -> None:
         ledger.mkdir()
         shims = {"shim": shim_path(), **({"other": args.other} if args.other else {})}
         envs = environments(driver, lib_dir, ledger, shims, args.env_limit)
-        rows: dict[str, dict[str, list[float]]] = {"pairs": {}, "meminfo": {}}
+        rows: dict[str, dict[str, list[float]]] = {"pairs": {}, "cold": {}, "meminfo": {}}
         names = list(envs)
         for r in range(args.rounds):
             for name in rotated(names, r):
                 env = envs[name]
                 pairs = measure(exe, env, "pairs", str(args.n), str(2 << 20), cpu=args.cpu)
                 rows["pairs"].setdefault(name, []).append(pairs)
+                cold = measure(exe, env, "cold", str(args.n // 5), str(2 << 20), "32", cpu=args.cpu)
+                rows["cold"].setdefault(name, []).append(cold)
                 meminfo = measure(exe, env, "meminfo", str(args.n), cpu=args.cpu)
                 rows["meminfo"].setdefault(name, []).append(meminfo)
             print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
@@ -230,7 +235,11 @@ def main() -> None:
         + "".join(f"{n:>10}" for n in names)
         + "".join(f"{'+' + n:>10}" for n in names[1:])
     )
-    for label, key in (("alloc+free pair (2 MiB) [ns]", "pairs"), ("cuMemGetInfo [ns]", "meminfo")):
+    for label, key in (
+        ("alloc+free pair (2 MiB) [ns]", "pairs"),
+        ("the same, caches cold [ns]", "cold"),
+        ("cuMemGetInfo [ns]", "meminfo"),
+    ):
         med = [statistics.median(rows[key][n]) for n in names]
         print(
             f"{label:38}"
@@ -238,7 +247,7 @@ def main() -> None:
             + "".join(f"{m - med[0]:10.1f}" for m in med[1:])
         )
     print("spread of the rounds (min / median / max); added: each round's shim - its bare")
-    for label, key in (("pair", "pairs"), ("cuMemGetInfo", "meminfo")):
+    for label, key in (("pair", "pairs"), ("pair cold", "cold"), ("cuMemGetInfo", "meminfo")):
         bare_runs = rows[key][names[0]]
         for n in names:
             print(f"  {label + ' ' + n:36}{spread(rows[key][n])}")

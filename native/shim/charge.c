@@ -4,7 +4,7 @@
 
 #include <stdio.h>
 
-struct ptrtable g_table;
+struct ptrtable g_table __attribute__((aligned(64)));
 
 static void report_oom(int dev, uint64_t bytes)
 {

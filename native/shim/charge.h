@@ -55,7 +55,7 @@ static inline __attribute__((always_inline)) CUresult reserve_pending(int dev, u
     if (unlikely(!have_slot()))
         return CUDA_ERROR_OUT_OF_MEMORY;
     ledger_lock(&g_shim.ledger);
-    int rc = ledger_charge_locked(&g_shim.ledger, (unsigned)dev, charge, 0);
+    int rc = ledger_charge_inline(&g_shim.ledger, (unsigned)dev, charge, 0);
     if (likely(rc == CGPU_OK))
         *pending = pt_reserve(&g_table);
     ledger_unlock(&g_shim.ledger);
@@ -194,7 +194,7 @@ void pool_forget(CUmemoryPool pool);
     } while (0)
 
 /* A free: the charge is credited once the memory is gone, not before. */
-#define CHARGED_FREE(key_expr, call) FREE_THEN(key_expr, call, ledger_credit_locked(&g_shim.ledger, (unsigned)u_.dev, u_.charge))
+#define CHARGED_FREE(key_expr, call) FREE_THEN(key_expr, call, ledger_credit_inline(&g_shim.ledger, (unsigned)u_.dev, u_.charge))
 
 /* cuMemFreeAsync: the charge moves to g_pool_kept (the pool may keep the memory). */
 #define POOL_FREE(key_expr, call)                                              \

@@ -307,12 +307,6 @@ void ledger_forget_process(void)
 
 /* ---- totals ------------------------------------------------------------------- */
 
-static inline void set_used(struct ledger_device *d, uint64_t used)
-{
-    __atomic_store_n(&d->used, used, __ATOMIC_RELAXED);
-    __atomic_store_n(&d->used_check, ~used, __ATOMIC_RELAXED);
-}
-
 /* Recompute every device total from the slots in use.  Caller holds the lock. */
 static void repair(struct ledger *l)
 {
@@ -331,9 +325,7 @@ static void repair(struct ledger *l)
     }
 }
 
-/* Someone else changed what only this process writes (its slot) or a total alone:
- * put our slot back from our own memory and recompute the totals.  Under the lock. */
-static __attribute__((noinline)) void heal(struct ledger_handle *h, int slot)
+void ledger_heal(struct ledger_handle *h, int slot)
 {
     struct ledger_slot *mine = &h->l->slots[slot];
     memcpy(mine->used, h->held, sizeof mine->used);
@@ -342,27 +334,6 @@ static __attribute__((noinline)) void heal(struct ledger_handle *h, int slot)
         __atomic_store_n(&mine->in_use, 1, __ATOMIC_RELEASE);
     }
     repair(h->l);
-}
-
-/* Whether device `dev`'s total, read as `used`, or our slot was changed behind our back. */
-static inline int tampered(const struct ledger_handle *h, int slot, unsigned dev, uint64_t used)
-{
-    const struct ledger_device *d = &h->l->devices[dev];
-    return used != ~d->used_check || h->l->slots[slot].used[dev] != h->held[dev] || used < h->held[dev];
-}
-
-/* Device `dev`'s total, checked and read once (a second read could see a write that
- * came after the check), healed first if it was changed.  Under the lock.  Returns 0
- * when the file keeps changing under us (*used is then unset). */
-static inline int checked_used(struct ledger_handle *h, int slot, unsigned dev, uint64_t *used)
-{
-    for (int tries = 0; tries < 3; tries++) {
-        *used = __atomic_load_n(&h->l->devices[dev].used, __ATOMIC_RELAXED);
-        if (likely(!tampered(h, slot, dev, *used)))
-            return 1;
-        heal(h, slot);
-    }
-    return 0;
 }
 
 /* ---- devices --------------------------------------------------------------- */
@@ -628,22 +599,7 @@ void ledger_release_slot(struct ledger_handle *h)
 
 int ledger_charge_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes, int force)
 {
-    struct ledger *l = h->l;
-    struct ledger_device *d = &l->devices[dev];
-    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
-    if (slot < 0) /* the slot was given back (exit): nothing may be charged any more */
-        return CGPU_ERR_FULL;
-    uint64_t used, limit = h->limit[dev];
-    if (unlikely(!checked_used(h, slot, dev, &used)))
-        return CGPU_ERR_LIMIT; /* fail closed */
-    if (!force && (bytes > limit || used > limit - bytes))
-        return CGPU_ERR_LIMIT;
-    set_used(d, used + bytes);
-    l->slots[slot].used[dev] += bytes;
-    h->held[dev] += bytes;
-    if (used + bytes > d->peak)
-        d->peak = used + bytes;
-    return CGPU_OK;
+    return ledger_charge_inline(h, dev, bytes, force);
 }
 
 int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int force)
@@ -654,34 +610,15 @@ int ledger_charge(struct ledger_handle *h, unsigned dev, uint64_t bytes, int for
     return rc;
 }
 
-static inline __attribute__((always_inline)) void credit_under_lock(struct ledger_handle *h, unsigned dev, uint64_t bytes)
-{
-    struct ledger *l = h->l;
-    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
-    if (slot < 0)
-        return; /* the slot was given back at exit already */
-    uint64_t used;
-    int checked = checked_used(h, slot, dev, &used);
-    if (bytes > h->held[dev])
-        bytes = h->held[dev]; /* never credit what this process did not charge */
-    h->held[dev] -= bytes;
-    if (unlikely(!checked)) {
-        heal(h, slot); /* the slot from our own record, and the totals from the slots */
-        return;
-    }
-    l->slots[slot].used[dev] -= bytes; /* used >= what we held >= bytes: checked */
-    set_used(&l->devices[dev], used - bytes);
-}
-
 void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
-    credit_under_lock(h, dev, bytes);
+    ledger_credit_inline(h, dev, bytes);
 }
 
 void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 {
     ledger_lock(h);
-    credit_under_lock(h, dev, bytes);
+    ledger_credit_inline(h, dev, bytes);
     ledger_unlock(h);
 }
 

@@ -97,14 +97,15 @@ struct ledger {
     struct ledger_compute compute[CGPU_MAX_DEVICES] __attribute__((aligned(64)));
 };
 
-/* A mapped ledger, and what this process knows without trusting the file. */
+/* A mapped ledger, and what this process knows without trusting the file.  The order puts
+ * `held` in the first line of g_shim with the handle's head (shim.h). */
 struct ledger_handle {
     struct ledger *l;
+    int slot;                            /* this process's slot, -1 if none */
     int fd;
     int writable;
-    int slot;                            /* this process's slot, -1 if none */
-    uint64_t limit[CGPU_MAX_DEVICES];    /* the slices this process enforces */
     uint64_t held[CGPU_MAX_DEVICES];     /* what this process holds, by device */
+    uint64_t limit[CGPU_MAX_DEVICES];    /* the slices this process enforces */
     uint32_t compute[CGPU_MAX_DEVICES];  /* the compute limits this process enforces, percent */
     uint32_t policy[CGPU_MAX_DEVICES];   /* and their CGPU_COMPUTE_* policies */
 };
@@ -251,6 +252,83 @@ int ledger_charge_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes, 
 void ledger_credit(struct ledger_handle *h, unsigned dev, uint64_t bytes);
 /* The same, with the lock already held. */
 void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes);
+
+/* ---- the charge and the credit, inline for the allocation path ---- */
+
+static inline void set_used(struct ledger_device *d, uint64_t used)
+{
+    __atomic_store_n(&d->used, used, __ATOMIC_RELAXED);
+    __atomic_store_n(&d->used_check, ~used, __ATOMIC_RELAXED);
+}
+
+/* Someone else changed what only this process writes (its slot) or a total alone:
+ * put our slot back from our own memory and recompute the totals.  Under the lock. */
+__attribute__((noinline, cold)) void ledger_heal(struct ledger_handle *h, int slot);
+
+/* Whether device `dev`'s total, read as `used`, or our slot was changed behind our back. */
+static inline int ledger_tampered(const struct ledger_handle *h, int slot, unsigned dev, uint64_t used)
+{
+    const struct ledger_device *d = &h->l->devices[dev];
+    return used != ~d->used_check || h->l->slots[slot].used[dev] != h->held[dev] || used < h->held[dev];
+}
+
+/* Device `dev`'s total, checked and read once (a second read could see a write that
+ * came after the check), healed first if it was changed.  Under the lock.  Returns 0
+ * when the file keeps changing under us (*used is then unset). */
+static inline __attribute__((always_inline)) int ledger_checked_used(struct ledger_handle *h, int slot, unsigned dev,
+                                                                     uint64_t *used)
+{
+    for (int tries = 0; tries < 3; tries++) {
+        *used = __atomic_load_n(&h->l->devices[dev].used, __ATOMIC_RELAXED);
+        if (likely(!ledger_tampered(h, slot, dev, *used)))
+            return 1;
+        ledger_heal(h, slot);
+    }
+    return 0;
+}
+
+/* ledger_charge_locked's body (inline on the allocation path). */
+static inline __attribute__((always_inline)) int ledger_charge_inline(struct ledger_handle *h, unsigned dev,
+                                                                      uint64_t bytes, int force)
+{
+    struct ledger *l = h->l;
+    struct ledger_device *d = &l->devices[dev];
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    if (unlikely(slot < 0)) /* the slot was given back (exit): nothing may be charged any more */
+        return CGPU_ERR_FULL;
+    uint64_t used, limit = h->limit[dev];
+    if (unlikely(!ledger_checked_used(h, slot, dev, &used)))
+        return CGPU_ERR_LIMIT; /* fail closed */
+    if (!force && (bytes > limit || used > limit - bytes))
+        return CGPU_ERR_LIMIT;
+    set_used(d, used + bytes);
+    l->slots[slot].used[dev] += bytes;
+    h->held[dev] += bytes;
+    if (used + bytes > d->peak)
+        d->peak = used + bytes;
+    return CGPU_OK;
+}
+
+/* ledger_credit_locked's body (inline on the free path). */
+static inline __attribute__((always_inline)) void ledger_credit_inline(struct ledger_handle *h, unsigned dev,
+                                                                       uint64_t bytes)
+{
+    struct ledger *l = h->l;
+    int slot = __atomic_load_n(&h->slot, __ATOMIC_RELAXED);
+    if (unlikely(slot < 0))
+        return; /* the slot was given back at exit already */
+    uint64_t used;
+    int checked = ledger_checked_used(h, slot, dev, &used);
+    if (bytes > h->held[dev])
+        bytes = h->held[dev]; /* never credit what this process did not charge */
+    h->held[dev] -= bytes;
+    if (unlikely(!checked)) {
+        ledger_heal(h, slot); /* the slot from our own record, and the totals from the slots */
+        return;
+    }
+    l->slots[slot].used[dev] -= bytes; /* used >= what we held >= bytes: checked */
+    set_used(&l->devices[dev], used - bytes);
+}
 
 /* Used bytes of a device, read without the lock. */
 static inline uint64_t ledger_used(const struct ledger *l, unsigned dev)

@@ -48,13 +48,15 @@ enum { SHIM_UNINIT = 0, SHIM_PASSTHROUGH = 1, SHIM_LIMITED = 2, SHIM_FAILED = 3 
 #define SHIM_MULTI_DEVICE (-3)
 
 /* What an allocation and a free read comes first, with the ledger handle's head (its file,
- * slot and first limits): one cache line for a process with one device, but its `held`. */
+ * slot, and what this process holds on its first four devices): a free of a process that sees
+ * one of those devices reads no other line of it (an allocation also reads the slice, `limit`,
+ * two lines on).  PyTorch's path finds these lines evicted at each call (docs/performance.md). */
 struct shim_state {
     int state;               /* SHIM_*; read with acquire loads */
     int single_device;       /* ledger index when the process sees one device, else SHIM_MULTI_DEVICE */
+    struct ledger_handle ledger;
     int (*ctx_get_device)(int *); /* the real cuCtxGetDevice */
     int (*ctx_get_current)(void **); /* the real cuCtxGetCurrent */
-    struct ledger_handle ledger;
     int devmap[SHIM_MAX_ORDINALS]; /* CUDA ordinal -> ledger index, -1 = no slice */
     int contexts[CGPU_MAX_DEVICES]; /* live contexts of this process per ledger device */
     void *primary[SHIM_MAX_ORDINALS]; /* each ordinal's primary context, once retained */

@@ -64,6 +64,16 @@ def test_pairs_on_the_standin_are_charged_and_end_at_zero(standin, shim_env: Shi
     assert snap.devices[0].peak == 2 * MiB  # each pair charged its 2 MiB, one at a time
 
 
+def test_cold_pairs_are_charged_and_end_at_zero(standin, shim_env: ShimEnv, ledger_dir):
+    """shim_bench cold (shim_overhead.py's "caches cold" row) times real, charged pairs."""
+    write_config(ledger_dir, {UUID: GiB}, contexts={UUID: 0})
+    r = run(standin, shim_env(), "cold", "2000", str(2 * MiB), "8")
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) > 0
+    dev = read_ledger(ledger_dir / "cgpu.ledger").devices[0]
+    assert (dev.used, dev.peak) == (0, 2 * MiB)
+
+
 def test_the_slice_holds_on_the_standin(standin, shim_env: ShimEnv, ledger_dir):
     write_config(ledger_dir, {UUID: GiB}, contexts={UUID: 0})
     r = run(standin, shim_env(), "pairs", "10", str(2 * GiB))  # the driver has 80 GiB
