@@ -470,10 +470,10 @@ class GpuSchedule(Generic[Conn]):
     def grant_work_ns(self) -> int:
         """The work a grant admits now: GRANT_WORK_QUANTA quanta while another container is
         eligible (shorter kernels: the quantum rules), ALONE_WORK_QUANTA while none is; for a
-        `fixed` holder no more than its credit (at least GRANT_WORK_QUANTA quanta). A container of several
-        busy processes queues what its grant admits whatever the REVOKE: `fixed` 20 of 8
-        processes alone, admitted 20 quanta, held turns of 110 ms every 0.57 s (12-22 per 1 s
-        window)."""
+        `fixed` holder no more than its credit (at least GRANT_WORK_QUANTA quanta). A container
+        of several busy processes queues what its grant admits whatever the REVOKE: `fixed` 20
+        of 8 processes alone, admitted 20 quanta, held turns of 110 ms every 0.57 s (12-22 per
+        1 s window)."""
         holder = self.holder
         waiting = any(self._eligible(t) for n, t in self._tenants.items() if n != holder)
         work = (GRANT_WORK_QUANTA if waiting else ALONE_WORK_QUANTA) * self.quantum_ns
