@@ -153,6 +153,8 @@ class GpuSchedule(Generic[Conn]):
         self._load = 0.0  # unmanaged demand: u * k
         self._probe_ns = 0  # a probe asked for: the token is to be left free this long
         self._paused_until = 0  # no grant before this (a probe's gap)
+        self.probes = 0  # probes made, and the time they left the token free
+        self.probe_ns = 0
         self._holds: deque[tuple[int, int]] = deque()
         self._outbox: list[tuple[Conn, Order]] = []
 
@@ -281,6 +283,8 @@ class GpuSchedule(Generic[Conn]):
             self._finish_revoke(token, now)
         if self._token is None and self._probe_ns:
             self._paused_until, self._probe_ns = now + self._probe_ns, 0
+            self.probes += 1
+            self.probe_ns += self._paused_until - now
         if self._token is None and now >= self._paused_until:
             self._grant_next(now)
         out, self._outbox = self._outbox, []

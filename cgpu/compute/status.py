@@ -30,6 +30,8 @@ def render(
                 "holder": gpu.holder,
                 "epoch": gpu.epoch,
                 "unmanaged_load": round(loads.get(uuid, 0.0), 3),
+                "probes": gpu.probes,
+                "probe_ms": round(gpu.probe_ns / 1e6, 1),
                 "containers": {
                     name: {
                         "limit": usage.percent,

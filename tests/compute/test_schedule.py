@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from cgpu.compute import status
 from cgpu.compute.schedule import GpuSchedule, Order, Phase
 
 MS = 1_000_000
@@ -434,6 +435,9 @@ def test_a_probe_ends_the_turn_and_leaves_the_token_free_for_the_gap() -> None:
     sim.run(1)
     after = sim.charged_s("a") + sim.charged_s("b")
     assert after - before == pytest.approx(1.031 - 0.025, abs=0.01)  # the gap is charged to none
+    assert (sim.gpu.probes, sim.gpu.probe_ns) == (1, 25 * MS)  # for the status file
+    doc = status.render({"GPU-a": sim.gpu}, {"GPU-a": 1.0}, sim.now, 0, 0)
+    assert (doc["gpus"]["GPU-a"]["probes"], doc["gpus"]["GPU-a"]["probe_ms"]) == (1, 25.0)
 
 
 def test_a_fixed_holders_grant_admits_no_more_work_than_its_credit() -> None:
