@@ -12,7 +12,8 @@
 # (`pip wheel --no-deps -w .whl .`) and put cffi and pycparser wheels for Python 3.12 beside it
 # (`pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 # manylinux2014_x86_64 -d .whl cffi pycparser`); every wheel in .whl/ is installed.
-# smoke, the three compute steps, smi and pytest took 3 min 42 s on an H200 (2026-11-26);
+# The default steps (smoke, compute_share, compute_matmul, compute_long, pytest, smi) took
+# 4 min 49 s on an H200 (2026-11-26);
 # shim_overhead is capped at a minute, torch_throughput at 150 s (three rounds did not finish in
 # 60 s on an H200, 2026-11-26).
 set -u
