@@ -440,9 +440,13 @@ class GpuSchedule(Generic[Conn]):
     # --- charging ----------------------------------------------------------------------------
 
     def _fraction(self, token: _Token) -> float:
-        """f = n / (n + u*k): the holder's n busy connections against the unmanaged load."""
+        """f = n / (n + u*k): the holder's n busy connections against the unmanaged load (while
+        it drains after a REVOKE, those that have not drained: each is charged at its DONE)."""
         links = [self._links[c] for c in self._tenants[token.holder].conns]
-        busy = max(1, sum(link.active for link in links))
+        if token.phase is Phase.REVOKING:
+            busy = max(1, sum(link.owes_done for link in links))
+        else:
+            busy = max(1, sum(link.active for link in links))
         return min(1.0, max(MIN_FRACTION, busy / (busy + self._load)))
 
     def _pending_charge(self, token: _Token, now: int) -> float:
@@ -558,6 +562,13 @@ class GpuSchedule(Generic[Conn]):
     def _drained(self, conn: Conn, now: int) -> None:
         """`conn` no longer owes a DONE."""
         link = self._links.get(conn)
-        if link and link.owes_done and self._token:
+        token = self._token
+        if link and link.owes_done and token:
+            if self._load and token.phase is Phase.REVOKING and now > token.t_mark:
+                # Charge the drain so far with this connection still busy: a container of
+                # several processes drains at several instants, and beside processes outside
+                # the containers its share of the GPU falls as each one's queue empties
+                # (charged as if all stayed busy, fixed 20 of 8 processes beside 4 got 13-16).
+                self._charge(token, now)
             link.owes_done = link.granted = False
-            self._token.drained_at = max(self._token.drained_at, now)
+            token.drained_at = max(token.drained_at, now)

@@ -453,3 +453,37 @@ def test_a_fixed_holders_grant_admits_no_more_work_than_its_credit() -> None:
     sim.add("share", 20, "share", conns=8)
     sim.settle()
     assert sim.gpu.grant_work_ns() == 20 * 20 * MS  # alone: ALONE_WORK_QUANTA
+
+
+def test_a_drain_is_charged_for_the_processes_still_draining() -> None:
+    """Beside an unlimited process (u*k = 1) a holder of two busy processes is charged 2/3 of
+    its turn; after the REVOKE, each process's DONE ends its part: from the first DONE on, the
+    one still draining is charged 1/2 (charged 2/3 to the end, `fixed` 20 of 8 processes beside
+    4 unlimited ones got 13-16)."""
+    gpu: GpuSchedule[str] = GpuSchedule(20 * MS, 1000 * MS, 2 * MS, now=0)
+    gpu.set_limit("a", 50, "share")
+    gpu.set_limit("b", 50, "share")
+    gpu.set_unmanaged(1.0)
+    for conn in ("a/0", "a/1"):
+        gpu.connect(conn, "a", 0)
+        gpu.want(conn, 0)
+    gpu.step(0)
+    assert gpu.holder == "a"
+    gpu.connect("b/0", "b", 1)
+    gpu.want("b/0", 1)
+    revokes, revoked_at = [], 0
+    for t in range(2, 40):
+        revokes = [(c, o) for c, o in gpu.step(t * MS) if o.kind == "revoke"]
+        if revokes:
+            revoked_at = t * MS  # the quantum's end
+            break
+    assert {c for c, _ in revokes} == {"a/0", "a/1"} and gpu.phase is Phase.REVOKING
+    epoch = revokes[0][1].epoch
+    gpu.done("a/0", epoch, revoked_at + 1 * MS)
+    gpu.step(revoked_at + 1 * MS)
+    gpu.done("a/1", epoch, revoked_at + 41 * MS)
+    gpu.step(revoked_at + 41 * MS)
+    assert gpu.holder == "b"
+    charged = gpu.usage(revoked_at + 41 * MS)["a"].charged_ns
+    expected = (revoked_at + 1 * MS) * 2 / 3 + 40 * MS / 2
+    assert charged == pytest.approx(expected, rel=0.02)

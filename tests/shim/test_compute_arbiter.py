@@ -194,6 +194,25 @@ def test_fixed_of_many_processes_with_short_kernels_alone_holds_each_second(
     assert all(abs(v - 20) <= TOL for v in f20[1 : len(windows) - 1]), f20
 
 
+def test_fixed_of_many_processes_holds_beside_an_unlimited_container_of_several(
+    shim_env, sim_dir, load, tmp_path
+):
+    # fixed 20 of 8 processes beside an unlimited container of 4 processes, 1 ms kernels. The
+    # holder is charged n/(n + u*k) of its turn for its n busy processes; while it drains after
+    # a REVOKE its processes finish at different instants, and each is charged until its own
+    # DONE (charged as if all 8 stayed busy to the end, it got 10-16; independent check).
+    containers = [
+        _container("f20x8", 0, (20, "fixed"), MS, processes=8),
+        _container("free", 0, None, MS, processes=4),
+    ]
+    windows = one_second_windows(0.0, SECONDS)
+    spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers, windows)
+    result = run_isolated(spec)
+    f20, free = _shares(result, "f20x8"), _shares(result, "free")
+    assert all(abs(v - 20) <= TOL for v in f20[1 : len(windows) - 1]), f20
+    assert all(v >= 60 for v in free[1 : len(windows) - 1]), free
+
+
 def test_share_takes_the_idle_gpu_and_gives_it_back(shim_env, sim_dir, load, tmp_path):
     # share 30 runs throughout; a share 70 runs until 4 s, exits (possibly holding the GPU), and
     # a new one arrives at 7 s. Within 2 s of each change the 30% one is at >= 90, then back

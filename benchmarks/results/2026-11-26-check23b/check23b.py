@@ -293,6 +293,18 @@ def machines() -> dict[str, list[dict]]:
                               ct("S30", 30, "share", MS)],
                "checks": [band("fixed 20: 20 +- 5", ["F20x8"], 20, ALL),
                           atleast("share 30 takes the rest: >= 70", ["S30"], 70, ALL)]}],
+        # (main, after the check) what the 8-process miss rests on: the holder's process count,
+        # or its kernels' length beside the neighbours' 2 ms ones
+        "K": [
+            {"title": "fixed 20 (1 process, 200 us) beside an unlimited one (4 processes, 2 ms)",
+             "containers": [ct("F20x1", 20, "fixed", 200 * US, procs=1),
+                            ct("Ux4", 0, "", 2 * MS, procs=4)],
+             "checks": [band("fixed 20 x1: 20 +- 5", ["F20x1"], 20, ALL)]},
+            {"title": "fixed 20 (8 processes, 2 ms) beside an unlimited one (4 processes, 2 ms)",
+             "containers": [ct("F20x8l", 20, "fixed", 2 * MS, procs=8),
+                            ct("Ux4", 0, "", 2 * MS, procs=4)],
+             "checks": [band("fixed 20 x8 2 ms: 20 +- 5", ["F20x8l"], 20, ALL)]},
+        ],
     }
 
 
