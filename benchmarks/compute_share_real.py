@@ -82,32 +82,42 @@ LIMITED = {
         ("share40", 40, "share"),
         ("unlimited", 0, ""),
     ],
+    # Containers of several processes (the arbiter charges each process until its own DONE).
+    "fixed 20% x4 + unlimited x2": [
+        ("fixed20x4", 20, "fixed", 4),
+        ("unlimitedx2", 0, "", 2),
+    ],
+    "share 30% x4 + share 70% x2": [("share30x4", 30, "share", 4), ("share70x2", 70, "share", 2)],
     "share 30% alone": [("share30", 30, "share")],
     "bare + bare": [("bare1", 0, ""), ("bare2", 0, "")],
 }
 
 
 def run_group(
-    members: list[tuple[str, dict[str, str]]], work: str, size: int, seconds: float
+    members: list[tuple[str, dict[str, str], int]], work: str, size: int, seconds: float
 ) -> dict[str, list[int]]:
-    """Start every member at the same instant; return each one's kernels per second."""
-    start_at = time.time() + 6.0  # room for every worker to import torch and make its context
-    procs = {
-        name: subprocess.Popen(
+    """Start every member's processes at the same instant; return each member's kernels per
+    second (its processes' summed)."""
+    start_at = time.time() + 6.0 + 0.5 * sum(n for _, _, n in members)  # imports, contexts
+    procs = [
+        (name, subprocess.Popen(
             [sys.executable, "-c", WORKER, work, str(size), str(seconds), str(start_at)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )
-        for name, env in members
-    }
+        ))
+        for name, env, count in members
+        for _ in range(count)
+    ]
     out: dict[str, list[int]] = {}
-    for name, proc in procs.items():
+    for name, proc in procs:
         stdout, stderr = proc.communicate(timeout=seconds + 120)
         if proc.returncode != 0:
             raise SystemExit(f"{name} failed ({proc.returncode}):\n{stderr[-3000:]}")
-        out[name] = json.loads(stdout.strip().splitlines()[-1])
+        windows = json.loads(stdout.strip().splitlines()[-1])
+        have = out.setdefault(name, [0] * len(windows))
+        out[name] = [a + b for a, b in zip(have, windows, strict=True)]
     return out
 
 
@@ -174,7 +184,7 @@ def main() -> None:
                     time.sleep(0.05)
             return env
 
-        alone = run_group([("bare", bare)], args.work, size, args.seconds)["bare"]
+        alone = run_group([("bare", bare, 1)], args.work, size, args.seconds)["bare"]
         per_kernel_s = 1.0 / statistics.median(alone[1:])
         report: dict[str, dict[str, list[float]]] = {
             "bare alone": {"bare": [round(100 * n * per_kernel_s, 1) for n in alone]}
@@ -183,7 +193,9 @@ def main() -> None:
             if args.only and title not in args.only:
                 continue
             members = [
-                (name, container(pct, policy) if pct else bare) for name, pct, policy in spec
+                (name, container(pct, policy) if pct else bare, count)
+                for name, pct, policy, *more in spec
+                for count in [more[0] if more else 1]
             ]
             got = run_group(members, args.work, size, args.seconds)
             report[title] = {

@@ -12,13 +12,13 @@
 # (`pip wheel --no-deps -w .whl .`) and put cffi and pycparser wheels for Python 3.12 beside it
 # (`pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 # manylinux2014_x86_64 -d .whl cffi pycparser`); every wheel in .whl/ is installed.
-# The default steps (smoke, compute_share, compute_matmul, compute_long, pytest, smi) took
-# 4 min 49 s on an H200 (2026-11-26);
+# The default steps but compute_many (smoke, compute_share, compute_matmul, compute_long,
+# pytest, smi) took 4 min 49 s on an H200 (2026-11-26); compute_many adds about a minute;
 # shim_overhead is capped at a minute, torch_throughput at 150 s (three rounds did not finish in
 # 60 s on an H200, 2026-11-26).
 set -u
 PY=${PY:-python3}
-STEPS=${STEPS:-smoke compute_share compute_matmul compute_long pytest smi}
+STEPS=${STEPS:-smoke compute_share compute_matmul compute_long pytest smi compute_many}
 # Also there: compute_200 compute_nvml shim_overhead torch_throughput (STEPS="..." to run them).
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
@@ -79,6 +79,10 @@ step compute_matmul 120 "$PY" benchmarks/compute_share_real.py --seconds 5 --wor
 step compute_long 90 "$PY" benchmarks/compute_share_real.py --seconds 5 --work matmul \
     --kernel-ms 50 --only "share 30% + share 70%" "fixed 30% + unlimited" \
     --json "$OUT/compute_long.json"
+# Containers of several processes, with matrix products (about 40 s).
+step compute_many 90 "$PY" benchmarks/compute_share_real.py --seconds 5 --work matmul \
+    --only "fixed 20% x4 + unlimited x2" "share 30% x4 + share 70% x2" \
+    --json "$OUT/compute_many.json"
 # Kernels longer than a quantum (fp16 products of about 200 ms), judged over 5 s windows from
 # the json (not in the default steps: about a minute).
 step compute_200 120 "$PY" benchmarks/compute_share_real.py --seconds 11 --work matmul \
