@@ -70,7 +70,7 @@ case " $STEPS " in *" smoke "*)
 esac
 # The compute share under the host's arbiter: every case of issue 23 with spin kernels, then the
 # pair and the unlimited neighbour with matrix products (work, not clock cycles; see the script).
-step compute_share 200 "$PY" benchmarks/compute_share_real.py --seconds 5 \
+step compute_share 240 "$PY" benchmarks/compute_share_real.py --seconds 5 \
     --json "$OUT/compute_share.json"
 step compute_matmul 120 "$PY" benchmarks/compute_share_real.py --seconds 5 --work matmul \
     --only "share 30% + share 70%" "fixed 30% + unlimited" "bare + bare" "fixed 60% + unlimited" \
