@@ -443,10 +443,8 @@ class GpuSchedule(Generic[Conn]):
         """f = n / (n + u*k): the holder's n busy connections against the unmanaged load (while
         it drains after a REVOKE, those that have not drained: each is charged at its DONE)."""
         links = [self._links[c] for c in self._tenants[token.holder].conns]
-        if token.phase is Phase.REVOKING:
-            busy = max(1, sum(link.owes_done for link in links))
-        else:
-            busy = max(1, sum(link.active for link in links))
+        draining = token.phase is Phase.REVOKING
+        busy = max(1, sum(link.owes_done if draining else link.active for link in links))
         return min(1.0, max(MIN_FRACTION, busy / (busy + self._load)))
 
     def _pending_charge(self, token: _Token, now: int) -> float:

@@ -321,7 +321,7 @@ static void repair(struct ledger *l)
         for (unsigned s = 0; s < CGPU_MAX_SLOTS; s++)
             if (l->slots[s].in_use && __builtin_add_overflow(sum, l->slots[s].used[d], &sum))
                 sum = UINT64_MAX;
-        set_used(&l->devices[d], sum);
+        ledger_set_used(&l->devices[d], sum);
     }
 }
 
@@ -414,7 +414,7 @@ int ledger_ensure_devices(struct ledger_handle *h, const struct cgpu_config *cfg
             struct ledger_device *dev = &l->devices[d];
             memset(dev, 0, sizeof *dev);
             snprintf(dev->uuid, sizeof dev->uuid, "%.95s", cfg->entries[i].uuid);
-            set_used(dev, 0);
+            ledger_set_used(dev, 0);
             __atomic_store_n(&l->ndevices, l->ndevices + 1, __ATOMIC_RELEASE);
         }
         /* Ours from here on; the file's copy is for readers (and heals a tampered one). */

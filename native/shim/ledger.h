@@ -255,7 +255,7 @@ void ledger_credit_locked(struct ledger_handle *h, unsigned dev, uint64_t bytes)
 
 /* ---- the charge and the credit, inline for the allocation path ---- */
 
-static inline void set_used(struct ledger_device *d, uint64_t used)
+static inline void ledger_set_used(struct ledger_device *d, uint64_t used)
 {
     __atomic_store_n(&d->used, used, __ATOMIC_RELAXED);
     __atomic_store_n(&d->used_check, ~used, __ATOMIC_RELAXED);
@@ -301,7 +301,7 @@ static inline __attribute__((always_inline)) int ledger_charge_inline(struct led
         return CGPU_ERR_LIMIT; /* fail closed */
     if (!force && (bytes > limit || used > limit - bytes))
         return CGPU_ERR_LIMIT;
-    set_used(d, used + bytes);
+    ledger_set_used(d, used + bytes);
     l->slots[slot].used[dev] += bytes;
     h->held[dev] += bytes;
     if (used + bytes > d->peak)
@@ -327,7 +327,7 @@ static inline __attribute__((always_inline)) void ledger_credit_inline(struct le
         return;
     }
     l->slots[slot].used[dev] -= bytes; /* used >= what we held >= bytes: checked */
-    set_used(&l->devices[dev], used - bytes);
+    ledger_set_used(&l->devices[dev], used - bytes);
 }
 
 /* Used bytes of a device, read without the lock. */

@@ -1,7 +1,6 @@
 #include "ptrtable.h"
 
 #include <stdlib.h>
-
 #include <string.h>
 #include <sys/mman.h>
 

@@ -175,8 +175,6 @@ static int parse_int(const char *s, long lo, long hi, long *out)
     return 0;
 }
 
-/* A driver release as NVIDIA numbers them: a branch of 3 digits, then one or two
- * more numbers ("535.261.03", "580.65.06", "550.54"). */
 /* Duration variable `var`, ns in [lo, hi], into *out (left at its default when unset); -1,
  * with a line naming the variable and `what` it sets, when malformed. */
 static int env_ns(const char *var, const char *what, long lo, long hi, unsigned long long *out)
@@ -193,6 +191,8 @@ static int env_ns(const char *var, const char *what, long lo, long hi, unsigned 
     return 0;
 }
 
+/* A driver release as NVIDIA numbers them: a branch of 3 digits, then one or two
+ * more numbers ("535.261.03", "580.65.06", "550.54"). */
 static int parse_release(const char *s)
 {
     int parts = 0;

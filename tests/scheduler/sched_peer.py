@@ -8,14 +8,20 @@ aliyun.com/gpu-mem go to the extender.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kube.apiserver import FakeApiServer
+from kube.processes import free_port, stop
 
 from cgpu.scheduler.cli import Extender, build
 from cgpu.scheduler.kubeapi import KubeApi, load_configuration
@@ -165,3 +171,31 @@ def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition") -
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.02)
+
+
+@contextmanager
+def extender_cli(api: FakeApiServer, tmp_path: Path, *flags: str) -> Iterator[tuple[str, Path]]:
+    """`cgpu scheduler-extender` as a process on a free port, with `flags`, once it has listed
+    the cluster; yields its URL and its log's path, and stops it."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    command = [sys.executable, "-m", "cgpu.cli", "scheduler-extender", "--address", "127.0.0.1",
+               "--port", str(port), "--kubeconfig", str(api.kubeconfig(tmp_path / "kc")),
+               *flags]  # fmt: skip
+    log_path = tmp_path / "extender.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+
+    def ready() -> bool:
+        assert proc.poll() is None, log_path.read_text()
+        try:
+            return get(f"{url}/healthz")[0] == 200
+        except OSError:
+            return False
+
+    try:
+        wait_until(ready, timeout=30, what="the extender to list the cluster")
+        yield url, log_path
+    finally:
+        stop(proc)

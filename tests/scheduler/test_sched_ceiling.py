@@ -14,9 +14,8 @@ from typing import Any
 
 from compute_objects import CORE, compute_node, compute_pod
 from kube.objects import gpu_pod
-from kube.processes import free_port, stop
 from kube_scheduler import KubeScheduler
-from sched_peer import PREFIX, SchedulerPeer, get, url_of, wait_until
+from sched_peer import PREFIX, SchedulerPeer, extender_cli, get, url_of, wait_until
 
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
 MEM = "aliyun.com/gpu-mem"
@@ -136,25 +135,7 @@ def test_the_option_ignore_places_as_without_the_ceiling(kube_api, tmp_path):
     kube_api.create("nodes", compute_node("n1", 1, 16))
     kube_api.create("pods", running("notebook", 4, 0, "n1"))
     kube_api.create("pods", running("a", 2, 45, "n1"))
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-    command = [sys.executable, "-m", "cgpu.cli", "scheduler-extender", "--address", "127.0.0.1",
-               "--port", str(port), "--kubeconfig", str(kube_api.kubeconfig(tmp_path / "kc")),
-               "--unlimited-neighbours", "ignore"]  # fmt: skip
-    log_path = tmp_path / "extender.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        assert proc.poll() is None, log_path.read_text()
-        try:
-            return get(f"{url}/healthz")[0] == 200
-        except OSError:
-            return False
-
-    try:
-        wait_until(ready, timeout=30, what="the extender to list the cluster")
+    with extender_cli(kube_api, tmp_path, "--unlimited-neighbours", "ignore") as (url, log_path):
         peer = SchedulerPeer(kube_api, url)
         kube_api.create("pods", compute_pod("b", 2, 55))
         kube_api.create("pods", gpu_pod("c", 2))
@@ -162,10 +143,10 @@ def test_the_option_ignore_places_as_without_the_ceiling(kube_api, tmp_path):
         assert peer.schedule("default", "c").node == "n1"
         status, body = get(f"{url}{PREFIX}/inspect")
         assert status == 200 and "computeCeiling" not in body["nodes"][0]["devs"][0]
-    finally:
-        stop(proc)
     assert "unlimited neighbours: ignore" in log_path.read_text()
-    bad = subprocess.run(
-        [*command[:-1], "sometimes"], env=env, capture_output=True, text=True, timeout=60
-    )
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    kubeconfig = str(kube_api.kubeconfig(tmp_path / "kc"))
+    command = [sys.executable, "-m", "cgpu.cli", "scheduler-extender", "--kubeconfig", kubeconfig,
+               "--unlimited-neighbours", "sometimes"]  # fmt: skip
+    bad = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--unlimited-neighbours" in bad.stderr

@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 from kube.apiserver import FakeApiServer
 from kube.objects import gpu_node, gpu_pod
-from kube.processes import free_port, stop
 from kube_scheduler import KubeScheduler
-from sched_peer import get, wait_until
+from sched_peer import extender_cli
 
 IDX, POD, DEV = "ALIYUN_COM_GPU_MEM_IDX", "ALIYUN_COM_GPU_MEM_POD", "ALIYUN_COM_GPU_MEM_DEV"
 # (name, GPUs, units per GPU): a mixed cluster of 15 and 16 GiB cards, 2 to 8 per node.
@@ -34,28 +33,8 @@ NODES = [
 @pytest.fixture
 def extender_process(kube_api: FakeApiServer, tmp_path: Path):
     """`cgpu scheduler-extender` as a process on a free port; yields its URL."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-    kubeconfig = kube_api.kubeconfig(tmp_path / "kc")
-    command = [sys.executable, "-m", "cgpu.cli", "scheduler-extender", "--address", "127.0.0.1",
-               "--port", str(port), "--kubeconfig", str(kubeconfig)]  # fmt: skip
-    log_path = tmp_path / "extender.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-
-    def ready() -> bool:
-        assert proc.poll() is None, log_path.read_text()
-        try:
-            return get(f"{url}/healthz")[0] == 200
-        except OSError:
-            return False
-
-    try:
-        wait_until(ready, timeout=30, what="the extender to list the cluster")
+    with extender_cli(kube_api, tmp_path) as (url, _log):
         yield url
-    finally:
-        stop(proc)
 
 
 def workload(rng: random.Random) -> list[dict]:
