@@ -5,7 +5,9 @@
  * The driver samples on a fixed period (CGPU_SIM_UTIL_PERIOD_NS, default
  * 1/6 s; periods tile CLOCK_REALTIME, so every caller sees the same ones).  A
  * sample describes a period that has ended: nothing about the current period
- * is visible.  Values are whole percent.  Per process:
+ * is visible, and a period is published once the timeline's 10 ms bucket that
+ * its end cuts is complete (up to 10 ms after the end), so a sample never
+ * changes once seen.  Values are whole percent.  Per process:
  *  - a raw sample is (pid, end of the period, busy %) for each live process
  *    with kernel time in that period; the device keeps the newest
  *    SIM_UTIL_BUFFER raw samples, at most 10 s back;
@@ -99,6 +101,12 @@ static struct grid grid_now(void)
     unsigned long long real = (unsigned long long)rt.tv_sec * 1000000000ULL + (unsigned long long)rt.tv_nsec;
     struct grid g = {.p = nvs.cfg.util_period_ns, .off = (long long)(real - mono)};
     g.newest = real / g.p - 1;
+    /* A period is published once the 10 ms bucket its end cuts is complete: read earlier,
+     * that bucket's share of the period would still grow, and a sample must not change
+     * once seen (so a sample appears up to 10 ms after its period ends). */
+    unsigned long long end_mono = (g.newest + 1) * g.p - (unsigned long long)g.off;
+    if ((end_mono + SIM_TL_BUCKET_NS - 1) / SIM_TL_BUCKET_NS * SIM_TL_BUCKET_NS > mono && g.newest)
+        g.newest--;
     unsigned long long back = (SIM_TL_HISTORY - 1) * SIM_TL_BUCKET_NS / g.p; /* 10 s */
     g.oldest = g.newest > back ? g.newest - back : 0;
     return g;

@@ -84,7 +84,7 @@ PERIOD_NS = 166_666_667  # CGPU_SIM_UTIL_PERIOD_NS's default: NVML's 1/6 s
 # Periods tile CLOCK_REALTIME; the scripts start their kernels 15 ms into a period (the
 # timeline's 10 ms buckets split in proportion where a period boundary cuts one).
 ALIGN = """
-    import ctypes, json, subprocess, sys, time
+    import ctypes, json, os, subprocess, sys, time
     import pynvml as N
     exe, P = sys.argv[1], 166_666_667
     N.nvmlInit()
@@ -99,8 +99,11 @@ SAMPLED = (
     ALIGN
     + """
     seen = int(time.time() * 1e6)
+    # No launch throttle: all eight kernels queue at once, so a launcher kept off a loaded
+    # machine's CPU cannot leave the device idle between them.
     p = subprocess.Popen([exe, "run", str(50_000_000), "8", str(start), "linger"],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "CGPU_SIM_TIMESLICE_NS": "0"})
     entries, device, rates = [], [], []
     dev_seen = seen
     while time.time_ns() < (k + 4) * P:  # nvtop's loop: hand the newest timeStamp back
@@ -145,19 +148,25 @@ def test_samples_are_whole_periods_that_have_ended(timeline_probe, simlib, tmp_p
     ends = [(k + i + 1) * PERIOD_NS // 1000 for i in range(3)]
     got = [(util, ts) for p, util, ts, _ in r["entries"] if p == pid]
     assert [ts for _, ts in got] == ends, got  # each period once, in order, stamped at its end
-    assert [util for util, _ in got] == [91, 100, 49], got
+    utils = [util for util, _ in got]
+    # A launcher that wakes d ms late moves d ms of work from period k to k+2 (a loaded CI
+    # machine: up to a few ms); the whole 400 ms still lands in the three periods.
+    assert 85 <= utils[0] <= 91 and utils[1] == 100 and 139 <= utils[0] + utils[2] <= 141, got
     for _, _, ts, at in r["entries"]:
         assert ts <= at < ts + 200_000, (ts, at)  # after its period ended, and not long after
     device = dict((ts, v) for ts, v in r["device"])
-    assert [device.get(ts) for ts in ends] == [91, 100, 49], r["device"]
+    assert [device.get(ts) for ts in ends] == utils, r["device"]  # one process: the same %
     assert all(v == 0 for ts, v in device.items() if ts not in ends), r["device"]
-    # nvmlDeviceGetUtilizationRates: the last completed period, whatever runs now.
+    # nvmlDeviceGetUtilizationRates: the last published period, whatever runs now (a period is
+    # published up to 10 ms after its end, once the timeline's bucket it cuts is complete).
+    def busy(period: int) -> int:
+        return utils[period - k] if 0 <= period - k <= 2 else 0
+
     for t, gpu in r["rates"]:
         last = t // PERIOD_NS - 1
-        if last - k in (0, 1, 2):
-            assert gpu == [91, 100, 49][last - k], (t, gpu)
-        elif last > k + 2:
-            assert gpu == 0, (t, gpu)
+        if gpu != busy(last) and t % PERIOD_NS < 12 * MS:
+            last -= 1  # read before that period was published
+        assert gpu == busy(last), (t, gpu)
     assert r["later"] == "not found"
 
 
@@ -264,9 +273,9 @@ SATURATE = """
     exe = sys.argv[1]
     N.nvmlInit()
     h = N.nvmlDeviceGetHandleByIndex(0)
-    start = time.monotonic_ns() + 600_000_000
+    start, real = time.monotonic_ns() + 600_000_000, time.time_ns() + 600_000_000
     P = 166_666_667  # from the first period that starts after them
-    seen = ((time.time_ns() + 600_000_000) // P + 1) * P // 1000
+    seen = (real // P + 1) * P // 1000
     procs = [subprocess.Popen([exe, "saturate", sys.argv[2], "1200", str(start)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
              for _ in range(4)]
@@ -277,12 +286,16 @@ SATURATE = """
             break
         except N.NVMLError_InsufficientSize:
             pass
-    gpu = N.nvmlDeviceGetUtilizationRates(h).gpu
     runs = [json.loads(p.stdout.readline()) for p in procs]
+    # The device's busy % in each period wholly inside the 1.2 s of work (stamped at its end),
+    # read after the work, so a late reader's wake-up cannot move the window.
+    _, got = N.nvmlDeviceGetSamples(h, N.NVML_GPU_UTILIZATION_SAMPLES, seen)
+    inside = [g.sampleValue.uiVal for g in got if g.timeStamp * 1000 <= real + 1_200_000_000]
+    gpu = sum(inside) / len(inside) if len(inside) >= 4 else 0
     for p in procs:
         p.stdin.close()
         p.wait()
-    print(json.dumps({"gpu": gpu, "util": sorted(samples.values()),
+    print(json.dumps({"gpu": gpu, "inside": inside, "util": sorted(samples.values()),
                       "late_ms": [r["late_ns"] / 1e6 for r in runs],
                       "pids": sorted(samples) == sorted(r["pid"] for r in runs)}))
 """
@@ -319,7 +332,7 @@ def test_saturating_processes_share_the_gpu(
     )
     assert proc.returncode == 0, proc.stderr
     r = json_out(proc)
-    assert r["gpu"] >= 98 and r["pids"]
+    assert r["gpu"] >= 98 and r["pids"], r
     # A launcher kept off the CPU longer than its queued work (~10 ms) loses device time,
     # which on a busy machine costs a few points; a 20 ms kernel is 1.7 points of the window.
     # With 10 us kernels four launchers keep two cores busy: a fresh-clone CI run on 2 cores
@@ -333,8 +346,9 @@ def test_saturating_processes_share_the_gpu(
 BESIDE = """
     import ctypes, json, os, subprocess, sys, time
     exe, kernel_ns, holders = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    # Neighbours with a second of 100 ms kernels queued each (no launch throttle for them).
-    held = [subprocess.Popen([exe, "hold", str(100_000_000), "10"], stdout=subprocess.PIPE,
+    # Neighbours with 5 s of 100 ms kernels queued each (no launch throttle for them): still
+    # busy when a loaded machine takes a second to start the newcomer.
+    held = [subprocess.Popen([exe, "hold", str(100_000_000), "50"], stdout=subprocess.PIPE,
                              text=True, env={**os.environ, "CGPU_SIM_TIMESLICE_NS": "0"})
             for _ in range(holders)]
     for h in held:
@@ -375,13 +389,15 @@ def _beside(exe: Path, simlib: Path, state: Path, kernel_ns: int, holders: int) 
 def test_a_newcomer_takes_turns_with_a_queued_neighbour(
     timeline_probe, simlib, tmp_path, kernel_ms: int
 ) -> None:
-    # Beside a process with a second of work queued, a newcomer's kernel does not wait for that
-    # queue (first come, first served would take a second): the device time-slices the two
+    # Beside a process with seconds of work queued, a newcomer's kernel does not wait for that
+    # queue (first come, first served would take seconds): the device time-slices the two
     # contexts, 2 ms each and a switch between, so the kernel runs in about twice its time, a
-    # 50 ms one preempted at each slice's end and resumed in the next.
+    # 50 ms one preempted at each slice's end and resumed in the next. At best its first slice
+    # starts at once and its last ends the run: n slices of its own and n - 1 of the
+    # neighbour's, 2 ms short of twice its time (CI measured 18.8 ms for 10 ms).
     r = _beside(timeline_probe, simlib, tmp_path / "s", kernel_ms * MS, 1)
-    # (The slack above is a loaded machine's late wake-ups; first come, first served: ~1000.)
-    assert 2 * kernel_ms * 0.95 <= r["ms"] < 2 * kernel_ms * 1.06 + 40, r
+    # (The slack above is a loaded machine's late wake-ups; first come, first served: ~5000.)
+    assert 2 * kernel_ms - 2 <= r["ms"] < 2 * kernel_ms * 1.06 + 40, r
 
 
 def test_busy_time_is_what_each_process_ran(timeline_probe, simlib, tmp_path) -> None:
