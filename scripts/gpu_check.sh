@@ -18,7 +18,7 @@
 # 60 s on an H200, 2026-11-26).
 set -u
 PY=${PY:-python3}
-STEPS=${STEPS:-smoke compute_share compute_matmul compute_long pytest smi compute_many}
+STEPS=${STEPS:-smoke compute_share compute_matmul compute_long pytest globals smi compute_many}
 # Also there: compute_200 compute_nvml shim_overhead torch_throughput (STEPS="..." to run them).
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
@@ -92,6 +92,10 @@ step compute_nvml 60 "$PY" benchmarks/compute_share_real.py --seconds 5 --no-arb
     --only "share 30% + share 70%" --json "$OUT/compute_nvml.json"
 step smi 30 "$CGPU" run --gpu-mem 4GiB --gpu 0 --state-dir /tmp/cgpu-smi -- nvidia-smi
 step pytest 120 "$PY" -P -m pytest -v -p no:cacheprovider --timeout 100 tests/gpu
+# What the shim charged for each module load against what the driver took (the lines the
+# module-globals test prints; its assertions run in the step above).
+step globals 60 "$PY" -P -m pytest -q -s -p no:cacheprovider --timeout 50 \
+    tests/gpu/test_module_globals_real.py
 step shim_overhead 60 "$PY" benchmarks/shim_overhead.py --real --rounds 5 --n 5000 \
     --processes 32 --storms 2
 step torch_throughput 150 "$PY" benchmarks/torch_throughput.py --rounds 3

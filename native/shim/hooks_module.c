@@ -7,12 +7,17 @@
  * bank, .nv.constant0.<kernel>).  The driver allocates them when it loads the module.
  * The shim reads the section headers, charges their total before the driver call (a
  * module that does not fit is refused with CUDA_ERROR_OUT_OF_MEMORY, as on a full GPU),
- * and credits it at unload or with the module's context.  From a fatbin the driver picks
- * the entry for the device (or compiles its PTX), maybe compressed: the shim does not
- * guess, so a fatbin's globals are not charged and show in the host view (NVML's
- * per-process figure above the ledger; tests/shim/test_remaining_families.py).  Loads are
- * not on the allocation hot path. */
+ * and credits it at unload or with the module's context.  From a fatbin (or the wrapper
+ * libcudart hands to cuLibraryLoadData: every kernel PyTorch, cuBLAS or vLLM launches comes
+ * so) the driver loads the cubin for the device (cgpu_fatbin.h: the newest of the device's
+ * major version no newer than it, LZ4 or zstd compressed or not), and the shim charges that
+ * cubin's globals.  Not charged, and shown by the host view (NVML's per-process figure above
+ * the ledger): a fatbin with no cubin for the device, whose PTX the driver compiles, a zstd
+ * entry where the process has no libzstd.so.1, and PTX handed in as text.  Loads are not on
+ * the allocation hot path. */
 #include "charge.h"
+
+#include "cgpu_fatbin.h"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -60,7 +65,46 @@ static uint64_t cubin_globals(const unsigned char *img, uint64_t len)
     return total;
 }
 
-/* The globals of the cubin in file `path`. */
+/* The architecture (major * 10 + minor) of the current context's device, or of the first one
+ * the process sees; 0 if the driver cannot say. */
+static unsigned device_arch(void)
+{
+    CUresult (*attr)(int *, CUdevice_attribute, CUdevice) =
+        (CUresult(*)(int *, CUdevice_attribute, CUdevice))shim_driver_sym("cuDeviceGetAttribute");
+    int ordinal = 0, major = 0, minor = 0;
+    if (!g_shim.ctx_get_device || g_shim.ctx_get_device(&ordinal) != 0)
+        ordinal = 0;
+    if (!attr || attr(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ordinal) != CUDA_SUCCESS ||
+        attr(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal) != CUDA_SUCCESS || major <= 0 ||
+        minor < 0 || major > 99 || minor > 9)
+        return 0;
+    return (unsigned)(major * 10 + minor);
+}
+
+/* The globals of an image in memory (`len` bytes; 0: unknown, taken from its headers): a
+ * cubin's, or those of the cubin the driver loads from a fatbin or a fatbin wrapper. */
+static uint64_t image_globals(const void *image, uint64_t len)
+{
+    const unsigned char *img = image;
+    if (!len)
+        img = cgpu_fatbin_unwrap(img);
+    size_t fat = img ? cgpu_fatbin_length(img) : 0;
+    if (!fat)
+        return cubin_globals(img, len);
+    if (len && len < fat)
+        return 0;
+    const unsigned char *cubin;
+    size_t cubin_len;
+    unsigned char *owned = NULL;
+    unsigned arch = device_arch();
+    uint64_t total = 0;
+    if (arch && cgpu_fatbin_cubin(img, fat, arch, &cubin, &cubin_len, &owned) == CGPU_FATBIN_CUBIN)
+        total = cubin_globals(cubin, cubin_len);
+    free(owned);
+    return total;
+}
+
+/* The globals of the cubin or fatbin in file `path`. */
 static uint64_t file_globals(const char *path)
 {
     int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
@@ -70,7 +114,8 @@ static uint64_t file_globals(const char *path)
     struct stat st;
     uint64_t total = 0;
     unsigned char *img = NULL;
-    if (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head && !memcmp(head, ELFMAG, SELFMAG) &&
+    if (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head &&
+        (!memcmp(head, ELFMAG, SELFMAG) || cgpu_fatbin_length(head)) &&
         fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= IMAGE_MAX &&
         (img = malloc((size_t)st.st_size))) {
         size_t got = 0;
@@ -78,7 +123,7 @@ static uint64_t file_globals(const char *path)
         while (got < (size_t)st.st_size && (n = pread(fd, img + got, (size_t)st.st_size - got, (off_t)got)) > 0)
             got += (size_t)n;
         if (got == (size_t)st.st_size)
-            total = cubin_globals(img, got);
+            total = image_globals(img, got);
     }
     free(img);
     close(fd);
@@ -104,19 +149,19 @@ EXPORT CUresult cuModuleLoad(CUmodule *module, const char *fname)
 
 EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
 {
-    LOADED(cubin_globals(image, 0), REAL(cuModuleLoadData)(module, image), module, current_context());
+    LOADED(image_globals(image, 0), REAL(cuModuleLoadData)(module, image), module, current_context());
 }
 
 EXPORT CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions,
                                    CUjit_option *options, void **optionValues)
 {
-    LOADED(cubin_globals(image, 0), REAL(cuModuleLoadDataEx)(module, image, numOptions, options, optionValues),
+    LOADED(image_globals(image, 0), REAL(cuModuleLoadDataEx)(module, image, numOptions, options, optionValues),
            module, current_context());
 }
 
 EXPORT CUresult cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
-    LOADED(cubin_globals(fatCubin, 0), REAL(cuModuleLoadFatBinary)(module, fatCubin), module, current_context());
+    LOADED(image_globals(fatCubin, 0), REAL(cuModuleLoadFatBinary)(module, fatCubin), module, current_context());
 }
 
 EXPORT CUresult cuModuleUnload(CUmodule hmod)
@@ -130,7 +175,7 @@ EXPORT CUresult cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_op
                                   CUlibraryOption *libraryOptions, void **libraryOptionValues,
                                   unsigned int numLibraryOptions)
 {
-    LOADED(cubin_globals(code, 0),
+    LOADED(image_globals(code, 0),
            REAL(cuLibraryLoadData)(library, code, jitOptions, jitOptionsValues, numJitOptions, libraryOptions,
                                    libraryOptionValues, numLibraryOptions),
            library, NULL);

@@ -11,12 +11,13 @@
  * of the granularity) and freed with the module or its context; a load it does not fit
  * in fails with CUDA_ERROR_OUT_OF_MEMORY.  cuModuleGetGlobal and cuLibraryGetGlobal
  * find a variable by its symbol.  A fatbin's globals are those of its cubin for this
- * device (fatbin_cubin); a fatbin wrapper's (__fatBinC_Wrapper_t, what the CUDA runtime
+ * device (fatbin_cubin, LZ4 or zstd compressed or not); a fatbin wrapper's (__fatBinC_Wrapper_t, what the CUDA runtime
  * loads: through the private tables, cuda_export.c, and from CUDA 13 through
  * cuLibraryLoadData) those of the fatbin it points to.  PTX declares nothing here. */
 #include "cuda_sim.h"
 
-#include <dlfcn.h>
+#include "cgpu_fatbin.h"
+
 #include <elf.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -116,139 +117,18 @@ static size_t elf_length(const unsigned char *img)
     return len;
 }
 
-/* A fatbin: a header, then entries, each a header and a payload.  The driver picks the
- * cubin (kind 2) for the device's architecture: this one's is sm_90, so an sm_90 entry, else
- * the newest sm_9x below it.  Its globals are those of that cubin.  An entry may be
- * compressed: flag 0x8000 is a zstd frame (nvcc -compress-mode, so cuBLAS 13 and cuDNN 9),
- * which is decompressed with the system's libzstd.so.1 (loaded at the first such entry;
- * without it the entry declares nothing, as does an LZ4 one, flag 0x2000), so that
- * cuLibraryGetGlobal finds cuBLAS's device constants.  A fatbin with no cubin (PTX only)
- * declares nothing here. */
+/* The cubin the driver loads from a fatbin (cgpu_fatbin.h, shared with the shim, which charges
+ * the same globals): this device is sm_90, so an sm_90 cubin, else the newest sm_9x below it;
+ * LZ4 and zstd payloads decoded (zstd through the system's libzstd.so.1: without it such an
+ * entry declares nothing).  A fatbin with no cubin for sm_9x (PTX to compile) declares nothing
+ * here. */
 #define SIM_ARCH 90u
-#define FATBIN_LZ4 0x2000u
-#define FATBIN_ZSTD 0x8000u
-#define CUBIN_MAX (1ULL << 30) /* a larger decompressed cubin is taken as malformed */
 
-/* libzstd's three entry points, found at the first compressed entry. */
-static struct {
-    pthread_once_t once;
-    size_t (*decompress)(void *dst, size_t cap, const void *src, size_t len);
-    unsigned long long (*content_size)(const void *src, size_t len);
-    size_t (*frame_size)(const void *src, size_t len);
-    unsigned (*is_error)(size_t code);
-} zstd = {.once = PTHREAD_ONCE_INIT};
-
-static void zstd_load(void)
-{
-    void *h = dlopen("libzstd.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        if (trace_on())
-            fprintf(stderr, "cgpu-sim: libzstd.so.1 not found: compressed cubins declare no globals\n");
-        return;
-    }
-    zstd.content_size = (unsigned long long (*)(const void *, size_t))dlsym(h, "ZSTD_getFrameContentSize");
-    zstd.frame_size = (size_t (*)(const void *, size_t))dlsym(h, "ZSTD_findFrameCompressedSize");
-    zstd.is_error = (unsigned (*)(size_t))dlsym(h, "ZSTD_isError");
-    zstd.decompress = (size_t (*)(void *, size_t, const void *, size_t))dlsym(h, "ZSTD_decompress");
-    if (!zstd.content_size || !zstd.frame_size || !zstd.is_error)
-        zstd.decompress = NULL;
-}
-
-/* The zstd frame at `src` (at most `len` bytes, padding after it) decompressed (malloc'd,
- * *out_len bytes), or NULL. */
-static unsigned char *zstd_cubin(const unsigned char *src, size_t len, size_t *out_len)
-{
-    pthread_once(&zstd.once, zstd_load);
-    if (!zstd.decompress)
-        return NULL;
-    size_t frame = zstd.frame_size(src, len);
-    if (zstd.is_error(frame))
-        return NULL;
-    unsigned long long size = zstd.content_size(src, frame);
-    /* ZSTD_CONTENTSIZE_UNKNOWN and _ERROR are the two largest values. */
-    if (size == 0 || size > CUBIN_MAX)
-        return NULL;
-    unsigned char *out = malloc((size_t)size);
-    if (!out)
-        return NULL;
-    size_t got = zstd.decompress(out, (size_t)size, src, frame);
-    if (zstd.is_error(got) || got != size) {
-        free(out);
-        return NULL;
-    }
-    *out_len = got;
-    return out;
-}
-
-struct fatbin_header {
-    uint32_t magic;
-    uint16_t version, header_size;
-    uint64_t size;
-};
-
-struct fatbin_entry {
-    uint16_t kind, version;
-    uint32_t header_size;
-    uint64_t payload_size;
-    uint32_t unknown0, unknown1, unknown2;
-    uint32_t arch;
-    uint32_t unknown3, unknown4;
-    uint64_t flags;
-};
-
-/* The cubin of fatbin `img` for this device, or NULL (*len: its length); *owned: whether it
- * was decompressed into a buffer the caller frees. */
 static const unsigned char *fatbin_cubin(const unsigned char *img, size_t len, size_t *out_len,
-                                         int *owned)
+                                         unsigned char **owned)
 {
-    *owned = 0;
-    struct fatbin_header h;
-    if (len < sizeof h)
-        return NULL;
-    memcpy(&h, img, sizeof h);
-    if (h.magic != FATBIN_MAGIC || h.header_size < sizeof h || h.size > len - h.header_size)
-        return NULL;
-    const unsigned char *best = NULL;
-    uint64_t best_flags = 0;
-    unsigned best_arch = 0;
-    size_t at = h.header_size, end = h.header_size + h.size;
-    while (at + sizeof(struct fatbin_entry) <= end) {
-        struct fatbin_entry e;
-        memcpy(&e, img + at, sizeof e);
-        if (e.header_size < sizeof e || e.header_size > end - at || e.payload_size > end - at - e.header_size)
-            break;
-        if (e.kind == 2 && !(e.flags & FATBIN_LZ4) && e.arch <= SIM_ARCH &&
-            e.arch / 10 == SIM_ARCH / 10 && e.arch >= best_arch) {
-            best = img + at + e.header_size;
-            best_arch = e.arch;
-            best_flags = e.flags;
-            *out_len = e.payload_size;
-        }
-        at += e.header_size + e.payload_size;
-    }
-    if (best && best_flags & FATBIN_ZSTD) {
-        best = zstd_cubin(best, *out_len, out_len);
-        *owned = best != NULL;
-    }
-    return best;
-}
-
-/* The length of a fatbin given by address. */
-static size_t fatbin_length(const unsigned char *img)
-{
-    struct fatbin_header h;
-    /* Byte by byte, stopping at the first that differs: a short text image ends there. */
-    if (img[0] != 0x50 || img[1] != 0xed || img[2] != 0x55 || img[3] != 0xba)
-        return 0;
-    memcpy(&h, img, sizeof h);
-    return h.magic == FATBIN_MAGIC && h.size < (1ULL << 32) ? h.header_size + h.size : 0;
-}
-
-/* Whether the image given by address is a fatbin wrapper: byte by byte, stopping at the first
- * that differs (a short text image ends there). */
-static int is_wrapper(const unsigned char *img)
-{
-    return img[0] == 0xb1 && img[1] == 0x43 && img[2] == 0x62 && img[3] == 0x46;
+    const unsigned char *cubin;
+    return cgpu_fatbin_cubin(img, len, SIM_ARCH, &cubin, out_len, owned) == CGPU_FATBIN_CUBIN ? cubin : NULL;
 }
 
 /* A new module or library from `image` (`len` bytes; 0: an image in memory whose length
@@ -266,22 +146,17 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const
     unsigned long long total = 0;
     struct sim_global *syms = NULL;
     size_t nsyms = 0;
-    if (image && !len && is_wrapper(image)) {
-        const struct fatbinc_wrapper *w = image;
-        if (w->version != 1 && w->version != 2)
-            return CUDA_ERROR_INVALID_IMAGE;
-        image = w->data;
-    }
+    if (image && !len && !(image = cgpu_fatbin_unwrap(image))) /* a wrapper of another version */
+        return CUDA_ERROR_INVALID_IMAGE;
     if (image && !len)
-        len = fatbin_length(image) ? fatbin_length(image) : elf_length(image);
+        len = cgpu_fatbin_length(image) ? cgpu_fatbin_length(image) : elf_length(image);
     size_t cubin_len = len;
-    int owned = 0;
+    unsigned char *owned = NULL;
     const unsigned char *cubin = image ? fatbin_cubin(image, len, &cubin_len, &owned) : NULL;
     if (!cubin)
         cubin = image, cubin_len = len;
     int bad = cubin && image_globals(cubin, cubin_len, &total, &syms, &nsyms);
-    if (owned)
-        free((void *)cubin);
+    free(owned);
     if (bad)
         return CUDA_ERROR_INVALID_IMAGE;
     /* A library's globals go to the current context's device (the driver loads a

@@ -2,7 +2,7 @@
 RawKernel compile with NVRTC (the one cuda-pathfinder finds for CuPy: torch's NVRTC 13.0 in this
 venv), load through the driver and launch. Kernels compute nothing on the simulator: the check
 is that CuPy's whole path (source, NVRTC, cubin, module, launch) runs, and that nothing but
-module globals escapes the ledger."""
+the rounding of module globals escapes the ledger."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def test_cupy_kernels_compile_with_nvrtc_and_launch(run_real: Runner, tmp_path: 
     assert result["nvrtc"][0] in (12, 13), result  # NVRTC loaded and answered
     assert result["shapes"] == [1 << 16, 0], result
     assert result["regs"] > 0, result  # the loaded function's attributes, from the driver
-    # Beyond the ledger: the globals of the fat binaries CuPy's runtime loads (NVRTC's cubins
-    # are charged by the shim), once; running again adds nothing.
+    # Beyond the ledger: the simulator's rounding of module globals to 2 MiB pages (the shim
+    # charges what NVRTC's cubins and the runtime's fatbins declare), once; running again adds
+    # nothing.
     assert 0 <= result["first_gap"] <= 64 << 20, result
     assert result["gap"] == result["first_gap"], result

@@ -57,6 +57,20 @@ class IpcMemHandle(ctypes.Structure):
     _fields_ = [("reserved", ctypes.c_ubyte * 64)]  # passed by value, as a struct
 
 
+class FatbinWrapper(ctypes.Structure):
+    """__fatBinC_Wrapper_t: what libcudart registers and hands to cuLibraryLoadData."""
+
+    _fields_ = [
+        ("magic", ctypes.c_int),
+        ("version", ctypes.c_int),
+        ("data", ptr),
+        ("filename_or_fatbins", ptr),
+    ]
+
+
+FATBIN_WRAPPER_MAGIC = 0x466243B1
+
+
 class NvmlProcess(ctypes.Structure):
     _fields_ = [
         ("pid", ctypes.c_uint),
@@ -90,6 +104,7 @@ class Client:
         self.modules: list[ptr] = []
         self.libraries: list[ptr] = []
         self.image = b""
+        self.wrapped: list[tuple[ctypes.Array[ctypes.c_char], FatbinWrapper]] = []
         self.stream = ptr()
         self.captured: list[int] = []
 
@@ -289,6 +304,20 @@ class Client:
             self.libraries.append(lib)
         out("library-load", rc)
 
+    def library_load_wrapped(self, path: str) -> None:
+        """cuLibraryLoadData of a fatbin in a wrapper, as libcudart 13 loads a kernel's module."""
+        lib = ptr()
+        with open(path, "rb") as f:
+            image = ctypes.create_string_buffer(f.read())
+        wrapper = FatbinWrapper(FATBIN_WRAPPER_MAGIC, 1, ctypes.addressof(image), None)
+        self.wrapped.append((image, wrapper))  # libcudart keeps its images for the process
+        rc = cuda.cuLibraryLoadData(
+            ctypes.byref(lib), ctypes.byref(wrapper), None, None, 0, None, None, 0
+        )
+        if rc == 0:
+            self.libraries.append(lib)
+        out("library-load-wrapped", rc)
+
     def library_global(self, name: str) -> None:
         p, size = u64(), ctypes.c_size_t()
         rc = cuda.cuLibraryGetGlobal(
@@ -332,6 +361,7 @@ STEPS = {
     "module-global": 1,
     "module-unload": 0,
     "library-load": 1,
+    "library-load-wrapped": 1,
     "library-global": 1,
     "library-unload": 0,
     "alloc": 1,

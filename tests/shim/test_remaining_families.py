@@ -8,6 +8,7 @@ free) and by NVML's per-process figure.
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from collections.abc import Callable
@@ -270,11 +271,78 @@ def test_a_module_whose_globals_do_not_fit_is_refused(client):
     assert "out of GPU memory slice" in r.stderr
 
 
-def test_fatbin_globals_show_in_the_host_view(client):
-    """From a fatbin the driver picks the cubin for the device (or compiles PTX, maybe from a
-    compressed entry): the shim does not guess, so those globals are not charged. NVML's
-    per-process figure, which the exporter's host view compares with the ledger, shows them."""
-    fatbin = CUBIN.with_suffix(".fatbin")
-    r = client("1GiB", "init", "module-load", fatbin, "usage", "module-unload", "usage")
-    assert r.one("module-load") == ["0"]
-    assert usages(r) == [(0, GLOBALS), (0, 0)]
+DATA = CUBIN.parent
+
+
+@pytest.mark.parametrize(
+    "name", ["globals_sm90.fatbin", "globals_sm90_lz4.fatbin", "globals_sm90_zstd.fatbin"]
+)
+def test_fatbin_globals_are_charged_from_the_cubin_the_driver_loads(client, name):
+    """A fatbin's globals are those of the cubin the driver loads for the device, stored plain,
+    LZ4-compressed (CUDA 11 and 12) or zstd-compressed (CUDA 13's libraries): charged at load,
+    from a file, from memory, and from the wrapper libcudart hands to cuLibraryLoadData (every
+    kernel PyTorch launches comes so); the driver's own per-process figure agrees."""
+    fatbin = DATA / name
+    r = client(
+        "1GiB",
+        "init",
+        "module-load", fatbin, "usage", "module-unload", "usage",
+        "module-load-data", fatbin, "usage", "module-unload",
+        "library-load-wrapped", fatbin, "usage", "library-global", "big", "library-unload",
+        "usage",
+    )  # fmt: skip
+    assert r.one("module-load") == ["0"] and r.one("library-load-wrapped") == ["0"]
+    assert r.one("library-global") == ["0", str(64 * MiB)]
+    assert usages(r) == [(GLOBALS, GLOBALS), (0, 0), (GLOBALS, GLOBALS), (GLOBALS, GLOBALS), (0, 0)]
+
+
+def test_a_fatbin_is_charged_for_the_device_s_cubin_not_another(client):
+    """One source built for sm_80, sm_90 and sm_100 declares 32, 64 and 16 MiB: on the sm_90
+    device the driver loads the sm_90 cubin, and the shim charges its 64 MiB (not the first
+    entry's, nor the largest's, nor the newest's)."""
+    fatbin = DATA / "globals_by_arch.fatbin"
+    r = client("1GiB", "init", "module-load", fatbin, "usage", "module-global", "big")
+    assert r.one("module-global") == ["0", str(64 * MiB)]
+    sm90 = pages(64 * MiB + 1)  # its 64 MiB and a few bytes the compiler adds, in whole pages
+    assert usages(r) == [(sm90, sm90)]
+
+
+def test_damaged_fatbins_neither_crash_nor_skew_the_account(client, tmp_path):
+    """Fatbins cut short, with entry headers that lie about their sizes, or with their LZ4 and
+    zstd payloads damaged byte by byte: every load returns (whatever the driver answers), and
+    what the shim charged is what the driver holds (it reads the same bytes the same way), so
+    the account ends where it started. Run under ASan and TSan too (scripts/test.sh)."""
+    rng = random.Random(25)
+    steps: list[object] = ["init"]
+    for name in ("globals_sm90_lz4.fatbin", "globals_sm90_zstd.fatbin", "globals_by_arch.fatbin"):
+        good = (DATA / name).read_bytes()
+        # Cut short: from a file, whose length the loader knows (an image in memory has only
+        # its header's word for its length, for the driver as for the shim).
+        variants = [("module-load", good[:cut]) for cut in (8, 16, 40, 80, len(good) // 2)]
+        for field in (4, 8, 56):  # an entry's header size, payload size, uncompressed size
+            bad = bytearray(good)
+            bad[16 + field : 16 + field + 4] = rng.randbytes(4)
+            variants.append(("module-load-data", bytes(bad)))
+        for _ in range(12):
+            bad = bytearray(good)
+            for at in rng.sample(range(80, len(good)), 3):  # within the first entry's payload on
+                bad[at] = rng.randrange(256)
+            variants.append(("module-load-data", bytes(bad)))
+        for i, (step, data) in enumerate(variants):
+            path = tmp_path / f"{name}.{i}"
+            path.write_bytes(data)
+            steps += [step, path, "usage"]
+    r = client("8GiB", *steps, "reset", "usage")
+    loads = r.lines("module-load") + r.lines("module-load-data")
+    assert len(loads) == len(steps) // 3
+    assert ["0"] in loads and ["200"] in loads  # some still load, some are refused as invalid
+    assert ["2"] not in loads  # none runs out of the slice
+    assert all(shim == host for shim, host in usages(r)), usages(r)
+    assert usages(r)[-1] == (0, 0)
+
+
+def test_a_fatbin_whose_globals_do_not_fit_is_refused(client):
+    r = client("32MiB", "init", "library-load-wrapped", DATA / "globals_sm90_lz4.fatbin", "usage")
+    assert r.one("library-load-wrapped") == ["2"]  # CUDA_ERROR_OUT_OF_MEMORY
+    assert usages(r) == [(0, 0)]
+    assert "out of GPU memory slice" in r.stderr

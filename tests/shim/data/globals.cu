@@ -4,6 +4,9 @@
 //   nvcc -fatbin -arch=sm_90 -Xfatbin -compress=false -o globals_sm90.fatbin globals.cu
 // and of globals_sm90_zstd.fatbin (its cubin zstd-compressed, as cuBLAS 13 ships its own):
 //   nvcc -fatbin -arch=sm_90 --compress-mode=size -o globals_sm90_zstd.fatbin globals.cu
+// and of globals_sm90_lz4.fatbin (its cubin LZ4-compressed, as CUDA 11 and 12 compress):
+//   nvcc -fatbin -arch=sm_90 --compress-mode=speed -Xfatbin -compress-all \
+//     -o globals_sm90_lz4.fatbin globals.cu
 // 64 MiB of zero-filled globals, 16 bytes with initial values, 1 KiB of constants.
 __device__ char big[64 << 20];
 __device__ int small_init[4] = {1, 2, 3, 4};
