@@ -8,13 +8,14 @@
  * The shim reads the section headers, charges their total before the driver call (a
  * module that does not fit is refused with CUDA_ERROR_OUT_OF_MEMORY, as on a full GPU),
  * and credits it at unload or with the module's context.  From a fatbin (or the wrapper
- * libcudart hands to cuLibraryLoadData: every kernel PyTorch, cuBLAS or vLLM launches comes
- * so) the driver loads the cubin for the device (cgpu_fatbin.h: the newest of the device's
- * major version no newer than it, LZ4 or zstd compressed or not), and the shim charges that
- * cubin's globals.  Not charged, and shown by the host view (NVML's per-process figure above
- * the ledger): a fatbin with no cubin for the device, whose PTX the driver compiles, a zstd
- * entry where the process has no libzstd.so.1, and PTX handed in as text.  Loads are not on
- * the allocation hot path. */
+ * libcudart 13 hands to cuLibraryLoadData: every kernel PyTorch, cuBLAS or vLLM launches
+ * comes so) the driver loads the cubin for the device (cgpu_fatbin.h: the newest of the
+ * device's major version no newer than it, LZ4 or zstd compressed or not), and the shim
+ * charges that cubin's globals.  Not charged, and shown by the host view (NVML's per-process
+ * figure above the ledger): a fatbin with no cubin for the device, whose PTX the driver
+ * compiles, a zstd entry where the process has no libzstd.so.1, PTX handed in as text, and
+ * what libcudart 12 loads through the driver's private table rather than these calls.  Loads
+ * are not on the allocation hot path. */
 #include "charge.h"
 
 #include "cgpu_fatbin.h"
