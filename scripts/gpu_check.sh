@@ -13,12 +13,13 @@
 # (`pip download --no-deps --only-binary=:all: --python-version 3.12 --platform
 # manylinux2014_x86_64 -d .whl cffi pycparser`); every wheel in .whl/ is installed.
 # The default steps but compute_many (smoke, compute_share, compute_matmul, compute_long,
-# pytest, smi) took 4 min 49 s on an H200 (2026-11-26); compute_many adds about a minute;
+# pytest, smi) took 4 min 49 s on an H200 (2026-11-26); compute_many adds about a minute,
+# globals and contexts (2026-11-27, not yet run on a GPU) some 20 s;
 # shim_overhead is capped at a minute, torch_throughput at 150 s (three rounds did not finish in
 # 60 s on an H200, 2026-11-26).
 set -u
 PY=${PY:-python3}
-STEPS=${STEPS:-smoke compute_share compute_matmul compute_long pytest globals smi compute_many}
+STEPS=${STEPS:-smoke compute_share compute_matmul compute_long pytest globals contexts smi compute_many}
 # Also there: compute_200 compute_nvml shim_overhead torch_throughput (STEPS="..." to run them).
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
@@ -90,6 +91,9 @@ step compute_200 120 "$PY" benchmarks/compute_share_real.py --seconds 11 --work 
 # The shim's NVML controller alone (no arbiter), for comparison, if time allows.
 step compute_nvml 60 "$PY" benchmarks/compute_share_real.py --seconds 5 --no-arbiter \
     --only "share 30% + share 70%" --json "$OUT/compute_nvml.json"
+# What a second and third context cost the real driver, bare and under the shim (the shim and
+# the simulator charge a device's first context only).
+step contexts 60 "$PY" -P benchmarks/context_cost_real.py --contexts 2 --under-shim
 step smi 30 "$CGPU" run --gpu-mem 4GiB --gpu 0 --state-dir /tmp/cgpu-smi -- nvidia-smi
 step pytest 120 "$PY" -P -m pytest -v -p no:cacheprovider --timeout 100 tests/gpu
 # What the shim charged for each module load against what the driver took (the lines the
