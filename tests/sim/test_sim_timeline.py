@@ -311,7 +311,8 @@ def test_nvml_names_one_process_per_period_as_a_real_gpu_does(
     proc = run_py(simlib, code.replace("sys.argv[2]", repr(str(10_000))), state=tmp_path / "s")
     assert proc.returncode == 0, proc.stderr
     r = json_out(proc)
-    assert r["gpu"] >= 98, r
+    # Busy but for the context switches: a 50 µs switch after each 2 ms slice leaves 97.6%.
+    assert r["gpu"] >= 96, r
     # (A period at the start or the end is not all busy: the mean of those won stays high.)
     assert 1 <= len(r["util"]) <= 4 and all(u >= 60 for u in r["util"]), r
 
@@ -332,7 +333,7 @@ def test_saturating_processes_share_the_gpu(
     )
     assert proc.returncode == 0, proc.stderr
     r = json_out(proc)
-    assert r["gpu"] >= 98 and r["pids"], r
+    assert r["gpu"] >= 96 and r["pids"], r  # all busy but the switches (above)
     # A launcher kept off the CPU longer than its queued work (~10 ms) loses device time,
     # which on a busy machine costs a few points; a 20 ms kernel is 1.7 points of the window.
     # With 10 us kernels four launchers keep two cores busy: a fresh-clone CI run on 2 cores
