@@ -87,12 +87,15 @@ def test_limited_container_reports_its_cap_and_measured_share(
     free = make_container("open", {UUID0: GIB}, namespace="ml", pod="q", container="serve")
     env = sim_env(extra={"LD_PRELOAD": str(shim)})
     capped = saturating({**env, "CGPU_LEDGER_DIR": str(limited)})
-    saturating({**env, "CGPU_LEDGER_DIR": str(free)})  # competes for the same GPU, unlimited
     collector = CgpuCollector(state_dir)
     train, serve = ctr("ml", "p", "train", UUID0, ""), ctr("ml", "q", "serve", UUID0, "")
 
+    # Alone on its GPU the shim's controller holds the cap (beside a busy neighbour, without the
+    # arbiter, NVML's one-process-per-period attribution makes it swing: tests/compute and
+    # docs/performance.md); the exporter reports what it measured.
     seen = _steady(collector, train, 20, 40)
     assert all(20 <= v <= 40 for v in seen[-3:]), f"measured shares: {seen}"
+    saturating({**env, "CGPU_LEDGER_DIR": str(free)})  # competes for the same GPU, unlimited
     series = scrape(collector)
     assert series[LIMIT] == {train: 30}  # only the container with a compute limit
     assert serve not in series.get(USED, {})
