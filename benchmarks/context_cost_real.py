@@ -20,35 +20,22 @@ import subprocess
 import sys
 import tempfile
 
+import pynvml
+
 MiB = 1 << 20
 
 
-def nvml_used(nvml: ctypes.CDLL, pid: int) -> int:
-    """NVML's usedGpuMemory of `pid` on GPU 0, bytes (0 if not listed)."""
-
-    class Proc(ctypes.Structure):
-        _fields_ = [
-            ("pid", ctypes.c_uint),
-            ("usedGpuMemory", ctypes.c_ulonglong),
-            ("gpuInstanceId", ctypes.c_uint),
-            ("computeInstanceId", ctypes.c_uint),
-        ]
-
-    dev = ctypes.c_void_p()
-    assert nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(dev)) == 0
-    count = ctypes.c_uint(64)
-    procs = (Proc * 64)()
-    rc = nvml.nvmlDeviceGetComputeRunningProcesses_v3(dev, ctypes.byref(count), procs)
-    if rc != 0:
-        return 0
-    return sum(p.usedGpuMemory for p in procs[: count.value] if p.pid == pid)
+def nvml_used(handle: object, pid: int) -> int:
+    """NVML's usedGpuMemory of `pid` on the GPU, bytes (0 if not listed)."""
+    listed = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    return sum(p.usedGpuMemory or 0 for p in listed if p.pid == pid)
 
 
 def measure(contexts: int, slice_bytes: int) -> None:
     """Make the contexts and print what each step holds."""
     cuda = ctypes.CDLL("libcuda.so.1")
-    nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    assert nvml.nvmlInit_v2() == 0
+    pynvml.nvmlInit()
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
     assert cuda.cuInit(0) == 0
 
     def shim_figure() -> str:
@@ -61,7 +48,7 @@ def measure(contexts: int, slice_bytes: int) -> None:
 
     def show(step: str) -> None:
         print(
-            f"{step:<22} {nvml_used(nvml, os.getpid()) / MiB:8.1f} {shim_figure():>8}", flush=True
+            f"{step:<22} {nvml_used(handle, os.getpid()) / MiB:8.1f} {shim_figure():>8}", flush=True
         )
 
     primary = ctypes.c_void_p()

@@ -82,6 +82,22 @@ static inline size_t cgpu_fatbin_length(const unsigned char *img)
     return header >= 16 && size < CGPU_CUBIN_MAX * 4 ? (size_t)header + (size_t)size : 0;
 }
 
+/* An LZ4 length of 15 goes on in the bytes after it, each added, until one is not 255:
+ * `*len` grows by them and `*i` passes them; -1 if the input ends first. */
+static inline int cgpu_lz4_length(const unsigned char *src, size_t n, size_t *i, size_t *len)
+{
+    if (*len != 15)
+        return 0;
+    unsigned char b;
+    do {
+        if (*i >= n)
+            return -1;
+        b = src[(*i)++];
+        *len += b;
+    } while (b == 255);
+    return 0;
+}
+
 /* An LZ4 block (`n` bytes at `src`, padding after it allowed) decoded into exactly `cap` bytes
  * at `dst`: 0, or -1 if it is malformed or decodes to another length. */
 static inline int cgpu_lz4_block(const unsigned char *src, size_t n, unsigned char *dst, size_t cap)
@@ -90,16 +106,7 @@ static inline int cgpu_lz4_block(const unsigned char *src, size_t n, unsigned ch
     while (i < n) {
         unsigned token = src[i++];
         size_t lit = token >> 4, match = token & 15u;
-        if (lit == 15) {
-            unsigned char b;
-            do {
-                if (i >= n)
-                    return -1;
-                b = src[i++];
-                lit += b;
-            } while (b == 255);
-        }
-        if (lit > n - i || lit > cap - o)
+        if (cgpu_lz4_length(src, n, &i, &lit) || lit > n - i || lit > cap - o)
             return -1;
         memcpy(dst + o, src + i, lit);
         i += lit;
@@ -110,17 +117,8 @@ static inline int cgpu_lz4_block(const unsigned char *src, size_t n, unsigned ch
             return -1;
         size_t off = (size_t)src[i] | (size_t)src[i + 1] << 8;
         i += 2;
-        if (off == 0 || off > o)
+        if (off == 0 || off > o || cgpu_lz4_length(src, n, &i, &match))
             return -1;
-        if (match == 15) {
-            unsigned char b;
-            do {
-                if (i >= n)
-                    return -1;
-                b = src[i++];
-                match += b;
-            } while (b == 255);
-        }
         match += 4;
         if (match > cap - o)
             return -1;

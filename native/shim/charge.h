@@ -83,6 +83,15 @@ static inline void *current_context(void)
     return ctx;
 }
 
+/* Attribute `attr` of device `ordinal`, asked of the driver (off the hot path): 0 with
+ * *value set, or -1 where the driver cannot say. */
+static inline int device_attribute(int *value, CUdevice_attribute attr, CUdevice ordinal)
+{
+    CUresult (*get)(int *, CUdevice_attribute, CUdevice) =
+        (CUresult(*)(int *, CUdevice_attribute, CUdevice))shim_driver_sym("cuDeviceGetAttribute");
+    return get && get(value, attr, ordinal) == CUDA_SUCCESS ? 0 : -1;
+}
+
 /* Remember `key` and its charge.  If the table cannot grow, the entry is lost but
  * the charge stays (until the process ends): over-counted, never under. */
 static inline __attribute__((always_inline)) void track(uint64_t key, int dev, uint64_t charge, void *ctx)

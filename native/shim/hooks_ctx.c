@@ -333,11 +333,9 @@ static uint64_t heap_beyond_default(CUlimit limit, uint64_t value, CUdevice ordi
 {
     uint64_t dflt;
     if (limit == CU_LIMIT_STACK_SIZE) {
-        CUresult (*attr)(int *, CUdevice_attribute, CUdevice) =
-            (CUresult(*)(int *, CUdevice_attribute, CUdevice))shim_driver_sym("cuDeviceGetAttribute");
         int sms = 0, threads = 0;
-        if (!attr || attr(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal) != CUDA_SUCCESS ||
-            attr(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, ordinal) != CUDA_SUCCESS ||
+        if (device_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal) ||
+            device_attribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, ordinal) ||
             sms <= 0 || threads <= 0)
             return 0; /* cannot tell: the host view shows it (NVML against the ledger) */
         uint64_t resident = (uint64_t)sms * (uint64_t)threads;

@@ -70,14 +70,12 @@ static uint64_t cubin_globals(const unsigned char *img, uint64_t len)
  * the process sees; 0 if the driver cannot say. */
 static unsigned device_arch(void)
 {
-    CUresult (*attr)(int *, CUdevice_attribute, CUdevice) =
-        (CUresult(*)(int *, CUdevice_attribute, CUdevice))shim_driver_sym("cuDeviceGetAttribute");
     int ordinal = 0, major = 0, minor = 0;
     if (!g_shim.ctx_get_device || g_shim.ctx_get_device(&ordinal) != 0)
         ordinal = 0;
-    if (!attr || attr(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ordinal) != CUDA_SUCCESS ||
-        attr(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal) != CUDA_SUCCESS || major <= 0 ||
-        minor < 0 || major > 99 || minor > 9)
+    if (device_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, ordinal) ||
+        device_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, ordinal) || major <= 0 || minor < 0 ||
+        major > 99 || minor > 9)
         return 0;
     return (unsigned)(major * 10 + minor);
 }

@@ -173,15 +173,26 @@ def wait_until(predicate: Any, timeout: float = 10.0, what: str = "condition") -
         time.sleep(0.02)
 
 
+def extender_command(api: FakeApiServer, tmp_path: Path, *flags: str) -> list[str]:
+    """The `cgpu scheduler-extender` command line against `api`, with `flags`."""
+    kubeconfig = str(api.kubeconfig(tmp_path / "kc"))
+    return [sys.executable, "-m", "cgpu.cli", "scheduler-extender", "--kubeconfig", kubeconfig,
+            *flags]  # fmt: skip
+
+
+def extender_env() -> dict[str, str]:
+    """This environment without the in-cluster variable (the kubeconfig is what counts)."""
+    return {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+
+
 @contextmanager
 def extender_cli(api: FakeApiServer, tmp_path: Path, *flags: str) -> Iterator[tuple[str, Path]]:
     """`cgpu scheduler-extender` as a process on a free port, with `flags`, once it has listed
     the cluster; yields its URL and its log's path, and stops it."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-    command = [sys.executable, "-m", "cgpu.cli", "scheduler-extender", "--address", "127.0.0.1",
-               "--port", str(port), "--kubeconfig", str(api.kubeconfig(tmp_path / "kc")),
-               *flags]  # fmt: skip
+    env = extender_env()
+    listen = ("--address", "127.0.0.1", "--port", str(port))
+    command = extender_command(api, tmp_path, *listen, *flags)
     log_path = tmp_path / "extender.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -5,9 +5,7 @@ compute-limited pods get at most 100/(u+1)% together, so the extender places no 
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 from collections import defaultdict
 from typing import Any
@@ -15,7 +13,16 @@ from typing import Any
 from compute_objects import CORE, compute_node, compute_pod
 from kube.objects import gpu_pod
 from kube_scheduler import KubeScheduler
-from sched_peer import PREFIX, SchedulerPeer, extender_cli, get, url_of, wait_until
+from sched_peer import (
+    PREFIX,
+    SchedulerPeer,
+    extender_cli,
+    extender_command,
+    extender_env,
+    get,
+    url_of,
+    wait_until,
+)
 
 IDX = "ALIYUN_COM_GPU_MEM_IDX"
 MEM = "aliyun.com/gpu-mem"
@@ -144,9 +151,6 @@ def test_the_option_ignore_places_as_without_the_ceiling(kube_api, tmp_path):
         status, body = get(f"{url}{PREFIX}/inspect")
         assert status == 200 and "computeCeiling" not in body["nodes"][0]["devs"][0]
     assert "unlimited neighbours: ignore" in log_path.read_text()
-    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
-    kubeconfig = str(kube_api.kubeconfig(tmp_path / "kc"))
-    command = [sys.executable, "-m", "cgpu.cli", "scheduler-extender", "--kubeconfig", kubeconfig,
-               "--unlimited-neighbours", "sometimes"]  # fmt: skip
-    bad = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    command = extender_command(kube_api, tmp_path, "--unlimited-neighbours", "sometimes")
+    bad = subprocess.run(command, env=extender_env(), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--unlimited-neighbours" in bad.stderr
