@@ -4,14 +4,15 @@
  * A fatbin is a header, then entries, each a header and a payload: PTX (kind 1) or a cubin
  * (kind 2, an ELF image) for one architecture.  The driver loads the cubin for the device: of
  * those of its major version, the newest no newer than the device (sm_80 and sm_86 cubins on
- * an sm_86 GPU: sm_86; on an sm_89 one: sm_86); without one it compiles the PTX.  A payload
+ * an sm_86 GPU: sm_86; on an sm_89 one: sm_86); without one it compiles the PTX of the newest
+ * architecture no newer than the device (cgpu_ptx.h reads its globals).  A payload
  * may be compressed: flag 0x2000 is an LZ4 block (nvcc --compress-mode=speed, and CUDA 11 and
  * 12's compressed fatbins), decoded here; flag 0x8000 a zstd frame (--compress-mode=size,
  * CUDA 13's libraries), decoded by the system's libzstd.so.1, loaded at the first one.
  * A fatbin wrapper (__fatBinC_Wrapper_t: what libcudart registers and hands to
  * cuLibraryLoadData) points at its fatbin.
  *
- * Entry header (64 bytes, more from sm_100; offsets in bytes): kind u16 @0, header size u32
+ * Entry header (64 bytes, 80 for PTX and from sm_100; offsets in bytes): kind u16 @0, header size u32
  * @4, payload size u32 @8 (8-byte aligned, padded), architecture u32 @28 (major * 10 + minor),
  * flags u64 @40, uncompressed size u64 @56.  Layout as nvcc 13.0
  * writes it (tests/shim/data) and as cuobjdump reads it.
@@ -36,7 +37,8 @@
 enum cgpu_fatbin_pick {
     CGPU_FATBIN_NOT = 0,    /* not a fatbin */
     CGPU_FATBIN_CUBIN,      /* the cubin the driver loads */
-    CGPU_FATBIN_NO_CUBIN,   /* none for this device: the driver compiles PTX */
+    CGPU_FATBIN_PTX,        /* no cubin for this device: the PTX the driver compiles */
+    CGPU_FATBIN_NONE,       /* neither: the driver cannot load it on this device */
     CGPU_FATBIN_UNREADABLE, /* compressed, and it could not be decoded */
 };
 
@@ -163,44 +165,51 @@ static inline int cgpu_zstd_frame(const unsigned char *src, size_t n, unsigned c
     return cgpu_zstd.is_error(got) || got != cap ? -1 : 0;
 }
 
-/* The cubin of fatbin `img` (`len` bytes) that the driver loads on a device of architecture
- * `arch` (major * 10 + minor): *cubin and *cubin_len, and in *owned a buffer the caller frees
- * (the decoded payload; NULL when the cubin lies in `img`). */
-static inline enum cgpu_fatbin_pick cgpu_fatbin_cubin(const unsigned char *img, size_t len, unsigned arch,
-                                                      const unsigned char **cubin, size_t *cubin_len,
-                                                      unsigned char **owned)
+/* What the driver loads from fatbin `img` (`len` bytes) on a device of architecture `arch`
+ * (major * 10 + minor): the cubin of the device's major version no newer than it, the newest
+ * such; without one, the PTX of the newest architecture no newer than the device, which it
+ * compiles.  Its bytes in *image and *image_len (PTX: the text, up to its first NUL), and in
+ * *owned a buffer the caller frees (the decoded payload; NULL when the image lies in `img`). */
+static inline enum cgpu_fatbin_pick cgpu_fatbin_load(const unsigned char *img, size_t len, unsigned arch,
+                                                     const unsigned char **image, size_t *image_len,
+                                                     unsigned char **owned)
 {
     *owned = NULL;
-    *cubin = NULL;
-    *cubin_len = 0;
+    *image = NULL;
+    *image_len = 0;
     size_t total = cgpu_fatbin_length(img);
     if (!total || total > len || cgpu_fb_u32(img) != CGPU_FATBIN_MAGIC)
         return CGPU_FATBIN_NOT;
     uint16_t header;
     memcpy(&header, img + 6, sizeof header);
-    const unsigned char *best = NULL;
-    unsigned best_arch = 0;
+    const unsigned char *cubin = NULL, *ptx = NULL;
+    unsigned cubin_arch = 0, ptx_arch = 0;
     for (size_t at = header; at + 64 <= total;) {
         const unsigned char *e = img + at;
         uint32_t head = cgpu_fb_u32(e + 4), payload = cgpu_fb_u32(e + 8);
         if (head < 64 || head > total - at || payload > total - at - head)
             break;
         unsigned kind = (unsigned)e[0] | (unsigned)e[1] << 8, a = cgpu_fb_u32(e + 28);
-        if (kind == 2 && a <= arch && a / 10 == arch / 10 && (!best || a >= best_arch)) {
-            best = e;
-            best_arch = a;
+        if (kind == 2 && a <= arch && a / 10 == arch / 10 && (!cubin || a >= cubin_arch)) {
+            cubin = e;
+            cubin_arch = a;
+        } else if (kind == 1 && a <= arch && (!ptx || a >= ptx_arch)) {
+            ptx = e;
+            ptx_arch = a;
         }
         at += head + payload;
     }
+    const unsigned char *best = cubin ? cubin : ptx;
     if (!best)
-        return CGPU_FATBIN_NO_CUBIN;
+        return CGPU_FATBIN_NONE;
+    const enum cgpu_fatbin_pick kind = cubin ? CGPU_FATBIN_CUBIN : CGPU_FATBIN_PTX;
     const unsigned char *data = best + cgpu_fb_u32(best + 4);
     uint32_t payload = cgpu_fb_u32(best + 8);
     uint64_t flags = cgpu_fb_u64(best + 40), size = cgpu_fb_u64(best + 56);
     if (!(flags & (CGPU_FATBIN_LZ4 | CGPU_FATBIN_ZSTD))) {
-        *cubin = data;
-        *cubin_len = payload;
-        return CGPU_FATBIN_CUBIN;
+        *image = data;
+        *image_len = kind == CGPU_FATBIN_PTX ? strnlen((const char *)data, payload) : payload;
+        return kind;
     }
     if (!size || size > CGPU_CUBIN_MAX)
         return CGPU_FATBIN_UNREADABLE;
@@ -213,9 +222,9 @@ static inline enum cgpu_fatbin_pick cgpu_fatbin_cubin(const unsigned char *img, 
         free(out);
         return CGPU_FATBIN_UNREADABLE;
     }
-    *cubin = *owned = out;
-    *cubin_len = (size_t)size;
-    return CGPU_FATBIN_CUBIN;
+    *image = *owned = out;
+    *image_len = kind == CGPU_FATBIN_PTX ? strnlen((const char *)out, (size_t)size) : (size_t)size;
+    return kind;
 }
 
 #endif

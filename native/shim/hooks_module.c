@@ -11,14 +11,17 @@
  * libcudart 13 hands to cuLibraryLoadData: every kernel PyTorch, cuBLAS or vLLM launches
  * comes so) the driver loads the cubin for the device (cgpu_fatbin.h: the newest of the
  * device's major version no newer than it, LZ4 or zstd compressed or not), and the shim
- * charges that cubin's globals.  Not charged, and shown by the host view (NVML's per-process
- * figure above the ledger): a fatbin with no cubin for the device, whose PTX the driver
- * compiles, a zstd entry where the process has no libzstd.so.1, PTX handed in as text, and
- * what libcudart 12 loads through the driver's private table rather than these calls.  Loads
- * are not on the allocation hot path. */
+ * charges that cubin's globals.  PTX (text handed to the load calls, a .ptx file, or a
+ * fatbin's PTX entry where it has no cubin for the device) the driver compiles with ptxas:
+ * the shim charges the globals its declarations make as ptxas lays them out (cgpu_ptx.h).
+ * Not charged, and shown by the host view (NVML's per-process figure above the ledger): a
+ * zstd entry where the process has no libzstd.so.1, the constants the compiler adds itself,
+ * and what libcudart 12 loads through the driver's private table rather than these calls.
+ * Loads are not on the allocation hot path. */
 #include "charge.h"
 
 #include "cgpu_fatbin.h"
+#include "cgpu_ptx.h"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -80,25 +83,47 @@ static unsigned device_arch(void)
     return (unsigned)(major * 10 + minor);
 }
 
-/* The globals of an image in memory (`len` bytes; 0: unknown, taken from its headers): a
- * cubin's, or those of the cubin the driver loads from a fatbin or a fatbin wrapper. */
+/* Whether the image at `img` may be PTX text: its first byte starts a line, a comment or a
+ * directive (PTX from nvcc, Triton and fatbins starts with `//`, blank lines or .version). */
+static int may_be_text(const unsigned char *img)
+{
+    return img && (img[0] == '/' || img[0] == '.' || img[0] == '\n' || img[0] == '\r' || img[0] == ' ' ||
+                   img[0] == '\t');
+}
+
+/* The globals of an image in memory (`len` bytes; 0: unknown, taken from its headers, or for
+ * PTX text from its terminating NUL, as the driver reads it): a cubin's, PTX's (the module
+ * ptxas makes of it: cgpu_ptx.h), or those of what the driver loads from a fatbin or a fatbin
+ * wrapper. */
 static uint64_t image_globals(const void *image, uint64_t len)
 {
     const unsigned char *img = image;
     if (!len)
         img = cgpu_fatbin_unwrap(img);
     size_t fat = img ? cgpu_fatbin_length(img) : 0;
-    if (!fat)
-        return cubin_globals(img, len);
+    if (!fat) {
+        if (!may_be_text(img))
+            return cubin_globals(img, len);
+        size_t text = strnlen((const char *)img, len ? (size_t)len : IMAGE_MAX);
+        return cgpu_ptx_globals((const char *)img, text);
+    }
     if (len && len < fat)
         return 0;
-    const unsigned char *cubin;
-    size_t cubin_len;
+    const unsigned char *loaded;
+    size_t loaded_len;
     unsigned char *owned = NULL;
     unsigned arch = device_arch();
     uint64_t total = 0;
-    if (arch && cgpu_fatbin_cubin(img, fat, arch, &cubin, &cubin_len, &owned) == CGPU_FATBIN_CUBIN)
-        total = cubin_globals(cubin, cubin_len);
+    switch (arch ? cgpu_fatbin_load(img, fat, arch, &loaded, &loaded_len, &owned) : CGPU_FATBIN_NOT) {
+    case CGPU_FATBIN_CUBIN:
+        total = cubin_globals(loaded, loaded_len);
+        break;
+    case CGPU_FATBIN_PTX:
+        total = cgpu_ptx_globals((const char *)loaded, loaded_len);
+        break;
+    default:
+        break;
+    }
     free(owned);
     return total;
 }
@@ -114,7 +139,7 @@ static uint64_t file_globals(const char *path)
     uint64_t total = 0;
     unsigned char *img = NULL;
     if (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head &&
-        (!memcmp(head, ELFMAG, SELFMAG) || cgpu_fatbin_length(head)) &&
+        (!memcmp(head, ELFMAG, SELFMAG) || cgpu_fatbin_length(head) || may_be_text(head)) &&
         fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= IMAGE_MAX &&
         (img = malloc((size_t)st.st_size))) {
         size_t got = 0;

@@ -11,12 +11,15 @@
  * of the granularity) and freed with the module or its context; a load it does not fit
  * in fails with CUDA_ERROR_OUT_OF_MEMORY.  cuModuleGetGlobal and cuLibraryGetGlobal
  * find a variable by its symbol.  A fatbin's globals are those of its cubin for this
- * device (fatbin_cubin, LZ4 or zstd compressed or not); a fatbin wrapper's (__fatBinC_Wrapper_t, what the CUDA runtime
+ * device (cgpu_fatbin_load, LZ4 or zstd compressed or not); a fatbin wrapper's (__fatBinC_Wrapper_t, what the CUDA runtime
  * loads: through the private tables, cuda_export.c, and from CUDA 13 through
- * cuLibraryLoadData) those of the fatbin it points to.  PTX declares nothing here. */
+ * cuLibraryLoadData) those of the fatbin it points to.  PTX (text, a .ptx file, or a fatbin's
+ * PTX entry where it has no sm_9x cubin) is compiled by a real driver: its globals are those
+ * ptxas lays out (cgpu_ptx.h). */
 #include "cuda_sim.h"
 
 #include "cgpu_fatbin.h"
+#include "cgpu_ptx.h"
 
 #include <elf.h>
 #include <fcntl.h>
@@ -117,19 +120,45 @@ static size_t elf_length(const unsigned char *img)
     return len;
 }
 
-/* The cubin the driver loads from a fatbin (cgpu_fatbin.h, shared with the shim, which charges
- * the same globals): this device is sm_90, so an sm_90 cubin, else the newest sm_9x below it;
- * LZ4 and zstd payloads decoded (zstd through the system's libzstd.so.1: without it such an
- * entry declares nothing).  A fatbin with no cubin for sm_9x (PTX to compile) declares nothing
- * here. */
-#define SIM_ARCH 90u
-
-static const unsigned char *fatbin_cubin(const unsigned char *img, size_t len, size_t *out_len,
-                                         unsigned char **owned)
+/* The PTX module's globals (`len` bytes of text): laid out as ptxas lays them out
+ * (cgpu_ptx.h, shared with the shim, which charges the same total), with their symbols. */
+static void ptx_globals(const char *text, size_t len, unsigned long long *total, struct sim_global **syms,
+                        size_t *nsyms)
 {
-    const unsigned char *cubin;
-    return cgpu_fatbin_cubin(img, len, SIM_ARCH, &cubin, out_len, owned) == CGPU_FATBIN_CUBIN ? cubin : NULL;
+    *total = 0;
+    *syms = NULL;
+    *nsyms = 0;
+    struct cgpu_ptx_info info;
+    size_t n = cgpu_ptx_vars(text, len, NULL, 0, &info);
+    struct cgpu_ptx_var *vars = n || info.extern_funcs ? malloc((n ? n : 1) * sizeof *vars) : NULL;
+    if (!vars)
+        return;
+    n = cgpu_ptx_vars(text, len, vars, n, &info);
+    *total = cgpu_ptx_layout(vars, n, &info);
+    *syms = calloc(n ? n : 1, sizeof **syms);
+    for (size_t i = 0; *syms && i < n; i++) {
+        if (!vars[i].name_len || vars[i].name_len >= sizeof(*syms)->name)
+            continue;
+        struct sim_global *g = &(*syms)[(*nsyms)++];
+        g->off = vars[i].offset;
+        g->size = vars[i].size;
+        memcpy(g->name, vars[i].name, vars[i].name_len);
+        g->name[vars[i].name_len] = 0;
+    }
+    free(vars);
 }
+
+/* Whether an image may be PTX text (as the shim tells it: hooks_module.c). */
+static int may_be_text(const unsigned char *img)
+{
+    return img[0] == '/' || img[0] == '.' || img[0] == '\n' || img[0] == '\r' || img[0] == ' ' || img[0] == '\t';
+}
+
+/* What the driver loads from a fatbin (cgpu_fatbin.h, shared with the shim, which charges the
+ * same globals): this device is sm_90, so an sm_90 cubin, else the newest sm_9x below it, else
+ * the PTX of the newest architecture up to sm_90, compiled; LZ4 and zstd payloads decoded
+ * (zstd through the system's libzstd.so.1: without it such an entry declares nothing). */
+#define SIM_ARCH 90u
 
 /* A new module or library from `image` (`len` bytes; 0: an image in memory whose length
  * its headers give). */
@@ -149,13 +178,27 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const
     if (image && !len && !(image = cgpu_fatbin_unwrap(image))) /* a wrapper of another version */
         return CUDA_ERROR_INVALID_IMAGE;
     if (image && !len)
-        len = cgpu_fatbin_length(image) ? cgpu_fatbin_length(image) : elf_length(image);
-    size_t cubin_len = len;
+        len = cgpu_fatbin_length(image)  ? cgpu_fatbin_length(image)
+              : may_be_text(image)       ? strnlen(image, (size_t)1 << 30) + 1
+                                         : elf_length(image);
+    size_t loaded_len = 0;
     unsigned char *owned = NULL;
-    const unsigned char *cubin = image ? fatbin_cubin(image, len, &cubin_len, &owned) : NULL;
-    if (!cubin)
-        cubin = image, cubin_len = len;
-    int bad = cubin && image_globals(cubin, cubin_len, &total, &syms, &nsyms);
+    const unsigned char *loaded = NULL;
+    enum cgpu_fatbin_pick kind =
+        image ? cgpu_fatbin_load(image, len, SIM_ARCH, &loaded, &loaded_len, &owned) : CGPU_FATBIN_NOT;
+    if (kind == CGPU_FATBIN_NOT && image && may_be_text(image)) {
+        kind = CGPU_FATBIN_PTX;
+        loaded = image;
+        loaded_len = strnlen((const char *)image, len);
+    } else if (kind == CGPU_FATBIN_NOT) {
+        kind = CGPU_FATBIN_CUBIN;
+        loaded = image, loaded_len = len;
+    }
+    int bad = 0;
+    if (kind == CGPU_FATBIN_PTX)
+        ptx_globals((const char *)loaded, loaded_len, &total, &syms, &nsyms);
+    else if (kind == CGPU_FATBIN_CUBIN && loaded)
+        bad = image_globals(loaded, loaded_len, &total, &syms, &nsyms);
     free(owned);
     if (bad)
         return CUDA_ERROR_INVALID_IMAGE;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -66,6 +67,27 @@ def probe(native_build: Path) -> Callable[..., Result]:
             stdin=subprocess.DEVNULL,
         )
         assert proc.returncode != 66, f"sanitizer report:\n{proc.stderr}"
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture
+def client(shim_env: Callable[..., dict[str, str]]) -> Callable[..., Result]:
+    """Run tests/shim/family_client.py under the shim with a slice: client(limit, *steps)."""
+    script = Path(__file__).with_name("family_client.py")
+
+    def run(limit: str, *steps: object) -> Result:
+        env = shim_env({"CGPU_MEM_LIMIT": limit})
+        proc = subprocess.run(
+            [sys.executable, "-P", str(script), *map(str, steps)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 0, proc.stderr
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     return run

@@ -11,11 +11,10 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from probe_result import Result
+from probe_result import Result, pages, usages
 
 from cgpu.core.ledger import read_ledger
 
@@ -23,40 +22,6 @@ MiB = 1 << 20
 CLIENT = Path(__file__).with_name("family_client.py")
 # The simulated H100: 132 SMs of 2048 resident threads each.
 RESIDENT_THREADS = 132 * 2048
-
-
-def pages(n: int) -> int:
-    """n bytes in whole 2 MiB pages."""
-    return -(-n // (2 * MiB)) * 2 * MiB
-
-
-@pytest.fixture
-def client(shim_env: Callable[..., dict[str, str]]) -> Callable[..., Result]:
-    """Run the client with a slice: client(limit, *steps)."""
-
-    def run(limit: str, *steps: object) -> Result:
-        env = shim_env({"CGPU_MEM_LIMIT": limit})
-        proc = subprocess.run(
-            [sys.executable, "-P", str(CLIENT), *map(str, steps)],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-        )
-        assert proc.returncode == 0, proc.stderr
-        return Result(proc.returncode, proc.stdout, proc.stderr)
-
-    return run
-
-
-def usages(r: Result) -> list[tuple[int, int]]:
-    """Each usage line: (the shim's figure, NVML's per-process figure)."""
-    found = []
-    for line in r.lines("usage"):
-        assert line[0] == "0", line
-        found.append((int(line[1]), int(line[2])))
-    return found
 
 
 def test_context_heaps_are_charged_as_the_driver_reserves_them(client):
