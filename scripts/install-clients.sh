@@ -8,7 +8,9 @@
 #     libcuda.so.1 (no driver here);
 #   - numba-cuda goes into a directory of its own (.venv/cgpu-clients/numba-cuda): installed
 #     in the venv, its import hook would replace numba's built-in CUDA target, which the
-#     matrix also runs.
+#     matrix also runs;
+#   - libcudart 11.8 too (.venv/cgpu-clients/cudart-cu11): its headers share a folder with
+#     libcudart 12.9's, which CuPy compiles with.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="$(pwd)/.venv/bin/python"
@@ -45,7 +47,7 @@ fi
 # The real CUDA stack: the pip lines of tests/realstack/requirements.txt (not the `deb:` ones),
 # torch with its nvidia-* wheels (about 3 GB), CuPy and libcudart 12.9.
 REAL=tests/realstack/requirements.txt
-real="$(grep -E '^[A-Za-z]' "$REAL" | grep -v -E '^deb:' | missing)"
+real="$(grep -E '^[A-Za-z]' "$REAL" | grep -v -E '^deb:|^nvidia-cuda-runtime-cu11==' | missing)"
 if [ -n "$real" ]; then
   echo "clients: installing $(echo "$real" | tr '\n' ' ')"
   # shellcheck disable=SC2086
@@ -59,6 +61,15 @@ if ! ls "$target"/numba_cuda-"$v".dist-info >/dev/null 2>&1; then
   echo "clients: installing numba-cuda $v into $target"
   rm -rf "$target"
   "$PY" -m pip install -q --no-deps --target "$target" "numba-cuda==$v"
+fi
+
+# libcudart 11.8, beside the venv (its headers share a folder with 12.9's).
+v="$(grep -E '^nvidia-cuda-runtime-cu11==' "$REAL" | cut -d= -f3)"
+target="$CACHE/cudart-cu11"
+if ! ls "$target"/nvidia_cuda_runtime_cu11-"$v".dist-info >/dev/null 2>&1; then
+  echo "clients: installing nvidia-cuda-runtime-cu11 $v into $target"
+  rm -rf "$target"
+  "$PY" -m pip install -q --no-deps --target "$target" "nvidia-cuda-runtime-cu11==$v"
 fi
 
 # pycuda, from its sdist.

@@ -15,9 +15,10 @@
  * fatbin's PTX entry where it has no cubin for the device) the driver compiles with ptxas:
  * the shim charges the globals its declarations make as ptxas lays them out (cgpu_ptx.h).
  * Not charged, and shown by the host view (NVML's per-process figure above the ledger): a
- * zstd entry where the process has no libzstd.so.1, the constants the compiler adds itself,
- * and what libcudart 12 loads through the driver's private table rather than these calls.
- * Loads are not on the allocation hot path. */
+ * zstd entry where the process has no libzstd.so.1, and the constants the compiler adds
+ * itself.  CUDA 12's runtime loads its modules through the driver's private table for it
+ * rather than these calls: the shim points that table's three loaders at its own, which charge
+ * alike (below).  Loads are not on the allocation hot path. */
 #include "charge.h"
 
 #include "cgpu_fatbin.h"
@@ -25,6 +26,8 @@
 
 #include <elf.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -219,4 +222,108 @@ EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName, 
 EXPORT CUresult cuLibraryUnload(CUlibrary library)
 {
     CHARGED_FREE(PT_KIND_MODULE ^ (uint64_t)(uintptr_t)library, REAL(cuLibraryUnload)(library));
+}
+
+/* ---- the CUDA runtime's private loaders ----------------------------------------------------
+ *
+ * libcudart 12 (and every library linked with its static copy: cuBLAS 12, cuDNN 9 for CUDA 12,
+ * PyTorch's CUDA 12 builds) loads the modules of its fat binaries through a table the driver
+ * gives it by cuGetExportTable, not through cuModuleLoad*: slot 1 takes a fatbin wrapper, slot 6
+ * a wrapper and three more arguments, slot 8 a fatbin header first (the layout NVIDIA's runtime
+ * uses with the simulator's table too, native/sim/cuda_export.c, and that ZLUDA documents and its
+ * tracer overrides on NVIDIA's drivers).  The shim points those three slots of the driver's own
+ * table at loaders that charge the globals first, as cuModuleLoadData does.  The table stays
+ * where it is: the runtime's integrity check binds the driver's answer to the table's address, so
+ * a copy elsewhere fails it (cudaErrorSoftwareValidityNotEstablished).  The slots are written
+ * through /proc/self/mem, as a debugger writes a read-only page, once per process; where that is
+ * refused, the table is left alone, one line says so, and those loads show only in the host
+ * view.  The extra arguments are passed on as full registers. */
+
+static const unsigned char CUDART_INTERFACE_ID[16] = {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a,
+                                                      0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9};
+#define CUDART_SLOTS_MAX 64 /* a table larger than this (its size is its first entry) is left alone */
+
+typedef CUresult (*from_wrapper_fn)(CUmodule *, const void *);
+typedef CUresult (*from_wrapper_ext_fn)(CUmodule *, const void *, void *, void *, uintptr_t);
+typedef CUresult (*from_fatbin_fn)(const void *, CUmodule *, void *, void *, uintptr_t);
+
+static struct {
+    pthread_mutex_t lock;
+    const void *const *table; /* the driver's table whose slots point here */
+    from_wrapper_fn from_wrapper;
+    from_wrapper_ext_fn from_wrapper_ext;
+    from_fatbin_fn from_fatbin;
+} g_cudart = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static CUresult cudart_from_wrapper(CUmodule *module, const void *wrapper)
+{
+    LOADED(image_globals(wrapper, 0), g_cudart.from_wrapper(module, wrapper), module, current_context());
+}
+
+static CUresult cudart_from_wrapper_ext(CUmodule *module, const void *wrapper, void *a3, void *a4, uintptr_t a5)
+{
+    LOADED(image_globals(wrapper, 0), g_cudart.from_wrapper_ext(module, wrapper, a3, a4, a5), module,
+           current_context());
+}
+
+static CUresult cudart_from_fatbin(const void *fatbin, CUmodule *module, void *a3, void *a4, uintptr_t a5)
+{
+    LOADED(image_globals(fatbin, 0), g_cudart.from_fatbin(fatbin, module, a3, a4, a5), module,
+           current_context());
+}
+
+/* Write `fn` into slot `index` of `table` (read-only memory of the driver's); 0 on success. */
+static int cudart_patch(int fd, const void *const *table, size_t index, const void *fn)
+{
+    return pwrite(fd, &fn, sizeof fn, (off_t)(uintptr_t)&table[index]) == (ssize_t)sizeof fn ? 0 : -1;
+}
+
+/* Point slots 1, 6 and 8 of the driver's runtime table at the charging loaders (once). */
+static void cudart_divert(const void *const *table)
+{
+    uintptr_t bytes = (uintptr_t)table[0];
+    size_t n = bytes / sizeof(void *);
+    if (bytes % sizeof(void *) || n < 2 || n > CUDART_SLOTS_MAX)
+        return;
+    pthread_mutex_lock(&g_cudart.lock);
+    if (g_cudart.table) { /* done (or another table, which no driver hands out: left alone) */
+        pthread_mutex_unlock(&g_cudart.lock);
+        return;
+    }
+    const void *real1 = table[1], *real6 = n > 6 ? table[6] : NULL, *real8 = n > 8 ? table[8] : NULL;
+    g_cudart.from_wrapper = (from_wrapper_fn)real1;
+    g_cudart.from_wrapper_ext = (from_wrapper_ext_fn)real6;
+    g_cudart.from_fatbin = (from_fatbin_fn)real8;
+    int fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+    int bad = fd < 0;
+    if (!bad && real1)
+        bad = cudart_patch(fd, table, 1, (const void *)cudart_from_wrapper);
+    if (!bad && real6)
+        bad = cudart_patch(fd, table, 6, (const void *)cudart_from_wrapper_ext);
+    if (!bad && real8)
+        bad = cudart_patch(fd, table, 8, (const void *)cudart_from_fatbin);
+    if (bad && fd >= 0) { /* put back what was written */
+        if (real1)
+            cudart_patch(fd, table, 1, real1);
+        if (real6)
+            cudart_patch(fd, table, 6, real6);
+        if (real8)
+            cudart_patch(fd, table, 8, real8);
+    }
+    if (fd >= 0)
+        close(fd);
+    if (bad)
+        fprintf(stderr, "cgpu: cannot charge the module globals the CUDA 12 runtime loads (/proc/self/mem "
+                        "refused); the host view shows them\n");
+    __atomic_store_n(&g_cudart.table, table, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_cudart.lock);
+}
+
+EXPORT CUresult cuGetExportTable(const void **table, const CUuuid *id)
+{
+    CUresult rc = REAL(cuGetExportTable)(table, id);
+    if (rc == CUDA_SUCCESS && table && *table && id && !memcmp(id, CUDART_INTERFACE_ID, sizeof CUDART_INTERFACE_ID)
+        && !__atomic_load_n(&g_cudart.table, __ATOMIC_ACQUIRE) && mode() == SHIM_LIMITED)
+        cudart_divert((const void *const *)*table);
+    return rc;
 }

@@ -309,6 +309,12 @@ static void module_free(struct sim_module *m)
         next = f->next;
         obj_free(f);
     }
+    if (m->view)
+        module_free(m->view);
+    if (m->owner) { /* a library's module: its globals are the library's */
+        obj_free(m);
+        return;
+    }
     struct region *r = m->globals ? live_exact(m->globals) : NULL;
     if (r) /* else its context freed it */
         region_free(r);
@@ -321,7 +327,7 @@ static CUresult module_unload(void *h, int library)
     NEED_INIT();
     LOCK();
     struct sim_module *m = obj_get(h, O_MODULE);
-    CUresult rc = !m || m->library != library ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+    CUresult rc = !m || m->library != library || m->owner ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
     if (!rc)
         module_free(m);
     UNLOCK();
@@ -404,6 +410,37 @@ SIM_API CUresult cuLibraryLoadFromFile(CUlibrary *library, const char *fileName,
 }
 
 SIM_API CUresult cuLibraryUnload(CUlibrary library) { return module_unload(library, 1); }
+
+/* A library's module (what CUDA 12's runtime launches a registered kernel from): one per library,
+ * sharing its globals, living and dying with it (cuModuleUnload refuses it). */
+SIM_API CUresult cuLibraryGetModule(CUmodule *pMod, CUlibrary library)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc)
+        return rc;
+    if (!pMod)
+        return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct sim_module *lib = obj_get(library, O_MODULE);
+    rc = !lib || !lib->library ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+    if (!rc && !lib->view) {
+        struct sim_module *v = obj_new(sizeof *v, O_MODULE, NULL);
+        if (v) {
+            v->globals = lib->globals;
+            v->syms = lib->syms;
+            v->nsyms = lib->nsyms;
+            v->owner = lib;
+            lib->view = v;
+        } else {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (!rc)
+        *pMod = (CUmodule)lib->view;
+    UNLOCK();
+    return rc;
+}
 
 SIM_API CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {

@@ -128,6 +128,8 @@ struct sim_module {
     unsigned long long globals;    /* device address of its globals (a region), or 0 */
     struct sim_global *syms;       /* its global variables (cuModuleGetGlobal) */
     size_t nsyms;
+    struct sim_module *view;       /* a library's module (cuLibraryGetModule), made on request */
+    struct sim_module *owner;      /* a library's module: its library, whose globals it shares */
 };
 
 struct sim_func {

@@ -69,6 +69,8 @@ class FatbinWrapper(ctypes.Structure):
 
 
 FATBIN_WRAPPER_MAGIC = 0x466243B1
+# The id of the driver's private table for the CUDA runtime (its module loaders).
+CUDART_INTERFACE_ID = bytes.fromhex("6bd5fb6c5bf4e74a8987d93912fd9df9")
 
 
 class NvmlProcess(ctypes.Structure):
@@ -318,6 +320,33 @@ class Client:
             self.libraries.append(lib)
         out("library-load-wrapped", rc)
 
+    def runtime_load(self, slot: str, path: str) -> None:
+        """A module loaded as libcudart 12 loads its kernels: through the driver's private
+        runtime table (cuGetExportTable), slot 1 or 6 with a fatbin wrapper, 8 with the fatbin."""
+        table = ptr()
+        rc = cuda.cuGetExportTable(ctypes.byref(table), bytes(CUDART_INTERFACE_ID))
+        if rc != 0:
+            out("runtime-load", rc)
+            return
+        entry = ctypes.cast(table, ctypes.POINTER(ptr))[int(slot)]
+        with open(path, "rb") as f:
+            image = ctypes.create_string_buffer(f.read())
+        wrapper = FatbinWrapper(FATBIN_WRAPPER_MAGIC, 1, ctypes.addressof(image), None)
+        self.wrapped.append((image, wrapper))  # libcudart keeps its images for the process
+        mod = ptr()
+        if slot == "1":
+            load = ctypes.CFUNCTYPE(ctypes.c_int, ptr, ptr)(entry)
+            rc = load(ctypes.addressof(mod), ctypes.addressof(wrapper))
+        else:
+            load = ctypes.CFUNCTYPE(ctypes.c_int, ptr, ptr, ptr, ptr, ctypes.c_uint)(entry)
+            first, second = ctypes.addressof(mod), ctypes.addressof(wrapper)
+            if slot == "8":
+                first, second = ctypes.addressof(image), ctypes.addressof(mod)
+            rc = load(first, second, None, None, 0)
+        if rc == 0:
+            self.modules.append(mod)
+        out("runtime-load", rc)
+
     def library_global(self, name: str) -> None:
         p, size = u64(), ctypes.c_size_t()
         rc = cuda.cuLibraryGetGlobal(
@@ -362,6 +391,7 @@ STEPS = {
     "module-unload": 0,
     "library-load": 1,
     "library-load-wrapped": 1,
+    "runtime-load": 2,
     "library-global": 1,
     "library-unload": 0,
     "alloc": 1,

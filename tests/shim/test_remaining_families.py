@@ -306,6 +306,31 @@ def test_damaged_fatbins_neither_crash_nor_skew_the_account(client, tmp_path):
     assert usages(r)[-1] == (0, 0)
 
 
+@pytest.mark.parametrize("slot", ["1", "6", "8"])
+@pytest.mark.parametrize("name", ["globals_sm90_lz4.fatbin", "globals_ptx80_zstd.fatbin"])
+def test_modules_the_cuda_12_runtime_loads_are_charged(client, slot, name):
+    """libcudart 12 loads its kernels' modules through the driver's private runtime table
+    (cuGetExportTable): slot 1 and 6 with a fatbin wrapper, 8 with the fatbin. The shim hands
+    out a copy whose loaders charge the globals as cuModuleLoadData does (a cubin's, or the PTX
+    the driver compiles), and the module's unload gives them back."""
+    r = client(
+        "1GiB",
+        "init", "runtime-load", slot, DATA / name, "usage", "module-global", "big",
+        "module-unload", "usage",
+    )  # fmt: skip
+    assert r.one("runtime-load") == ["0"]
+    assert r.one("module-global") == ["0", str(64 * MiB)]
+    assert usages(r) == [(GLOBALS, GLOBALS), (0, 0)]
+
+
+@pytest.mark.parametrize("slot", ["1", "6", "8"])
+def test_a_runtime_module_whose_globals_do_not_fit_is_refused(client, slot):
+    r = client("32MiB", "init", "runtime-load", slot, DATA / "globals_sm90_lz4.fatbin", "usage")
+    assert r.one("runtime-load") == ["2"]  # CUDA_ERROR_OUT_OF_MEMORY, as from a full GPU
+    assert usages(r) == [(0, 0)]
+    assert "out of GPU memory slice" in r.stderr
+
+
 def test_a_fatbin_whose_globals_do_not_fit_is_refused(client):
     r = client("32MiB", "init", "library-load-wrapped", DATA / "globals_sm90_lz4.fatbin", "usage")
     assert r.one("library-load-wrapped") == ["2"]  # CUDA_ERROR_OUT_OF_MEMORY

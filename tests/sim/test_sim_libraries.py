@@ -169,3 +169,64 @@ def test_private_slots_cublaslt_keys_its_state_by(simlib: Path) -> None:
     assert r["none"] == [0, None], r  # no current context: success and NULL, as cuCtxGetCurrent
     assert r["same"] and r["id"], r
     assert r["topology"] == 801, r  # CUDA_ERROR_NOT_SUPPORTED
+
+
+LIBRARY_MODULE = """
+import ctypes, json, sys
+cu = ctypes.CDLL("libcuda.so.1")
+def ok(rc):
+    assert rc == 0, rc
+ok(cu.cuInit(0))
+ctx = ctypes.c_void_p()
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
+ok(cu.cuCtxSetCurrent(ctx))
+image = open(sys.argv[1], "rb").read()
+buf = ctypes.create_string_buffer(image, len(image))
+
+def free():
+    f, t = ctypes.c_size_t(), ctypes.c_size_t()
+    ok(cu.cuMemGetInfo_v2(ctypes.byref(f), ctypes.byref(t)))
+    return f.value
+
+before = free()
+lib, mod, again = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+ok(cu.cuLibraryLoadData(ctypes.byref(lib), buf, None, None, 0, None, None, 0))
+loaded = free()
+ok(cu.cuLibraryGetModule(ctypes.byref(mod), lib))
+ok(cu.cuLibraryGetModule(ctypes.byref(again), lib))
+lib_ptr, mod_ptr, size = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_size_t()
+ok(cu.cuLibraryGetGlobal(ctypes.byref(lib_ptr), None, lib, b"big"))
+ok(cu.cuModuleGetGlobal_v2(ctypes.byref(mod_ptr), ctypes.byref(size), mod, b"big"))
+func = ctypes.c_void_p()
+out = {
+    "charged": before - loaded,
+    "same_module": mod.value == again.value,
+    "module_free": loaded - free(),
+    "global_shared": lib_ptr.value == mod_ptr.value,
+    "size": size.value,
+    "function": cu.cuModuleGetFunction(ctypes.byref(func), mod, b"touch"),
+    "launch": cu.cuLaunchKernel(func, 1, 1, 1, 1, 1, 1, 0, None, None, None),
+    "module_unload": cu.cuModuleUnload(mod),
+}
+ok(cu.cuCtxSynchronize())
+ok(cu.cuLibraryUnload(lib))
+out["back"] = free() == before
+out["after_unload"] = cu.cuModuleGetFunction(ctypes.byref(func), mod, b"touch")
+print(json.dumps(out))
+"""
+
+
+def test_a_library_s_module_is_its_own_with_its_globals(simlib: Path) -> None:
+    """cuLibraryGetModule (what libcudart 12 launches a registered kernel from): one module per
+    library, allocating nothing of its own, its globals the library's, its functions launchable;
+    cuModuleUnload refuses it, and it goes with the library."""
+    proc = run_py(simlib, LIBRARY_MODULE.replace("sys.argv[1]", repr(str(ZSTD_FATBIN))))
+    assert proc.returncode == 0, proc.stderr
+    out = json_out(proc)
+    assert out["charged"] == 66 * MiB
+    assert out["same_module"] and out["global_shared"] and out["back"]
+    assert out["module_free"] == 0
+    assert out["size"] == 64 * MiB
+    assert out["function"] == 0 and out["launch"] == 0
+    assert out["module_unload"] == 400  # CUDA_ERROR_INVALID_HANDLE: the library's to unload
+    assert out["after_unload"] == 400
