@@ -41,7 +41,7 @@ struct cgpu_ptx_var {
     uint32_t name_len;
     uint32_t order; /* declaration order */
     unsigned space; /* enum cgpu_ptx_space */
-    unsigned linked; /* .visible, .weak or .common: seen by other modules */
+    unsigned linked; /* .visible, .weak, .common or .extern: seen by other modules */
     uint64_t size, align;
     uint64_t offset; /* from the start of the module's globals, set by cgpu_ptx_layout */
 };

@@ -226,12 +226,13 @@ EXPORT CUresult cuLibraryUnload(CUlibrary library)
 
 /* ---- the CUDA runtime's private loaders ----------------------------------------------------
  *
- * libcudart 12 (and every library linked with its static copy: cuBLAS 12, cuDNN 9 for CUDA 12,
- * PyTorch's CUDA 12 builds) loads the modules of its fat binaries through a table the driver
- * gives it by cuGetExportTable, not through cuModuleLoad*: slot 1 takes a fatbin wrapper, slot 6
- * a wrapper and three more arguments, slot 8 a fatbin header first (the layout NVIDIA's runtime
- * uses with the simulator's table too, native/sim/cuda_export.c, and that ZLUDA documents and its
- * tracer overrides on NVIDIA's drivers).  The shim points those three slots of the driver's own
+ * libcudart 11 (and every library linked with its static copy, as CUDA 11 builds of cuBLAS and
+ * PyTorch are) loads the modules of its fat binaries through a table the driver gives it by
+ * cuGetExportTable, not through cuModuleLoad*: slot 1 takes a fatbin wrapper, slot 6 a wrapper
+ * and three more arguments, slot 8 a fatbin header first (the layout NVIDIA's runtime uses with
+ * the simulator's table too, native/sim/cuda_export.c, and that ZLUDA documents and its tracer
+ * overrides on NVIDIA's drivers).  libcudart 12.9 and 13 call cuLibraryLoadData instead
+ * (measured with NVIDIA's 11.8, 12.9 and 13: tests/realstack/test_cudart_modules.py).  The shim points those three slots of the driver's own
  * table at loaders that charge the globals first, as cuModuleLoadData does.  The table stays
  * where it is: the runtime's integrity check binds the driver's answer to the table's address, so
  * a copy elsewhere fails it (cudaErrorSoftwareValidityNotEstablished).  The slots are written
