@@ -232,13 +232,14 @@ EXPORT CUresult cuLibraryUnload(CUlibrary library)
  * and three more arguments, slot 8 a fatbin header first (the layout NVIDIA's runtime uses with
  * the simulator's table too, native/sim/cuda_export.c, and that ZLUDA documents and its tracer
  * overrides on NVIDIA's drivers).  libcudart 12.9 and 13 call cuLibraryLoadData instead
- * (measured with NVIDIA's 11.8, 12.9 and 13: tests/realstack/test_cudart_modules.py).  The shim points those three slots of the driver's own
- * table at loaders that charge the globals first, as cuModuleLoadData does.  The table stays
- * where it is: the runtime's integrity check binds the driver's answer to the table's address, so
- * a copy elsewhere fails it (cudaErrorSoftwareValidityNotEstablished).  The slots are written
- * through /proc/self/mem, as a debugger writes a read-only page, once per process; where that is
- * refused, the table is left alone, one line says so, and those loads show only in the host
- * view.  The extra arguments are passed on as full registers. */
+ * (measured with NVIDIA's 11.8, 12.9 and 13: tests/realstack/test_cudart_modules.py).  The
+ * shim points those three slots of the driver's own table at loaders that charge the globals
+ * first, as cuModuleLoadData does.  The table stays where it is: the runtime's integrity check
+ * binds the driver's answer to the table's address, so a copy elsewhere fails it
+ * (cudaErrorSoftwareValidityNotEstablished).  The slots are written through /proc/self/mem, as a
+ * debugger writes a read-only page, once per process; where that is refused, the table is left
+ * alone, one line says so, and those loads show only in the host view.  The extra arguments are
+ * passed on as full registers. */
 
 static const unsigned char CUDART_INTERFACE_ID[16] = {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a,
                                                       0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9};
