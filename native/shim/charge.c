@@ -17,9 +17,11 @@ static void report_oom(int dev, uint64_t bytes)
 
 CUresult charge_reserve_slow(int dev, uint64_t charge)
 {
-    /* Free what dead processes held, and what pools gave back, then try once more. */
+    /* Free what dead processes held, and what pools gave back, then try once more; and count
+     * the stack a launch grew, so that the refusal is right. */
     if (ledger_sweep(&g_shim.ledger) > 0 && ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 0) == CGPU_OK)
         return CUDA_SUCCESS;
+    stack_reconcile(1);
     if (pool_reconcile() && ledger_charge(&g_shim.ledger, (unsigned)dev, charge, 0) == CGPU_OK)
         return CUDA_SUCCESS;
     report_oom(dev, charge);

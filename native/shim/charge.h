@@ -148,6 +148,9 @@ extern uint64_t g_pool_kept[CGPU_MAX_DEVICES];
 /* Credit what the known pools gave back; whether anything was credited.  Slow path:
  * it asks the driver about each pool. */
 int pool_reconcile(void);
+/* Charge the stack the driver grew at a launch, if it did (hooks_ctx.c); `may_wait`: 0 for a
+ * view, which skips it while the ledger is busy. */
+void stack_reconcile(int may_wait);
 
 /* Remember a pool a program made or allocates from (cuMemPoolCreate,
  * cuMemAllocFromPoolAsync); forget a destroyed one. */

@@ -2,6 +2,7 @@
  * dies with a context (destroy, detach, primary reset and release). */
 #include "charge.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 /* ---- contexts: their overhead, and the memory that dies with them ------------- */
@@ -324,6 +325,8 @@ EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
  * refused with CUDA_ERROR_OUT_OF_MEMORY, as the driver refuses one that does not fit
  * the GPU), kept per context and limit, and given back when the limit is lowered or
  * the context dies. */
+static pthread_mutex_t g_heaps_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static uint64_t heap_pages(uint64_t bytes)
 {
     return (bytes + 2 * MiB - 1) & ~(2 * MiB - 1);
@@ -357,6 +360,7 @@ EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
         return REAL(cuCtxSetLimit)(limit, value);
     int dev = device_of_ordinal(ordinal);
     uint64_t key = PT_KIND_HEAP ^ ((uint64_t)(uintptr_t)ctx + (uint64_t)limit);
+    pthread_mutex_lock(&g_heaps_lock); /* one bookkeeper of a context's heaps at a time */
     uint64_t want = heap_beyond_default(limit, value, ordinal);
     struct untracked had = {.charge = 0};
     int known = untrack(key, &had);
@@ -364,6 +368,7 @@ EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
     if (want > held && reserve(dev, want - held) != CUDA_SUCCESS) {
         if (known)
             track(key, dev, held, ctx);
+        pthread_mutex_unlock(&g_heaps_lock);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     CUresult rc = REAL(cuCtxSetLimit)(limit, value);
@@ -372,11 +377,78 @@ EXPORT CUresult cuCtxSetLimit(CUlimit limit, size_t value)
             unreserve(dev, want - held);
         if (known)
             track(key, dev, held, ctx);
+        pthread_mutex_unlock(&g_heaps_lock);
         return rc;
     }
     if (want < held)
         unreserve(dev, held - want);
     if (want)
         track(key, dev, want, ctx);
+    pthread_mutex_unlock(&g_heaps_lock);
     return rc;
+}
+
+/* The stack a launch grew.  The driver "automatically increases the per-thread stack size for
+ * each kernel launch as needed" and keeps it (cuda.h, CU_LIMIT_STACK_SIZE): a kernel with an
+ * 8000-byte frame takes another 1.8 GiB on an H100, inside the driver's launch, which the shim
+ * does not intercept (without a compute limit it hands out the driver's own launch functions).
+ * So the shim charges it once it shows in the context's stack limit: when the program asks
+ * what is free (cuMemGetInfo: vLLM sizes its cache so) and before an allocation is refused.
+ * That charge is forced (the memory is taken already); allocations after it are held to the
+ * slice with the stack counted.  The launch that grew it is not refused: the host view
+ * (NVML's figure above the slice) shows a container whose stack took it past its slice. */
+void stack_reconcile(int may_wait)
+{
+    typedef CUresult (*get_limit_fn)(size_t *, CUlimit);
+    static get_limit_fn resolved;
+    static void *seen_ctx;     /* under g_heaps_lock */
+    static size_t seen_value;  /* under g_heaps_lock */
+    get_limit_fn get_limit = __atomic_load_n(&resolved, __ATOMIC_RELAXED);
+    if (!get_limit) {
+        get_limit = (get_limit_fn)shim_driver_sym("cuCtxGetLimit");
+        __atomic_store_n(&resolved, get_limit, __ATOMIC_RELAXED);
+    }
+    void *ctx = current_context();
+    int ordinal = -1;
+    size_t value = 0;
+    if (!get_limit || !ctx || !g_shim.ctx_get_device || g_shim.ctx_get_device(&ordinal) != 0 ||
+        device_of_ordinal(ordinal) < 0 || get_limit(&value, CU_LIMIT_STACK_SIZE) != CUDA_SUCCESS)
+        return;
+    int dev = device_of_ordinal(ordinal);
+    uint64_t want = heap_beyond_default(CU_LIMIT_STACK_SIZE, value, ordinal);
+    if (!want || !have_slot()) /* the default stack: nothing grew (it only grows) */
+        return;
+    /* Busy: a cuCtxSetLimit is under way (perhaps this thread's own, whose reservation found
+     * the slice full and came here): it sets the stack's charge itself; the next look counts
+     * what is left. */
+    if (pthread_mutex_trylock(&g_heaps_lock) != 0)
+        return;
+    if (ctx == seen_ctx && value == seen_value) { /* as it was at the last look */
+        pthread_mutex_unlock(&g_heaps_lock);
+        return;
+    }
+    /* A view (cuMemGetInfo) never waits on another process of the container: it leaves the
+     * count to the next look when the ledger is busy. */
+    struct ledger_handle *h = &g_shim.ledger;
+    if (may_wait)
+        ledger_lock(h);
+    else if (!ledger_trylock(h)) {
+        pthread_mutex_unlock(&g_heaps_lock);
+        return;
+    }
+    uint64_t key = PT_KIND_HEAP ^ ((uint64_t)(uintptr_t)ctx + (uint64_t)CU_LIMIT_STACK_SIZE), held = 0;
+    unsigned held_dev = 0;
+    void *held_ctx = NULL;
+    if (!pt_remove_fast(&g_table, key, &held_dev, &held, &held_ctx))
+        held = 0;
+    if (want > held && ledger_charge_locked(h, (unsigned)dev, want - held, 1) == CGPU_OK) /* taken already */
+        held = want;
+    if (held) {
+        pt_settle(&g_table);
+        (void)pt_insert_fast(&g_table, key, (unsigned)dev, held, ctx);
+    }
+    ledger_unlock(h);
+    seen_ctx = ctx;
+    seen_value = value;
+    pthread_mutex_unlock(&g_heaps_lock);
 }

@@ -32,6 +32,7 @@ static inline __attribute__((always_inline)) void truncate_info(int dev, uint64_
     sweep_if_shared();
     if (__atomic_load_n(&g_pool_kept[dev], __ATOMIC_RELAXED)) /* only this device's figure is asked */
         pool_reconcile();
+    stack_reconcile(0);
     uint64_t limit = g_shim.ledger.limit[dev], used = ledger_view_used(&g_shim.ledger, (unsigned)dev);
     uint64_t left = used >= limit ? 0 : limit - used;
     *totalp = limit;

@@ -182,3 +182,61 @@ int graph_mem_address(CUdeviceptr dptr)
     const struct sim_capture_ops *ops = atomic_load(&capture_ops);
     return ops && ops->is_graph_mem(dptr);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The per-context heaps (the stack, the malloc heap, the printf FIFO)       */
+
+/* The device memory the per-context heaps take.  The stack is reserved for every
+ * thread the device can hold at once (the per-thread size, rounded to 16 bytes, times
+ * the resident threads of an SM times the SMs: 1 KiB is 264 MiB on an H100); the
+ * malloc heap and the printf FIFO take their size.  Each is reserved in whole pages of
+ * the allocation granularity.  The defaults are part of the context's overhead
+ * (CGPU_SIM_CTX_OVERHEAD); only what the limits take beyond them is charged apart. */
+#define SIM_SM_COUNT 132ULL
+#define SIM_THREADS_PER_SM 2048ULL
+
+static unsigned long long heap_bytes(CUlimit limit, unsigned long long value)
+{
+    unsigned long long gran = drv.cfg.granularity;
+    if (limit == CU_LIMIT_STACK_SIZE)
+        return round_up(round_up(value, 16) * SIM_THREADS_PER_SM * SIM_SM_COUNT, gran);
+    return round_up(value, gran);
+}
+
+unsigned long long heaps_beyond_defaults(const size_t *limits)
+{
+    static const CUlimit heaps[] = {CU_LIMIT_STACK_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE};
+    static const unsigned long long dflt[] = {1024, 8 << 20, 1 << 20};
+    unsigned long long total = 0;
+    for (size_t i = 0; i < sizeof heaps / sizeof heaps[0]; i++) {
+        unsigned long long have = heap_bytes(heaps[i], limits[heaps[i]]), base = heap_bytes(heaps[i], dflt[i]);
+        total += have > base ? have - base : 0;
+    }
+    return total;
+}
+
+/* A launch of a kernel that needs more stack than the context has: the driver "automatically
+ * increases the per-thread stack size for each kernel launch as needed", and does not reset it
+ * (cuda.h, CU_LIMIT_STACK_SIZE).  The larger stack is reserved now, as cuCtxSetLimit would, or
+ * the launch fails with CUDA_ERROR_OUT_OF_MEMORY. */
+CUresult ctx_stack_for_launch(unsigned need)
+{
+    struct sim_ctx *c;
+    CUresult rc = cur_ctx(&c);
+    if (rc || need <= 1024)
+        return rc;
+    if (need > SIM_STACK_MAX) /* more than a thread may have: the driver cannot run it */
+        return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+    LOCK();
+    size_t old = c->limits[CU_LIMIT_STACK_SIZE];
+    if (need > old) {
+        c->limits[CU_LIMIT_STACK_SIZE] = round_up(need, 16);
+        unsigned long long want = heaps_beyond_defaults(c->limits);
+        if (want > c->heap_charge && (rc = charge(c->phys, want - c->heap_charge)) != CUDA_SUCCESS)
+            c->limits[CU_LIMIT_STACK_SIZE] = old;
+        else if (want > c->heap_charge)
+            c->heap_charge = want;
+    }
+    UNLOCK();
+    return rc;
+}

@@ -40,7 +40,7 @@ static CUresult get_attribute(int *pi, CUfunction_attribute a, struct sim_func *
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *pi = 0; break;
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *pi = 0; break;
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *pi = (int)f->frame; break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = REGS_PER_THREAD; break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION: *pi = 90; break;
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = 90; break;

@@ -145,6 +145,12 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
         return rc;
     if (!gx || !gy || !gz || !bx || !by || !bz || (unsigned long long)bx * by * bz > 1024)
         return CUDA_ERROR_INVALID_VALUE;
+    LOCK();
+    struct sim_func *fn = obj_get(f, O_FUNC);
+    unsigned stack = fn ? fn->stack : 0;
+    UNLOCK();
+    if ((rc = ctx_stack_for_launch(stack)) != CUDA_SUCCESS)
+        return rc;
     return launch_work(s, ns);
 }
 

@@ -102,6 +102,99 @@ static int image_globals(const unsigned char *img, size_t len, unsigned long lon
     return 0;
 }
 
+/* What each kernel of ELF image `img` (`len` bytes) needs of the stack, from its .nv.info
+ * section: records of a format byte, an attribute byte, then (format 4) a 16-bit size and that
+ * many bytes, else a 16-bit value.  EIATTR_FRAME_SIZE (0x11) and EIATTR_MIN_STACK_SIZE (0x12)
+ * hold a symbol index and a size: the kernel's stack frame (CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
+ * and the per-thread stack a launch needs, its calls included (as ptxas -v prints them).
+ * malloc'd into *out (*n of them); nothing for an image that is not a cubin. */
+#define EIATTR_FRAME_SIZE 0x11
+#define EIATTR_MIN_STACK_SIZE 0x12
+
+static void kernel_stacks(const unsigned char *img, size_t len, struct sim_kernel_stack **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (len < sizeof(Elf64_Ehdr) || memcmp(img, ELFMAG, SELFMAG) || img[EI_CLASS] != ELFCLASS64)
+        return;
+    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
+    if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > len ||
+        (len - eh->e_shoff) / sizeof(Elf64_Shdr) < eh->e_shnum || eh->e_shstrndx >= eh->e_shnum)
+        return;
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff), *names = &sh[eh->e_shstrndx];
+    const Elf64_Shdr *info = NULL, *symtab = NULL;
+    if (names->sh_offset > len || names->sh_size > len - names->sh_offset)
+        return;
+    for (unsigned i = 0; i < eh->e_shnum; i++) {
+        if (sh[i].sh_type == SHT_SYMTAB)
+            symtab = &sh[i];
+        if (sh[i].sh_name < names->sh_size &&
+            !strncmp((const char *)img + names->sh_offset + sh[i].sh_name, ".nv.info",
+                     names->sh_size - sh[i].sh_name) &&
+            sh[i].sh_name + 9 <= names->sh_size)
+            info = &sh[i];
+    }
+    if (!info || !symtab || info->sh_offset > len || info->sh_size > len - info->sh_offset ||
+        symtab->sh_offset > len || symtab->sh_size > len - symtab->sh_offset ||
+        symtab->sh_entsize != sizeof(Elf64_Sym) || symtab->sh_link >= eh->e_shnum)
+        return;
+    const Elf64_Shdr *str = &sh[symtab->sh_link];
+    if (str->sh_offset > len || str->sh_size > len - str->sh_offset)
+        return;
+    const Elf64_Sym *sym = (const Elf64_Sym *)(img + symtab->sh_offset);
+    size_t nsym = symtab->sh_size / sizeof(Elf64_Sym);
+    const unsigned char *p = img + info->sh_offset, *end = p + info->sh_size;
+    while (end - p >= 4) {
+        unsigned fmt = p[0], attr = p[1], size = (unsigned)p[2] | (unsigned)p[3] << 8;
+        const unsigned char *body = p + 4;
+        p += 4;
+        if (fmt == 4) {
+            if ((size_t)(end - body) < size)
+                break;
+            p += size;
+        }
+        if (fmt != 4 || size < 8 || (attr != EIATTR_FRAME_SIZE && attr != EIATTR_MIN_STACK_SIZE))
+            continue;
+        uint32_t index, value;
+        memcpy(&index, body, 4);
+        memcpy(&value, body + 4, 4);
+        if (index >= nsym || sym[index].st_name >= str->sh_size)
+            continue;
+        const char *name = (const char *)img + str->sh_offset + sym[index].st_name;
+        size_t name_len = strnlen(name, str->sh_size - sym[index].st_name);
+        if (name_len == str->sh_size - sym[index].st_name || !name_len)
+            continue;
+        struct sim_kernel_stack *k = NULL;
+        for (size_t i = 0; i < *n; i++)
+            if (!strcmp((*out)[i].name, name))
+                k = &(*out)[i];
+        if (!k) {
+            struct sim_kernel_stack *grown = realloc(*out, (*n + 1) * sizeof **out);
+            char *copy = grown ? strndup(name, name_len) : NULL;
+            if (!copy) {
+                if (grown)
+                    *out = grown;
+                break;
+            }
+            *out = grown;
+            k = &(*out)[(*n)++];
+            k->name = copy;
+            k->frame = k->stack = 0;
+        }
+        if (attr == EIATTR_FRAME_SIZE)
+            k->frame = value;
+        else
+            k->stack = value;
+    }
+}
+
+static void kernel_stacks_free(struct sim_kernel_stack *stacks, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(stacks[i].name);
+    free(stacks);
+}
+
 /* The bytes of an ELF image given by address: its headers say how long it is. */
 static size_t elf_length(const unsigned char *img)
 {
@@ -195,10 +288,14 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const
         loaded = image, loaded_len = len;
     }
     int bad = 0;
+    struct sim_kernel_stack *stacks = NULL;
+    size_t nstacks = 0;
     if (kind == CGPU_FATBIN_PTX)
         ptx_globals((const char *)loaded, loaded_len, &total, &syms, &nsyms);
     else if (kind == CGPU_FATBIN_CUBIN && loaded)
         bad = image_globals(loaded, loaded_len, &total, &syms, &nsyms);
+    if (kind == CGPU_FATBIN_CUBIN && loaded && !bad)
+        kernel_stacks(loaded, loaded_len, &stacks, &nstacks);
     free(owned);
     if (bad)
         return CUDA_ERROR_INVALID_IMAGE;
@@ -220,6 +317,8 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const
         m->globals = globals;
         m->syms = syms;
         m->nsyms = nsyms;
+        m->stacks = stacks;
+        m->nstacks = nstacks;
     } else if (!rc) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -228,6 +327,7 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const
     UNLOCK();
     if (rc) {
         free(syms);
+        kernel_stacks_free(stacks, nstacks);
         return rc;
     }
     if (library)
@@ -319,6 +419,7 @@ static void module_free(struct sim_module *m)
     if (r) /* else its context freed it */
         region_free(r);
     free(m->syms);
+    kernel_stacks_free(m->stacks, m->nstacks);
     obj_free(m);
 }
 
@@ -356,6 +457,12 @@ static CUresult func_get(void *h, int library, const char *name, struct sim_func
     f->mod = m;
     memcpy(f->name, name, len + 1);
     f->busy = strstr(name, "cgpu_sim_busy") != NULL;
+    const struct sim_module *home = m->owner ? m->owner : m; /* a library's module: the library's */
+    for (size_t i = 0; i < home->nstacks; i++)
+        if (!strcmp(home->stacks[i].name, name)) {
+            f->frame = home->stacks[i].frame;
+            f->stack = home->stacks[i].stack;
+        }
     f->max_dyn_smem = SIM_SMEM_PER_BLOCK;
     f->carveout = -1;
     f->next = m->funcs;

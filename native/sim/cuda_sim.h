@@ -121,6 +121,11 @@ struct fatbinc_wrapper {
 /* A module or library; its functions (kernels) are made on request by name. */
 struct sim_func;
 struct sim_global;
+struct sim_kernel_stack {
+    char *name;
+    unsigned frame, stack;
+};
+
 struct sim_module {
     struct obj hdr;                /* ctx: NULL for a library */
     int library;
@@ -128,6 +133,8 @@ struct sim_module {
     unsigned long long globals;    /* device address of its globals (a region), or 0 */
     struct sim_global *syms;       /* its global variables (cuModuleGetGlobal) */
     size_t nsyms;
+    struct sim_kernel_stack *stacks; /* what its kernels need of the stack (a cubin's .nv.info) */
+    size_t nstacks;
     struct sim_module *view;       /* a library's module (cuLibraryGetModule), made on request */
     struct sim_module *owner;      /* a library's module: its library, whose globals it shares */
 };
@@ -141,6 +148,8 @@ struct sim_func {
     int carveout;                  /* CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT */
     int cache_config;              /* CUfunc_cache */
     int non_portable_cluster;      /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
+    unsigned frame;                /* CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: its stack frame */
+    unsigned stack;                /* the per-thread stack a launch needs (frame and calls) */
     char name[];                   /* any length: C++ kernel names run to kilobytes */
 };
 
@@ -419,6 +428,11 @@ void timeline_init(void);
 CUresult launch_work(CUstream s, unsigned long long ns);
 /* The duration of one launch of `f` with these parameters. */
 CUresult kernel_duration(CUfunction f, void **params, void **extra, unsigned long long *ns);
+/* What a context's heaps take beyond their defaults, and the stack a launch grows
+ * (cuda_current.c). */
+unsigned long long heaps_beyond_defaults(const size_t *limits);
+CUresult ctx_stack_for_launch(unsigned need);
+#define SIM_STACK_MAX (512ULL << 10) /* the driver refuses a larger per-thread stack */
 
 /* ---- Contexts and modules for the private tables ---------------------------- */
 

@@ -294,6 +294,27 @@ class Client:
         )
         out("module-global", rc, size.value)
 
+    def ledger(self) -> None:
+        """What the container's ledger holds on its first device (past the slice too, which
+        cuMemGetInfo cannot show)."""
+        from cgpu.core.ledger import read_ledger
+
+        path = os.path.join(os.environ["CGPU_LEDGER_DIR"], "cgpu.ledger")
+        out("ledger", 0, read_ledger(path).devices[0].used)
+
+    def launch(self, name: str) -> None:
+        """Launch kernel `name` of the last module loaded (one thread, a null pointer for its
+        parameters, as the simulator runs nothing), and wait for it."""
+        func = ptr()
+        rc = cuda.cuModuleGetFunction(ctypes.byref(func), self.modules[-1], name.encode())
+        out_ptr, n = ctypes.c_uint64(0), ctypes.c_int(0)
+        args = (ptr * 2)(ctypes.addressof(out_ptr), ctypes.addressof(n))
+        if rc == 0:
+            rc = cuda.cuLaunchKernel(func, 1, 1, 1, 1, 1, 1, 0, None, args, None)
+        if rc == 0:
+            rc = cuda.cuCtxSynchronize()
+        out("launch", rc)
+
     def module_unload(self) -> None:
         out("module-unload", cuda.cuModuleUnload(self.modules.pop()))
 
@@ -389,6 +410,8 @@ STEPS = {
     "module-load-data": 1,
     "module-global": 1,
     "module-unload": 0,
+    "launch": 1,
+    "ledger": 0,
     "library-load": 1,
     "library-load-wrapped": 1,
     "runtime-load": 2,

@@ -52,6 +52,57 @@ def test_context_heaps_are_charged_as_the_driver_reserves_them(client):
     assert "out of GPU memory slice" in r.stderr
 
 
+LOCAL = Path(__file__).with_name("data") / "local_sm90.cubin"
+# big_stack's threads need 8000 bytes of stack each (data/local.cu): its first launch grows the
+# stack of every resident thread of the simulated H100 from the default 1 KiB, 1800 MiB more.
+GROWN = pages(8000 * RESIDENT_THREADS) - pages(1024 * RESIDENT_THREADS)
+
+
+def test_the_stack_a_launch_grows_is_charged(client):
+    """The driver grows the per-thread stack at the launch of a kernel that needs more, and
+    keeps it (cuda.h, CU_LIMIT_STACK_SIZE). The shim charges the growth once the program asks
+    what is free, and it goes with the context."""
+    r = client(
+        "4GiB",
+        "init", "module-load", LOCAL, "launch", "no_stack", "usage",
+        "launch", "big_stack", "getlimit", "stack", "usage",
+        "launch", "big_stack", "usage", "reset", "usage",
+    )  # fmt: skip
+    assert r.lines("launch") == [["0"], ["0"], ["0"]]
+    assert r.one("getlimit") == ["0", "8000"]
+    assert usages(r) == [(0, 0), (GROWN, GROWN), (GROWN, GROWN), (0, 0)]
+
+
+def test_an_allocation_after_a_grown_stack_is_held_to_the_slice(client):
+    """The growth is counted when an allocation would pass the slice by the shim's account, or
+    when the program asks what is free, whichever comes first (the allocation path itself asks
+    the driver nothing). In a 3 GiB slice: 1 GiB and 1.5 GiB pass by the account, the stack
+    uncounted (the known limit: an allocation may pass the slice by the growth until then); the
+    next 1 GiB finds the slice full and counts the stack, and so does what is free."""
+    r = client(
+        "3GiB",
+        "init", "module-load", LOCAL, "launch", "big_stack",
+        "alloc", 1024 * MiB, "alloc", 1536 * MiB, "ledger", "alloc", 1024 * MiB, "ledger",
+        "usage", "alloc", MiB,
+    )  # fmt: skip
+    assert [line[0] for line in r.lines("alloc")] == ["0", "0", "2", "2"]
+    held = GROWN + 2560 * MiB  # past the 3 GiB slice: what the driver holds
+    assert r.lines("ledger") == [["0", str(2560 * MiB)], ["0", str(held)]]
+    assert usages(r) == [(3 << 30, held)]  # nothing free: the slice is full
+
+
+def test_a_launch_that_grows_the_stack_past_the_slice_is_seen_not_stopped(client):
+    """The known limit: the launch is the driver's, and the shim does not stand in it, so a
+    1 GiB slice's process grows its stack by 1800 MiB. The charge shows it (a host view flags
+    the container: NVML's figure above the slice), and nothing more is allocated."""
+    r = client("1GiB", "init", "module-load", LOCAL, "launch", "big_stack", "usage", "ledger",
+               "alloc", MiB)  # fmt: skip
+    assert r.one("launch") == ["0"]
+    assert usages(r) == [(1 << 30, GROWN)]  # nothing free in the slice; the driver holds more
+    assert r.one("ledger") == ["0", str(GROWN)]
+    assert r.one("alloc")[0] == "2"
+
+
 def test_heaps_die_with_their_context(client):
     """A reset context starts again from the default sizes: what the heaps took is given back."""
     r = client(

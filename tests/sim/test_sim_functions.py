@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simkit import json_out, run_py
+from simkit import MiB, json_out, run_py
+
+DATA = Path(__file__).resolve().parents[1] / "shim" / "data"
 
 PROBE = """
 import ctypes, json
@@ -67,3 +69,54 @@ def test_functions_names_attributes_and_occupancy(simlib: Path) -> None:
     assert r["set_too_big"] == 1  # CUDA_ERROR_INVALID_VALUE: over 227 KiB
     assert r["b128_100k"] == 233472 // (100000 + 1024)
     assert r["potential"] == [2 * 132, 1024]  # 2048 threads a multiprocessor; ties: largest
+
+
+STACK = """
+import ctypes, json
+cu = ctypes.CDLL("libcuda.so.1")
+def ok(rc):
+    assert rc == 0, rc
+ok(cu.cuInit(0))
+ctx = ctypes.c_void_p()
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
+ok(cu.cuCtxSetCurrent(ctx))
+
+def free():
+    f, t = ctypes.c_size_t(), ctypes.c_size_t()
+    ok(cu.cuMemGetInfo_v2(ctypes.byref(f), ctypes.byref(t)))
+    return f.value
+
+def stack():
+    v = ctypes.c_size_t()
+    ok(cu.cuCtxGetLimit(ctypes.byref(v), 0))
+    return v.value
+
+mod = ctypes.c_void_p()
+ok(cu.cuModuleLoad(ctypes.byref(mod), PATH))
+out = {}
+for name in (b"no_stack", b"big_stack"):
+    f, local = ctypes.c_void_p(), ctypes.c_int()
+    ok(cu.cuModuleGetFunction(ctypes.byref(f), mod, name))
+    ok(cu.cuFuncGetAttribute(ctypes.byref(local), 3, f))  # CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES
+    before = free()
+    rc = cu.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, None, None, None)
+    out[name.decode()] = {"local": local.value, "launch": rc, "taken": before - free(),
+                          "stack": stack()}
+print(json.dumps(out))
+"""
+
+
+def test_a_launch_grows_the_stack_a_kernel_needs_and_keeps_it(simlib: Path) -> None:
+    """A kernel's stack frame is its cubin's (EIATTR_FRAME_SIZE, ptxas -v: 8000 bytes for
+    big_stack); its launch grows the context's per-thread stack to what it needs, reserving it
+    for every resident thread (cuda.h: the driver "automatically increases the per-thread stack
+    size for each kernel launch as needed"), or fails with CUDA_ERROR_OUT_OF_MEMORY where that
+    does not fit, the stack as it was."""
+    code = STACK.replace("PATH", repr(str(DATA / "local_sm90.cubin").encode()))
+    out = json_out(run_py(simlib, code))
+    resident = 132 * 2048
+    grown = -(-8000 * resident // (2 * MiB)) * 2 * MiB - 1024 * resident
+    assert out["no_stack"] == {"local": 0, "launch": 0, "taken": 0, "stack": 1024}
+    assert out["big_stack"] == {"local": 8000, "launch": 0, "taken": grown, "stack": 8000}
+    small = json_out(run_py(simlib, code, memory="1GiB"))
+    assert small["big_stack"] == {"local": 8000, "launch": 2, "taken": 0, "stack": 1024}
