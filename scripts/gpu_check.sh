@@ -14,7 +14,8 @@
 # manylinux2014_x86_64 -d .whl cffi pycparser`); every wheel in .whl/ is installed.
 # The default steps but compute_many (smoke, compute_share, compute_matmul, compute_long,
 # pytest, smi) took 4 min 49 s on an H200 (2026-11-26); compute_many adds about a minute,
-# globals and contexts (2026-11-27, not yet run on a GPU) some 20 s;
+# globals (module globals and the stack a launch grows) and contexts (2026-11-27, not yet run
+# on a GPU) some 20 s;
 # shim_overhead is capped at a minute, torch_throughput at 150 s (three rounds did not finish in
 # 60 s on an H200, 2026-11-26).
 set -u
@@ -99,7 +100,7 @@ step pytest 120 "$PY" -P -m pytest -v -p no:cacheprovider --timeout 100 tests/gp
 # What the shim charged for each module load against what the driver took (the lines the
 # module-globals test prints; its assertions run in the step above).
 step globals 60 "$PY" -P -m pytest -q -s -p no:cacheprovider --timeout 50 \
-    tests/gpu/test_module_globals_real.py
+    tests/gpu/test_module_globals_real.py tests/gpu/test_stack_growth_real.py
 step shim_overhead 60 "$PY" benchmarks/shim_overhead.py --real --rounds 5 --n 5000 \
     --processes 32 --storms 2
 step torch_throughput 150 "$PY" benchmarks/torch_throughput.py --rounds 3
