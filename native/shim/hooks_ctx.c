@@ -414,9 +414,11 @@ void stack_reconcile(int may_wait)
     if (!get_limit || !ctx || !g_shim.ctx_get_device || g_shim.ctx_get_device(&ordinal) != 0 ||
         device_of_ordinal(ordinal) < 0 || get_limit(&value, CU_LIMIT_STACK_SIZE) != CUDA_SUCCESS)
         return;
+    if (value <= 1024) /* the default stack: nothing grew (it only grows) */
+        return;
     int dev = device_of_ordinal(ordinal);
     uint64_t want = heap_beyond_default(CU_LIMIT_STACK_SIZE, value, ordinal);
-    if (!want || !have_slot()) /* the default stack: nothing grew (it only grows) */
+    if (!want || !have_slot())
         return;
     /* Busy: a cuCtxSetLimit is under way (perhaps this thread's own, whose reservation found
      * the slice full and came here): it sets the stack's charge itself; the next look counts
