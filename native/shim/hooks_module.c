@@ -315,8 +315,8 @@ static void cudart_divert(const void *const *table)
     if (fd >= 0)
         close(fd);
     if (bad)
-        fprintf(stderr, "cgpu: cannot charge the module globals the CUDA 12 runtime loads (/proc/self/mem "
-                        "refused); the host view shows them\n");
+        fprintf(stderr, "cgpu: cannot charge the module globals the CUDA runtime loads through the driver's "
+                        "private table (/proc/self/mem refused); the host view shows them\n");
     __atomic_store_n(&g_cudart.table, table, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&g_cudart.lock);
 }
