@@ -9,46 +9,26 @@ growth, and what the growth takes.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-from cgpu.core.paths import shim_path
+from family import DATA, run_family
 
 MiB = 1 << 20
-DATA = Path(__file__).parent.parent / "shim" / "data"
-CLIENT = Path(__file__).parent.parent / "shim" / "family_client.py"
 
 
 @pytest.mark.gpu
 def test_the_stack_a_launch_grows_is_charged_what_the_driver_takes(tmp_path):
-    env = dict(
-        os.environ,
-        LD_PRELOAD=str(shim_path()),
-        CGPU_MEM_LIMIT="16GiB",
-        CGPU_LEDGER_DIR=str(tmp_path),
-    )
-    steps = ["init", "module-load", str(DATA / "local_sm90.cubin"), "usage",
-             "launch", "big_stack", "getlimit", "stack", "usage"]  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-P", str(CLIENT), *steps],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = [line.split() for line in proc.stdout.splitlines()]
+    lines = run_family(
+        tmp_path, "16GiB",
+        "init", "module-load", DATA / "local_sm90.cubin", "usage",
+        "launch", "big_stack", "getlimit", "stack", "usage",
+    )  # fmt: skip
     launch = next(line for line in lines if line[0] == "launch")
     limit = next(line for line in lines if line[0] == "getlimit")
     (_, _, shim0, host0), (_, _, shim1, host1) = [line for line in lines if line[0] == "usage"]
     charged, taken = int(shim1) - int(shim0), int(host1) - int(host0)
     print(f"stack {limit[2]} bytes a thread: charged {charged / MiB:.1f} MiB, the driver took "
           f"{taken / MiB:.1f} MiB")  # fmt: skip
-    assert launch[1] == "0", proc.stdout
+    assert launch[1] == "0", lines
     assert int(limit[2]) >= 8000  # the limit shows the growth (what the shim reads)
     assert charged >= taken - 2 * MiB, (charged, taken)
     assert charged <= taken + 2 * MiB, (charged, taken)

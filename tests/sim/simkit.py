@@ -26,6 +26,18 @@ TYPEDEF_HEADERS = (
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
+# The start of a test script on the simulated driver: `cu` (libcuda through ctypes), `ok` (a
+# call that must succeed), and device 0's primary context current as `ctx`.
+PRIMARY_CONTEXT = """
+import ctypes, json, sys
+cu = ctypes.CDLL("libcuda.so.1")
+def ok(rc):
+    assert rc == 0, rc
+ok(cu.cuInit(0))
+ctx = ctypes.c_void_p()
+ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
+ok(cu.cuCtxSetCurrent(ctx))
+"""
 
 
 def cuda_include() -> Path:

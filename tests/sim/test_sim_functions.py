@@ -6,19 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simkit import MiB, json_out, run_py
+from simkit import PRIMARY_CONTEXT, MiB, json_out, run_py
 
 DATA = Path(__file__).resolve().parents[1] / "shim" / "data"
 
-PROBE = """
-import ctypes, json
-cu = ctypes.CDLL("libcuda.so.1")
-def ok(rc):
-    assert rc == 0, rc
-ok(cu.cuInit(0))
-ctx = ctypes.c_void_p()
-ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
-ok(cu.cuCtxSetCurrent(ctx))
+PROBE = PRIMARY_CONTEXT + """
 mod = ctypes.c_void_p()
 ok(cu.cuModuleLoadData(ctypes.byref(mod), b"\\x7fELF"))
 name = b"_Z6kernelI" + b"N2at6native" * 500 + b"E"
@@ -71,15 +63,7 @@ def test_functions_names_attributes_and_occupancy(simlib: Path) -> None:
     assert r["potential"] == [2 * 132, 1024]  # 2048 threads a multiprocessor; ties: largest
 
 
-STACK = """
-import ctypes, json
-cu = ctypes.CDLL("libcuda.so.1")
-def ok(rc):
-    assert rc == 0, rc
-ok(cu.cuInit(0))
-ctx = ctypes.c_void_p()
-ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
-ok(cu.cuCtxSetCurrent(ctx))
+STACK = PRIMARY_CONTEXT + """
 
 def free():
     f, t = ctypes.c_size_t(), ctypes.c_size_t()

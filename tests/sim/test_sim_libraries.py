@@ -7,21 +7,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simkit import MiB, json_out, run_py
+from simkit import PRIMARY_CONTEXT, MiB, json_out, run_py
 
 DATA = Path(__file__).resolve().parents[1] / "shim" / "data"
 # nvcc --compress-mode=size (tests/shim/data/globals.cu): its sm_90 cubin zstd-compressed.
 ZSTD_FATBIN = DATA / "globals_sm90_zstd.fatbin"
 
-GLOBALS = """
-import ctypes, json, sys
-cu = ctypes.CDLL("libcuda.so.1")
-def ok(rc):
-    assert rc == 0, rc
-ok(cu.cuInit(0))
-ctx = ctypes.c_void_p()
-ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
-ok(cu.cuCtxSetCurrent(ctx))
+GLOBALS = PRIMARY_CONTEXT + """
 image = open(sys.argv[1], "rb").read()
 buf = ctypes.create_string_buffer(image, len(image))
 
@@ -171,15 +163,7 @@ def test_private_slots_cublaslt_keys_its_state_by(simlib: Path) -> None:
     assert r["topology"] == 801, r  # CUDA_ERROR_NOT_SUPPORTED
 
 
-LIBRARY_MODULE = """
-import ctypes, json, sys
-cu = ctypes.CDLL("libcuda.so.1")
-def ok(rc):
-    assert rc == 0, rc
-ok(cu.cuInit(0))
-ctx = ctypes.c_void_p()
-ok(cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0))
-ok(cu.cuCtxSetCurrent(ctx))
+LIBRARY_MODULE = PRIMARY_CONTEXT + """
 image = open(sys.argv[1], "rb").read()
 buf = ctypes.create_string_buffer(image, len(image))
 

@@ -7,18 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from simkit import GiB, MiB, json_out, run_py
+from simkit import PRIMARY_CONTEXT, GiB, MiB, json_out, run_py
 
-PROBE = """
-import ctypes, json
-cu = ctypes.CDLL("libcuda.so.1")
+PROBE = PRIMARY_CONTEXT + """
 B, U64 = ctypes.byref, ctypes.c_uint64
-def ok(rc):
-    assert rc == 0, rc
-ok(cu.cuInit(0))
-ctx = ctypes.c_void_p()
-ok(cu.cuDevicePrimaryCtxRetain(B(ctx), 0))
-ok(cu.cuCtxSetCurrent(ctx))
 def free():
     f, t = ctypes.c_size_t(), ctypes.c_size_t()
     ok(cu.cuMemGetInfo_v2(B(f), B(t)))
