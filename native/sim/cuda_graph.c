@@ -30,6 +30,7 @@ struct sim_graph {
     unsigned long long foot[SIM_MAX_DEVICES]; /* its allocation nodes' footprint */
     int mem_nodes;                 /* has allocation or free nodes */
     int execs;                     /* live executable graphs made from it */
+    unsigned stack;                /* the most stack a kernel node's function needs */
 };
 
 struct sim_graph_node {
@@ -46,6 +47,7 @@ struct sim_graph_exec {
     struct sim_graph *graph;       /* while it lives: its graph (NULL once destroyed) */
     unsigned long long foot[SIM_MAX_DEVICES];
     int mapped;                    /* its footprint is taken from the graph memory pool */
+    unsigned stack;                /* the most stack a kernel node's function needs */
     size_t n;
     unsigned long long ns[];
 };
@@ -234,6 +236,9 @@ static CUresult add_kernel_node(CUgraphNode *ph, CUgraph hGraph, const CUgraphNo
             g->cap = cap;
         }
     }
+    struct sim_func *fn = rc ? NULL : obj_get(f, O_FUNC);
+    if (fn && fn->stack > g->stack)
+        g->stack = fn->stack;
     if (!rc && g->n < g->cap && (nd = obj_new(sizeof *nd, O_GRAPH_NODE, NULL))) {
         nd->graph = g;
         nd->type = NODE_KERNEL;
@@ -280,6 +285,7 @@ static CUresult instantiate(CUgraphExec *ph, CUgraph hGraph)
     if (g && !twice && (x = obj_new(sizeof *x + g->n * sizeof *x->ns, O_GRAPH_EXEC, NULL))) {
         x->n = g->n;
         x->graph = g;
+        x->stack = g->stack;
         g->execs++;
         memcpy(x->foot, g->foot, sizeof x->foot);
         if (g->n)
@@ -345,6 +351,7 @@ static CUresult graph_launch(CUgraphExec hGraphExec, CUstream s)
     struct sim_graph_exec *x = obj_get(hGraphExec, O_GRAPH_EXEC);
     CUresult rc = x ? gmem_map(x) : CUDA_ERROR_INVALID_HANDLE;
     size_t n = x && !rc ? x->n : 0;
+    unsigned stack = x ? x->stack : 0;
     unsigned long long *ns = n ? malloc(n * sizeof *ns) : NULL;
     if (ns)
         memcpy(ns, x->ns, n * sizeof *ns);
@@ -354,6 +361,8 @@ static CUresult graph_launch(CUgraphExec hGraphExec, CUstream s)
     if (n && !ns)
         return CUDA_ERROR_OUT_OF_MEMORY;
     rc = stream_check(s);
+    if (!rc) /* its kernels' stack, as their launches grow it one by one */
+        rc = ctx_stack_for_launch(stack);
     for (size_t i = 0; i < n && !rc; i++)
         rc = launch_work(s, ns[i]);
     free(ns);

@@ -104,3 +104,34 @@ def test_a_launch_grows_the_stack_a_kernel_needs_and_keeps_it(simlib: Path) -> N
     assert out["big_stack"] == {"local": 8000, "launch": 0, "taken": grown, "stack": 8000}
     small = json_out(run_py(simlib, code, memory="1GiB"))
     assert small["big_stack"] == {"local": 8000, "launch": 2, "taken": 0, "stack": 1024}
+
+
+GRAPH_STACK = PRIMARY_CONTEXT + """
+def stack():
+    v = ctypes.c_size_t()
+    ok(cu.cuCtxGetLimit(ctypes.byref(v), 0))
+    return v.value
+
+class KernelNode(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v1
+    _fields_ = [("func", ctypes.c_void_p), ("grid", ctypes.c_uint * 3),
+                ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("params", ctypes.c_void_p), ("extra", ctypes.c_void_p)]
+
+mod, f, graph, node, exe = (ctypes.c_void_p() for _ in range(5))
+ok(cu.cuModuleLoad(ctypes.byref(mod), PATH))
+ok(cu.cuModuleGetFunction(ctypes.byref(f), mod, b"big_stack"))
+ok(cu.cuGraphCreate(ctypes.byref(graph), 0))
+p = KernelNode(f.value, (1, 1, 1), (1, 1, 1), 0, None, None)
+ok(cu.cuGraphAddKernelNode(ctypes.byref(node), graph, None, 0, ctypes.byref(p)))
+ok(cu.cuGraphInstantiateWithFlags(ctypes.byref(exe), graph, 0))
+before = stack()
+ok(cu.cuGraphLaunch(exe, None))
+ok(cu.cuCtxSynchronize())
+print(json.dumps({"before": before, "after": stack()}))
+"""
+
+
+def test_a_graph_launch_grows_the_stack_its_kernels_need(simlib: Path) -> None:
+    """A graph's kernel nodes need the stack their launches would: its launch grows it."""
+    code = GRAPH_STACK.replace("PATH", repr(str(DATA / "local_sm90.cubin").encode()))
+    assert json_out(run_py(simlib, code)) == {"before": 1024, "after": 8000}
