@@ -403,10 +403,12 @@ void stack_reconcile(int may_wait)
     static get_limit_fn resolved;
     static void *seen_ctx;     /* under g_heaps_lock */
     static size_t seen_value;  /* under g_heaps_lock */
+    static int looked; /* resolved once, found or not: a driver without it is asked nothing */
     get_limit_fn get_limit = __atomic_load_n(&resolved, __ATOMIC_RELAXED);
-    if (!get_limit) {
+    if (!get_limit && !__atomic_load_n(&looked, __ATOMIC_RELAXED)) {
         get_limit = (get_limit_fn)shim_driver_sym("cuCtxGetLimit");
         __atomic_store_n(&resolved, get_limit, __ATOMIC_RELAXED);
+        __atomic_store_n(&looked, 1, __ATOMIC_RELAXED);
     }
     void *ctx = current_context();
     int ordinal = -1;
