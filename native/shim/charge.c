@@ -2,6 +2,7 @@
 #include "charge.h"
 #include "resolve.h"
 
+#include <pthread.h>
 #include <stdio.h>
 
 struct ptrtable g_table __attribute__((aligned(64)));
@@ -138,4 +139,100 @@ int pool_reconcile(void)
         }
     }
     return credited;
+}
+
+/* ---- the per-context heaps: their sizes (cuCtxSetLimit, hooks_ctx.c), and the stack a launch
+ * grows ---------------------------------------------------------------------------------- */
+
+pthread_mutex_t g_heaps_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t heap_pages(uint64_t bytes)
+{
+    return (bytes + 2 * MiB - 1) & ~(2 * MiB - 1);
+}
+
+uint64_t heap_beyond_default(CUlimit limit, uint64_t value, CUdevice ordinal)
+{
+    uint64_t dflt;
+    if (limit == CU_LIMIT_STACK_SIZE) {
+        int sms = 0, threads = 0;
+        if (device_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal) ||
+            device_attribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, ordinal) ||
+            sms <= 0 || threads <= 0)
+            return 0; /* cannot tell: the host view shows it (NVML against the ledger) */
+        uint64_t resident = (uint64_t)sms * (uint64_t)threads;
+        uint64_t have = heap_pages(((value + 15) & ~15ULL) * resident), base = heap_pages(1024 * resident);
+        return have > base ? have - base : 0;
+    }
+    dflt = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? 8 * MiB : MiB;
+    return heap_pages(value) > heap_pages(dflt) ? heap_pages(value) - heap_pages(dflt) : 0;
+}
+
+/* The stack a launch grew.  The driver "automatically increases the per-thread stack size for
+ * each kernel launch as needed" and keeps it (cuda.h, CU_LIMIT_STACK_SIZE): a kernel with an
+ * 8000-byte frame takes another 1.8 GiB on an H100, inside the driver's launch, which the shim
+ * does not intercept (without a compute limit it hands out the driver's own launch functions).
+ * So the shim charges it once it shows in the context's stack limit: when the program asks
+ * what is free (cuMemGetInfo: vLLM sizes its cache so) and before an allocation is refused.
+ * That charge is forced (the memory is taken already); allocations after it are held to the
+ * slice with the stack counted.  The launch that grew it is not refused: the host view
+ * (NVML's figure above the slice) shows a container whose stack took it past its slice. */
+void stack_reconcile(int may_wait)
+{
+    typedef CUresult (*get_limit_fn)(size_t *, CUlimit);
+    static get_limit_fn resolved;
+    static void *seen_ctx;     /* under g_heaps_lock */
+    static size_t seen_value;  /* under g_heaps_lock */
+    static int looked; /* resolved once, found or not: a driver without it is asked nothing */
+    get_limit_fn get_limit = __atomic_load_n(&resolved, __ATOMIC_RELAXED);
+    if (!get_limit && !__atomic_load_n(&looked, __ATOMIC_RELAXED)) {
+        get_limit = (get_limit_fn)shim_driver_sym("cuCtxGetLimit");
+        __atomic_store_n(&resolved, get_limit, __ATOMIC_RELAXED);
+        __atomic_store_n(&looked, 1, __ATOMIC_RELAXED);
+    }
+    void *ctx = current_context();
+    int ordinal = -1;
+    size_t value = 0;
+    if (!get_limit || !ctx || !g_shim.ctx_get_device || g_shim.ctx_get_device(&ordinal) != 0 ||
+        device_of_ordinal(ordinal) < 0 || get_limit(&value, CU_LIMIT_STACK_SIZE) != CUDA_SUCCESS)
+        return;
+    if (value <= 1024) /* the default stack: nothing grew (it only grows) */
+        return;
+    int dev = device_of_ordinal(ordinal);
+    uint64_t want = heap_beyond_default(CU_LIMIT_STACK_SIZE, value, ordinal);
+    if (!want || !have_slot())
+        return;
+    /* Busy: a cuCtxSetLimit is under way (perhaps this thread's own, whose reservation found
+     * the slice full and came here): it sets the stack's charge itself; the next look counts
+     * what is left. */
+    if (pthread_mutex_trylock(&g_heaps_lock) != 0)
+        return;
+    if (ctx == seen_ctx && value == seen_value) { /* as it was at the last look */
+        pthread_mutex_unlock(&g_heaps_lock);
+        return;
+    }
+    /* A view (cuMemGetInfo) never waits on another process of the container: it leaves the
+     * count to the next look when the ledger is busy. */
+    struct ledger_handle *h = &g_shim.ledger;
+    if (may_wait)
+        ledger_lock(h);
+    else if (!ledger_trylock(h)) {
+        pthread_mutex_unlock(&g_heaps_lock);
+        return;
+    }
+    uint64_t key = PT_KIND_HEAP ^ ((uint64_t)(uintptr_t)ctx + (uint64_t)CU_LIMIT_STACK_SIZE), held = 0;
+    unsigned held_dev = 0;
+    void *held_ctx = NULL;
+    if (!pt_remove_fast(&g_table, key, &held_dev, &held, &held_ctx))
+        held = 0;
+    if (want > held && ledger_charge_locked(h, (unsigned)dev, want - held, 1) == CGPU_OK) /* taken already */
+        held = want;
+    if (held) {
+        pt_settle(&g_table);
+        (void)pt_insert_fast(&g_table, key, (unsigned)dev, held, ctx);
+    }
+    ledger_unlock(h);
+    seen_ctx = ctx;
+    seen_value = value;
+    pthread_mutex_unlock(&g_heaps_lock);
 }

@@ -5,6 +5,7 @@
 #define CGPU_CHARGE_H
 
 #include <cuda.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "cgpu_macros.h"
@@ -148,8 +149,12 @@ extern uint64_t g_pool_kept[CGPU_MAX_DEVICES];
 /* Credit what the known pools gave back; whether anything was credited.  Slow path:
  * it asks the driver about each pool. */
 int pool_reconcile(void);
-/* Charge the stack the driver grew at a launch, if it did (hooks_ctx.c); `may_wait`: 0 for a
- * view, which skips it while the ledger is busy. */
+/* The per-context heaps (charge.c): what limit `limit` at `value` takes beyond its default on
+ * device `ordinal`, in whole pages; the lock of their bookkeeping (cuCtxSetLimit and the stack
+ * a launch grew); and charging the stack the driver grew at a launch, if it did (`may_wait`: 0
+ * for a view, which skips it while the ledger is busy). */
+uint64_t heap_beyond_default(CUlimit limit, uint64_t value, CUdevice ordinal);
+extern pthread_mutex_t g_heaps_lock;
 void stack_reconcile(int may_wait);
 
 /* Remember a pool a program made or allocates from (cuMemPoolCreate,

@@ -2,7 +2,7 @@
 
 cuda.h says the driver "automatically increases the per-thread stack size for each kernel
 launch as needed" and keeps it. The shim reads the grown size from the context's limit at
-cuMemGetInfo and charges the stack for every resident thread (hooks_ctx.c, stack_reconcile).
+cuMemGetInfo and charges the stack for every resident thread (charge.c, stack_reconcile).
 Here the driver's own per-process figure (NVML) is the judge of both: that the limit shows the
 growth, and what the growth takes.
 """
