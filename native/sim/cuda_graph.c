@@ -215,7 +215,8 @@ static CUresult add_kernel_node(CUgraphNode *ph, CUgraph hGraph, const CUgraphNo
         return CUDA_ERROR_INVALID_VALUE;
     /* The duration is taken now: the driver copies the parameters here. */
     unsigned long long ns = 0;
-    CUresult rc = kernel_duration(f, params, extra, &ns);
+    unsigned stack = 0;
+    CUresult rc = kernel_duration(f, params, extra, &ns, &stack);
     if (rc)
         return rc;
     LOCK();
@@ -236,9 +237,8 @@ static CUresult add_kernel_node(CUgraphNode *ph, CUgraph hGraph, const CUgraphNo
             g->cap = cap;
         }
     }
-    struct sim_func *fn = rc ? NULL : obj_get(f, O_FUNC);
-    if (fn && fn->stack > g->stack)
-        g->stack = fn->stack;
+    if (!rc && stack > g->stack)
+        g->stack = stack;
     if (!rc && g->n < g->cap && (nd = obj_new(sizeof *nd, O_GRAPH_NODE, NULL))) {
         nd->graph = g;
         nd->type = NODE_KERNEL;
@@ -361,7 +361,7 @@ static CUresult graph_launch(CUgraphExec hGraphExec, CUstream s)
     if (n && !ns)
         return CUDA_ERROR_OUT_OF_MEMORY;
     rc = stream_check(s);
-    if (!rc) /* its kernels' stack, as their launches grow it one by one */
+    if (!rc && stack > 1024) /* its kernels' stack, as their launches grow it one by one */
         rc = ctx_stack_for_launch(stack);
     for (size_t i = 0; i < n && !rc; i++)
         rc = launch_work(s, ns[i]);

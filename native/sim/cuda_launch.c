@@ -97,13 +97,16 @@ CUresult launch_work(CUstream s, unsigned long long ns)
 }
 
 /* The duration of one launch of `f`: cgpu_sim_busy reads its first
- * parameter (kernelParams[0], or the first 8 bytes of the extra buffer). */
-CUresult kernel_duration(CUfunction f, void **params, void **extra, unsigned long long *ns)
+ * parameter (kernelParams[0], or the first 8 bytes of the extra buffer); and in *stack (if
+ * not NULL) the per-thread stack its launch needs. */
+CUresult kernel_duration(CUfunction f, void **params, void **extra, unsigned long long *ns, unsigned *stack)
 {
     NEED_INIT();
     LOCK();
     struct sim_func *fn = obj_get(f, O_FUNC);
     int busy = fn ? fn->busy : 0;
+    if (stack)
+        *stack = fn ? fn->stack : 0;
     UNLOCK();
     if (!fn)
         return CUDA_ERROR_INVALID_HANDLE;
@@ -140,16 +143,13 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
                        unsigned by, unsigned bz, CUstream s, void **params, void **extra)
 {
     unsigned long long ns;
-    CUresult rc = kernel_duration(f, params, extra, &ns);
+    unsigned stack;
+    CUresult rc = kernel_duration(f, params, extra, &ns, &stack);
     if (rc)
         return rc;
     if (!gx || !gy || !gz || !bx || !by || !bz || (unsigned long long)bx * by * bz > 1024)
         return CUDA_ERROR_INVALID_VALUE;
-    LOCK();
-    struct sim_func *fn = obj_get(f, O_FUNC);
-    unsigned stack = fn ? fn->stack : 0;
-    UNLOCK();
-    if ((rc = ctx_stack_for_launch(stack)) != CUDA_SUCCESS)
+    if (stack > 1024 && (rc = ctx_stack_for_launch(stack)) != CUDA_SUCCESS) /* past the default */
         return rc;
     return launch_work(s, ns);
 }

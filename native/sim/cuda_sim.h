@@ -427,7 +427,7 @@ void timeline_init(void);
  * more than a time slice from now, or while the device's queue is full. */
 CUresult launch_work(CUstream s, unsigned long long ns);
 /* The duration of one launch of `f` with these parameters. */
-CUresult kernel_duration(CUfunction f, void **params, void **extra, unsigned long long *ns);
+CUresult kernel_duration(CUfunction f, void **params, void **extra, unsigned long long *ns, unsigned *stack);
 /* What a context's heaps take beyond their defaults, and the stack a launch grows
  * (cuda_current.c). */
 unsigned long long heaps_beyond_defaults(const size_t *limits);
