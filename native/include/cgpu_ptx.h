@@ -286,6 +286,15 @@ static inline size_t cgpu_ptx_declaration(struct cgpu_ptx_lex *lx, int is_const,
     return n;
 }
 
+/* Whether an image of unknown length may be PTX text, worth reading up to its NUL: its first
+ * byte starts a comment, a directive or a blank (PTX from nvcc, Triton and fatbins starts with
+ * `//`, blank lines or .version).  The shim and the simulator tell images apart alike by it. */
+static inline int cgpu_ptx_may_be_text(const unsigned char *img)
+{
+    return img && (img[0] == '/' || img[0] == '.' || img[0] == '\n' || img[0] == '\r' || img[0] == ' ' ||
+                   img[0] == '\t');
+}
+
 /* Whether `text` is PTX: its first token (past comments) is .version. */
 static inline int cgpu_ptx_text(const char *text, size_t len)
 {

@@ -86,14 +86,6 @@ static unsigned device_arch(void)
     return (unsigned)(major * 10 + minor);
 }
 
-/* Whether the image at `img` may be PTX text: its first byte starts a line, a comment or a
- * directive (PTX from nvcc, Triton and fatbins starts with `//`, blank lines or .version). */
-static int may_be_text(const unsigned char *img)
-{
-    return img && (img[0] == '/' || img[0] == '.' || img[0] == '\n' || img[0] == '\r' || img[0] == ' ' ||
-                   img[0] == '\t');
-}
-
 /* The globals of an image in memory (`len` bytes; 0: unknown, taken from its headers, or for
  * PTX text from its terminating NUL, as the driver reads it): a cubin's, PTX's (the module
  * ptxas makes of it: cgpu_ptx.h), or those of what the driver loads from a fatbin or a fatbin
@@ -105,7 +97,7 @@ static uint64_t image_globals(const void *image, uint64_t len)
         img = cgpu_fatbin_unwrap(img);
     size_t fat = img ? cgpu_fatbin_length(img) : 0;
     if (!fat) {
-        if (!may_be_text(img))
+        if (!cgpu_ptx_may_be_text(img))
             return cubin_globals(img, len);
         size_t text = strnlen((const char *)img, len ? (size_t)len : IMAGE_MAX);
         return cgpu_ptx_globals((const char *)img, text);
@@ -142,7 +134,7 @@ static uint64_t file_globals(const char *path)
     uint64_t total = 0;
     unsigned char *img = NULL;
     if (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head &&
-        (!memcmp(head, ELFMAG, SELFMAG) || cgpu_fatbin_length(head) || may_be_text(head)) &&
+        (!memcmp(head, ELFMAG, SELFMAG) || cgpu_fatbin_length(head) || cgpu_ptx_may_be_text(head)) &&
         fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= IMAGE_MAX &&
         (img = malloc((size_t)st.st_size))) {
         size_t got = 0;

@@ -241,12 +241,6 @@ static void ptx_globals(const char *text, size_t len, unsigned long long *total,
     free(vars);
 }
 
-/* Whether an image may be PTX text (as the shim tells it: hooks_module.c). */
-static int may_be_text(const unsigned char *img)
-{
-    return img[0] == '/' || img[0] == '.' || img[0] == '\n' || img[0] == '\r' || img[0] == ' ' || img[0] == '\t';
-}
-
 /* What the driver loads from a fatbin (cgpu_fatbin.h, shared with the shim, which charges the
  * same globals): this device is sm_90, so an sm_90 cubin, else the newest sm_9x below it, else
  * the PTX of the newest architecture up to sm_90, compiled; LZ4 and zstd payloads decoded
@@ -271,15 +265,15 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const
     if (image && !len && !(image = cgpu_fatbin_unwrap(image))) /* a wrapper of another version */
         return CUDA_ERROR_INVALID_IMAGE;
     if (image && !len)
-        len = cgpu_fatbin_length(image)  ? cgpu_fatbin_length(image)
-              : may_be_text(image)       ? strnlen(image, (size_t)1 << 30) + 1
-                                         : elf_length(image);
+        len = cgpu_fatbin_length(image)   ? cgpu_fatbin_length(image)
+              : cgpu_ptx_may_be_text(image) ? strnlen(image, (size_t)1 << 30) + 1
+                                            : elf_length(image);
     size_t loaded_len = 0;
     unsigned char *owned = NULL;
     const unsigned char *loaded = NULL;
     enum cgpu_fatbin_pick kind =
         image ? cgpu_fatbin_load(image, len, SIM_ARCH, &loaded, &loaded_len, &owned) : CGPU_FATBIN_NOT;
-    if (kind == CGPU_FATBIN_NOT && image && may_be_text(image)) {
+    if (kind == CGPU_FATBIN_NOT && image && cgpu_ptx_may_be_text(image)) {
         kind = CGPU_FATBIN_PTX;
         loaded = image;
         loaded_len = strnlen((const char *)image, len);
