@@ -29,7 +29,7 @@ import math
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, NamedTuple, TypeVar
 
 Conn = TypeVar("Conn", bound=Hashable)
 
@@ -43,6 +43,7 @@ MIN_FRACTION = 0.2  # f is clamped to [0.2, 1]
 FULL = 10_000  # a share of 100 %, in 1/100 percent
 GRANT_WORK_QUANTA = 2  # the work a grant admits while another container waits, in quanta
 ALONE_WORK_QUANTA = 20  # and while none does (a renewal then costs two messages, no wait)
+REVOKE_DEADLINE_QUANTA = 2  # a holder that has not drained this long after REVOKE loses the token
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,18 @@ class Usage:
     share: int  # over the last ~1 s, in 1/100 percent
     charged_ns: int
     forced_revokes: int
+    out_of_turn_ns: int = 0  # charged for work the host saw outside its turns
+
+
+class Hold(NamedTuple):
+    """One container's hold of the token: GRANT at `start`, REVOKE at `revoke` (None: never
+    revoked, as a hold still running or given up by an idle holder), and `end`, its last
+    connection drained (a DONE that came after the hold was forced to end moves it later)."""
+
+    container: str
+    start: int
+    revoke: int | None
+    end: int
 
 
 class Phase(enum.Enum):
@@ -85,6 +98,8 @@ class _Link:
     active: bool = False  # not IDLE at some time since the holder was last charged
     owes_done: bool = False  # REVOKE sent, DONE not received
     spent: bool = False  # said SPENT for the current grant: its gate is closed, not drained
+    late_epoch: int = 0  # its hold was forced to end before it drained: the DONE it still owes
+    late_since: int = 0  # when that hold was forced to end
 
 
 @dataclass
@@ -100,6 +115,7 @@ class _Tenant(Generic[Conn]):
     next_limit: tuple[int, str] | None = None  # a change that waits for the hold's end
     charged_ns: float = 0.0
     forced_revokes: int = 0
+    out_of_turn_ns: float = 0.0
     recent: deque[tuple[int, int, float]] = field(default_factory=deque)  # (from, to, charged)
     conns: dict[Conn, None] = field(default_factory=dict)  # in connection order
 
@@ -155,7 +171,7 @@ class GpuSchedule(Generic[Conn]):
         self._paused_until = 0  # no grant before this (a probe's gap)
         self.probes = 0  # probes made, and the time they left the token free
         self.probe_ns = 0
-        self._holds: deque[tuple[int, int]] = deque()
+        self._holds: deque[Hold] = deque()
         self._outbox: list[tuple[Conn, Order]] = []
 
     # --- containers ----------------------------------------------------------------------
@@ -228,10 +244,15 @@ class GpuSchedule(Generic[Conn]):
             link.idle, link.active = False, True
 
     def done(self, conn: Conn, epoch: int, now: int) -> None:
-        """`conn` closed its gate and drained after REVOKE(epoch); other epochs are ignored."""
+        """`conn` closed its gate and drained after REVOKE(epoch); other epochs are ignored,
+        but for the DONE a connection still owes for a hold that was forced to end."""
         token = self._token
         if token and epoch == token.epoch:
             self._drained(conn, now)
+            return
+        link = self._links.get(conn)
+        if link and link.late_epoch and epoch == link.late_epoch:
+            self._late_drained(conn, link, now)
 
     def spent(self, conn: Conn, epoch: int, work_ns: int, now: int) -> None:
         """`conn` used its grant of `epoch` (its gate is closed) and says it queued `work_ns`
@@ -249,10 +270,13 @@ class GpuSchedule(Generic[Conn]):
     def stopped(self, conn: Conn, now: int) -> None:
         """`conn`'s process is stopped or dead: it will launch nothing, count it drained."""
         self._drained(conn, now)
+        link = self._links.get(conn)
+        if link and link.late_epoch:
+            self._late_drained(conn, link, now)
 
     def gone(self, conn: Conn, now: int) -> None:
         """`conn` disconnected."""
-        self._drained(conn, now)
+        self.stopped(conn, now)
         link = self._links.pop(conn, None)
         if link is not None:
             self._tenants[link.container].conns.pop(conn, None)
@@ -262,6 +286,20 @@ class GpuSchedule(Generic[Conn]):
         holder's turn ends now (charged as usual) and the token stays free that long after its
         drain, so the device's busy samples show a period not all held (see unmanaged.py)."""
         self._probe_ns = max(self._probe_ns, gap_ns)
+
+    def charge_outside(self, container: str, ns: int, now: int) -> None:
+        """Charge `container` for `ns` of GPU time the host saw it take outside its turns: its
+        virtual time, a `fixed` one's credit and its totals, so its neighbours get their share
+        back from its later turns."""
+        tenant = self._tenants.get(container)
+        if tenant is None or ns <= 0:
+            return
+        tenant.vtime += ns / tenant.percent
+        if tenant.policy == FIXED:
+            tenant.credit_ns = max(tenant.credit_ns - ns, DEBT_FLOOR_NS)
+        tenant.charged_ns += ns
+        tenant.out_of_turn_ns += ns
+        tenant.recent.append((now, now, float(ns)))
 
     def set_unmanaged(self, load: float) -> None:
         """The unmanaged processes' demand on this GPU, u * k (0: none)."""
@@ -394,22 +432,31 @@ class GpuSchedule(Generic[Conn]):
                 link.owes_done = True
                 self._outbox.append((conn, Order("revoke", token.epoch)))
 
+    def revoke_deadline_ns(self) -> int:
+        """How long a REVOKE waits for DONE before the token moves on: two quanta, or the drain
+        cap if that is shorter. A connection that drains later is charged its late drain."""
+        return min(self.drain_cap_ns, REVOKE_DEADLINE_QUANTA * self.quantum_ns)
+
     def _finish_revoke(self, token: _Token, now: int) -> None:
-        """End the hold once every connection has drained, or force it after the drain cap."""
+        """End the hold once every connection has drained, or force it at the deadline."""
         if not self.draining():
             self._end_hold(token.drained_at, forced=False)
-        elif now - token.t_revoke >= self.drain_cap_ns:
+        elif now - token.t_revoke >= self.revoke_deadline_ns():
             self._end_hold(now, forced=True)
 
     def _end_hold(self, end: int, forced: bool) -> None:
-        """Charge the holder up to `end`, log the hold and free the token."""
+        """Charge the holder up to `end`, log the hold and free the token. Connections that
+        still owe DONE are late: each is charged its drain when it answers (or goes)."""
         token = self._token
         assert token is not None
         tenant = self._tenants[token.holder]
         self._charge(token, max(end, token.t_mark))
-        self._holds.append((token.t_grant, end))
+        revoked = token.t_revoke if token.phase is Phase.REVOKING else None
+        self._holds.append(Hold(token.holder, token.t_grant, revoked, end))
         for conn in tenant.conns:
             link = self._links[conn]
+            if link.owes_done:
+                link.late_epoch, link.late_since = token.epoch, end
             link.granted = link.owes_done = link.idle = link.spent = False
         tenant.forced_revokes += forced
         tenant.refilling = tenant.refilling or (token.spent and tenant.policy == FIXED)
@@ -433,6 +480,8 @@ class GpuSchedule(Generic[Conn]):
         share = self._share(tenant, now)
         for conn in tenant.conns:
             link = self._links[conn]
+            if link.late_epoch:  # its own turn again: what it still ran is charged up to here
+                self._late_drained(conn, link, now)
             link.granted = link.active = True
             link.wanting = link.idle = False
             self._outbox.append((conn, Order("grant", self._epoch, share)))
@@ -445,7 +494,8 @@ class GpuSchedule(Generic[Conn]):
         links = [self._links[c] for c in self._tenants[token.holder].conns]
         draining = token.phase is Phase.REVOKING
         busy = max(1, sum(link.owes_done if draining else link.active for link in links))
-        return min(1.0, max(MIN_FRACTION, busy / (busy + self._load)))
+        late = sum(1 for link in self._links.values() if link.late_epoch)
+        return min(1.0, max(MIN_FRACTION, busy / (busy + self._load + late)))
 
     def _pending_charge(self, token: _Token, now: int) -> float:
         """What the holder would be charged for its hold since the last charge."""
@@ -523,19 +573,32 @@ class GpuSchedule(Generic[Conn]):
         """Each container's limit, share over the last ~1 s, total charge and forced revokes."""
         return {
             name: Usage(
-                t.percent, t.policy, self._share(t, now), int(t.charged_ns), t.forced_revokes
+                t.percent,
+                t.policy,
+                self._share(t, now),
+                int(t.charged_ns),
+                t.forced_revokes,
+                int(t.out_of_turn_ns),
             )
             for name, t in self._tenants.items()
         }
 
     def held_ns(self, start: int, end: int, now: int) -> int:
         """How long some container held the token within [start, end]."""
-        while self._holds and self._holds[0][1] < now - HOLD_HISTORY_NS:
-            self._holds.popleft()
-        spans = list(self._holds)
-        if self._token:
-            spans.append((self._token.t_grant, now))
+        spans = [(hold.start, hold.end) for hold in self.holds_since(start, now)]
         return sum(max(0, min(end, b) - max(start, a)) for a, b in spans)
+
+    def holds_since(self, start: int, now: int) -> list[Hold]:
+        """The holds that ended at or after `start` (the log reaches HOLD_HISTORY_NS back),
+        oldest first; the current one last, ending at `now`."""
+        while self._holds and self._holds[0].end < now - HOLD_HISTORY_NS:
+            self._holds.popleft()
+        holds = [hold for hold in self._holds if hold.end >= start]
+        token = self._token
+        if token:
+            revoked = token.t_revoke if token.phase is Phase.REVOKING else None
+            holds.append(Hold(token.holder, token.t_grant, revoked, now))
+        return holds
 
     def _share(self, tenant: _Tenant[Conn], now: int) -> int:
         """The container's charged time over the last ~1 s, in 1/100 percent."""
@@ -570,3 +633,28 @@ class GpuSchedule(Generic[Conn]):
                 self._charge(token, now)
             link.owes_done = link.granted = False
             token.drained_at = max(token.drained_at, now)
+
+    def _late_drained(self, conn: Conn, link: _Link, now: int) -> None:
+        """A connection drained (or went) after its hold was forced to end: its container is
+        charged the late drain at its part of the GPU beside whoever ran meanwhile, and its
+        hold in the log ends here."""
+        container, since = link.container, link.late_since
+        link.late_epoch = link.late_since = 0
+        tenant = self._tenants.get(container)
+        if tenant is None or now <= since:
+            return
+        others = self._load + sum(1 for other in self._links.values() if other.late_epoch)
+        token = self._token
+        if token and token.holder != container:
+            others += sum(self._links[c].active for c in self._tenants[token.holder].conns)
+        charged = (now - since) / (1 + others)
+        tenant.vtime += charged / tenant.percent
+        if tenant.policy == FIXED:
+            tenant.credit_ns = max(tenant.credit_ns - charged, DEBT_FLOOR_NS)
+        tenant.charged_ns += charged
+        tenant.recent.append((since, now, charged))
+        for index in range(len(self._holds) - 1, -1, -1):
+            hold = self._holds[index]
+            if hold.container == container and hold.end >= since:
+                self._holds[index] = hold._replace(end=max(hold.end, now))
+                break

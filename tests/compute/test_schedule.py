@@ -307,16 +307,78 @@ def test_done_for_another_epoch_is_ignored() -> None:
     assert sim.gpu.holder == "a" and sim.gpu.draining() == [a]
 
 
-def test_a_holder_that_never_drains_is_passed_over_at_the_drain_cap() -> None:
-    sim = Sim(drain_cap_ms=100)
-    _holder_revoked(sim)
-    sim.run(0.099)
+def test_a_holder_that_never_drains_loses_the_token_within_two_quanta() -> None:
+    sim = Sim()
+    a, b, revoke = _holder_revoked(sim)
+    sim.run(0.039)
     assert sim.gpu.holder == "a"
     sim.run(0.002)
     assert sim.gpu.holder == "b"
     assert sim.gpu.usage(sim.now)["a"].forced_revokes == 1
-    # the undrained time was charged: a had 20 ms granted plus 100 ms of drain
-    assert sim.gpu.usage(sim.now)["a"].charged_ns == pytest.approx(120 * MS, abs=2 * MS)
+    # the undrained time was charged: a had 20 ms granted plus 40 ms of drain
+    assert sim.gpu.usage(sim.now)["a"].charged_ns == pytest.approx(60 * MS, abs=2 * MS)
+    # the hold in the log ends where the token moved on; it was revoked at 20 ms
+    (hold,) = [h for h in sim.gpu.holds_since(0, sim.now) if h.container == "a"]
+    assert hold.revoke == revoke_time(sim, a) and hold.end - hold.revoke == 40 * MS
+
+
+def revoke_time(sim: Sim, conn: str) -> int:
+    return next(t for t, c, order in sim.sent if c == conn and order.kind == "revoke")
+
+
+def test_a_shorter_drain_cap_still_bounds_the_wait() -> None:
+    sim = Sim(drain_cap_ms=10)
+    _holder_revoked(sim)
+    sim.run(0.011)
+    assert sim.gpu.holder == "b"
+
+
+def test_a_late_done_is_charged_and_ends_the_hold_in_the_log() -> None:
+    sim = Sim()
+    a, b, revoke = _holder_revoked(sim)
+    sim.run(0.041)  # forced at 40 ms after the REVOKE; b holds and runs
+    assert sim.gpu.holder == "b"
+    charged = sim.gpu.usage(sim.now)["a"].charged_ns
+    sim.run(0.010)
+    sim.gpu.done(a, revoke.epoch, sim.now)  # its queue drained 10 ms into b's turn
+    late = sim.gpu.usage(sim.now)["a"].charged_ns - charged
+    # a and b's one busy connection ran side by side: half of the late 11 ms each
+    assert late == pytest.approx(5.5 * MS, abs=1 * MS)
+    (hold,) = [h for h in sim.gpu.holds_since(0, sim.now) if h.container == "a"]
+    assert hold.end == sim.now
+    # a second DONE for that epoch changes nothing
+    sim.gpu.done(a, revoke.epoch, sim.now + MS)
+    assert sim.gpu.usage(sim.now)["a"].charged_ns - charged == late
+
+
+def test_holds_since_names_each_holder_and_the_current_hold() -> None:
+    sim = Sim()
+    sim.add("a", 50, "share")
+    sim.add("b", 50, "share")
+    sim.run(0.2)
+    holds = sim.gpu.holds_since(0, sim.now)
+    assert {h.container for h in holds} == {"a", "b"}
+    assert holds[-1].end == sim.now and holds[-1].container == sim.gpu.holder
+    assert all(h.start <= h.end for h in holds)
+    assert all(x.end <= y.start for x, y in zip(holds, holds[1:]))  # one holder at a time
+    assert sim.gpu.holds_since(sim.now - 30 * MS, sim.now)[0].end >= sim.now - 30 * MS
+
+
+@pytest.mark.parametrize("policy", ["fixed", "share"])
+def test_work_charged_outside_the_turns_comes_out_of_later_turns(policy: str) -> None:
+    sim = Sim()
+    sim.add("a", 30, policy)
+    sim.add("b", 70 if policy == "share" else 30, policy)
+    sim.run(1)
+    sim.gpu.charge_outside("a", 300 * MS, sim.now)
+    sim.gpu.charge_outside("nobody", 300 * MS, sim.now)  # an unknown container: ignored
+    before = {name: sim.charged_s(name) for name in "ab"}
+    sim.run(3)
+    gained_a = sim.charged_s("a") - before["a"]
+    usage = sim.gpu.usage(sim.now)["a"]
+    assert usage.out_of_turn_ns == 300 * MS
+    # over the 3 s, a's turns plus its 0.3 s outside them make its share: 0.9 s in all
+    assert gained_a == pytest.approx(0.9 - 0.3, abs=0.1)
 
 
 def test_a_holder_whose_connections_all_close_frees_the_token_at_once() -> None:
