@@ -7,6 +7,7 @@ container was charged, and by which container held the token at each simulated m
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 
 import pytest
@@ -309,7 +310,7 @@ def test_done_for_another_epoch_is_ignored() -> None:
 
 def test_a_holder_that_never_drains_loses_the_token_within_two_quanta() -> None:
     sim = Sim()
-    a, b, revoke = _holder_revoked(sim)
+    a, _, _ = _holder_revoked(sim)
     sim.run(0.039)
     assert sim.gpu.holder == "a"
     sim.run(0.002)
@@ -335,7 +336,7 @@ def test_a_shorter_drain_cap_still_bounds_the_wait() -> None:
 
 def test_a_late_done_is_charged_and_ends_the_hold_in_the_log() -> None:
     sim = Sim()
-    a, b, revoke = _holder_revoked(sim)
+    a, _, revoke = _holder_revoked(sim)
     sim.run(0.041)  # forced at 40 ms after the REVOKE; b holds and runs
     assert sim.gpu.holder == "b"
     charged = sim.gpu.usage(sim.now)["a"].charged_ns
@@ -360,7 +361,7 @@ def test_holds_since_names_each_holder_and_the_current_hold() -> None:
     assert {h.container for h in holds} == {"a", "b"}
     assert holds[-1].end == sim.now and holds[-1].container == sim.gpu.holder
     assert all(h.start <= h.end for h in holds)
-    assert all(x.end <= y.start for x, y in zip(holds, holds[1:]))  # one holder at a time
+    assert all(x.end <= y.start for x, y in itertools.pairwise(holds))  # one holder at a time
     assert sim.gpu.holds_since(sim.now - 30 * MS, sim.now)[0].end >= sim.now - 30 * MS
 
 
