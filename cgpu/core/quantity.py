@@ -1,55 +1,106 @@
-"""Kubernetes resource quantities ("4Gi", "512Mi", "30", "1e3") as exact integers."""
+"""Kubernetes resource quantities ("4Gi", "512Mi", "30", "1e3", "1.5k") as exact integers.
+
+The one parser of the quantity grammar (k8s.io/apimachinery's `resource.ParseQuantity`):
+
+    <quantity>  ::= <sign>? <number> <suffix>
+    <number>    ::= digits | digits "." | digits "." digits | "." digits
+    <suffix>    ::= "" | Ki | Mi | Gi | Ti | Pi | Ei | n | u | m | k | M | G | T | P | E
+                  | ("e" | "E") <sign>? digits
+
+The arithmetic is exact (integers, no floating point, no rounding), and a value is refused
+before it is built when it could not fit in an int64, so "1e999999999" costs nothing.
+`cgpu.core.podcontract` adds the rules of an extended resource (not negative) on top.
+"""
 
 from __future__ import annotations
 
+import math
 import re
-from decimal import Decimal, InvalidOperation
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+)([eE][+-]?[0-9]+|[KMGTPE]i|[kMGTPE]|m|)$")
+INT64_MAX = (1 << 63) - 1
+_MAX_DIGITS = 100  # an int64 times 2**60 with 60 decimals still fits in fewer
+
+_QUANTITY = re.compile(
+    r"^(?P<sign>[+-]?)(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?"
+    r"(?:(?P<suffix>[KMGTPE]i|[numkMGTPE])|[eE](?P<exp>[+-]?[0-9]+))?$"
+)
+# suffix -> (power of 2, power of 10)
 _SUFFIX = {
-    "": 1,
-    "Ki": 1 << 10,
-    "Mi": 1 << 20,
-    "Gi": 1 << 30,
-    "Ti": 1 << 40,
-    "Pi": 1 << 50,
-    "Ei": 1 << 60,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
+    "": (0, 0),
+    "Ki": (10, 0),
+    "Mi": (20, 0),
+    "Gi": (30, 0),
+    "Ti": (40, 0),
+    "Pi": (50, 0),
+    "Ei": (60, 0),
+    "n": (0, -9),
+    "u": (0, -6),
+    "m": (0, -3),
+    "k": (0, 3),
+    "M": (0, 6),
+    "G": (0, 9),
+    "T": (0, 12),
+    "P": (0, 15),
+    "E": (0, 18),
 }
 _BINARY = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
 
 
 class QuantityError(ValueError):
-    """Not a quantity, or not a whole number."""
+    """Not a quantity, not a whole number, or too large for an int64."""
 
 
-def parse_quantity(text: object) -> int:
-    """The whole number a quantity stands for; QuantityError for anything else."""
-    if isinstance(text, bool) or not isinstance(text, (str, int)):
-        raise QuantityError(f"malformed quantity {text!r}")
-    raw = str(text).strip()
-    match = _QUANTITY.match(raw)
-    if not match:
-        raise QuantityError(f"malformed quantity {text!r}")
-    number, suffix = match.groups()
-    try:
-        value = Decimal(number)
-        if suffix[:1] in ("e", "E"):
-            value = value.scaleb(int(suffix[1:]))
-        elif suffix == "m":
-            value = value / 1000
-        else:
-            value = value * _SUFFIX[suffix]
-    except (InvalidOperation, ValueError):
-        raise QuantityError(f"malformed quantity {text!r}") from None
-    if value != value.to_integral_value():
-        raise QuantityError(f"quantity {text!r} is not a whole number")
-    return int(value)
+def _huge(exponent: str) -> int:
+    """An exponent of 20 digits or more: its sign times a number past any use."""
+    return -(10**20) if exponent.startswith("-") else 10**20
+
+
+def _text(raw: object) -> str:
+    """The quantity's text: a JSON string (spaces trimmed, as the API server's decoder does)
+    or a JSON number."""
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        raise QuantityError(f"malformed quantity {raw!r}: not a string or a number")
+    if isinstance(raw, float) and not math.isfinite(raw):
+        raise QuantityError(f"malformed quantity {raw!r}")
+    return str(raw).strip()
+
+
+def parse_quantity(raw: object) -> int:
+    """The whole number a quantity stands for (negative ones included); QuantityError for
+    anything that is not a quantity, not whole ("0.5", "1500m") or beyond an int64."""
+    text = _text(raw)
+    match = _QUANTITY.match(text)
+    if not match or not (match["int"] or match["frac"]):
+        raise QuantityError(f"malformed quantity {raw!r}")
+    frac = match["frac"] or ""
+    binary, decimal = _SUFFIX[match["suffix"] or ""]
+    if match["exp"] is not None:
+        decimal = int(match["exp"]) if len(match["exp"]) < 20 else _huge(match["exp"])
+    digits = (match["int"] or "") + frac
+    decimal -= len(frac)
+    significant = digits.rstrip("0")
+    decimal += len(digits) - len(significant)
+    significant = significant.lstrip("0")
+    if not significant:
+        return 0
+    if len(significant) > _MAX_DIGITS:
+        raise QuantityError(f"quantity {raw!r} has more than {_MAX_DIGITS} significant digits")
+    # An upper bound on the decimal digits of mantissa * 2**binary * 10**decimal.
+    magnitude = len(significant) + decimal + binary * 302 // 1000 + 1
+    if magnitude > 20:
+        raise QuantityError(f"quantity {raw!r} is too large (beyond {INT64_MAX})")
+    if magnitude <= 0:
+        raise QuantityError(f"quantity {raw!r} is not a whole number")
+    value = int(significant) << binary
+    if decimal < 0:
+        value, rest = divmod(value, 10**-decimal)
+        if rest:
+            raise QuantityError(f"quantity {raw!r} is not a whole number")
+    else:
+        value *= 10**decimal
+    if value > INT64_MAX:
+        raise QuantityError(f"quantity {raw!r} is too large (beyond {INT64_MAX})")
+    return -value if match["sign"] == "-" else value
 
 
 def format_bytes(value: int) -> str:
