@@ -22,9 +22,7 @@ from cgpu.core import gpus
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.core.gpus import GPU, list_gpus
 from cgpu.core.injection import shim_mounts, write_preload
-from cgpu.core.layout import CDI_KIND as KIND
-from cgpu.core.layout import CDI_SPEC_FILE as DEFAULT_OUTPUT
-from cgpu.core.layout import ENV_CDI_DEVICE_PREFIX, PRELOAD_NAME
+from cgpu.core.layout import CDI_KIND, CDI_SPEC_FILE, ENV_CDI_DEVICE_PREFIX, PRELOAD_NAME
 from cgpu.core.paths import shim_path
 from cgpu.hooks.cdi_version import VERSIONS, VersionError, choose_version
 from cgpu.hooks.emit import cgpu_argv, oci_hook, write_json
@@ -67,7 +65,7 @@ def build_spec(
     ]
     spec: dict[str, Any] = {
         "cdiVersion": "",
-        "kind": KIND,
+        "kind": CDI_KIND,
         "devices": devices,
         "containerEdits": {
             "mounts": mounts,
@@ -82,7 +80,7 @@ def build_spec(
 class Config:
     """The options of `cgpu cdi`, read once from the command line."""
 
-    output: str = DEFAULT_OUTPUT
+    output: str = CDI_SPEC_FILE
     state_dir: str = DEFAULT_STATE_DIR  # made absolute
     cgpu: str | None = None
     cdi_version: str | None = None  # None: the lowest that expresses the spec
@@ -103,7 +101,7 @@ class Config:
 def register(parser: argparse.ArgumentParser) -> None:
     """Options of `cgpu cdi`."""
     parser.add_argument(
-        "--output", default=DEFAULT_OUTPUT, help="spec path, or - (default %(default)s)"
+        "--output", default=CDI_SPEC_FILE, help="spec path, or - (default %(default)s)"
     )
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="default %(default)s")
     parser.add_argument("--cgpu", help="the cgpu executable the runtime runs (default: this one)")

@@ -5,8 +5,7 @@ from __future__ import annotations
 import re
 
 from cgpu.core.gpus import GPU
-from cgpu.core.layout import ENV_CDI_DEVICE_PREFIX, ENV_VISIBLE_DEVICES
-from cgpu.core.layout import UUID_RE as _UUID_RE
+from cgpu.core.layout import ENV_CDI_DEVICE_PREFIX, ENV_VISIBLE_DEVICES, UUID_RE
 from cgpu.core.request import MAX_ORDINALS, Fixed, Share, slice_for
 from cgpu.hooks.errors import RequestError
 
@@ -21,7 +20,7 @@ def _find(gpus: list[GPU], ident: str, variable: str) -> GPU:
     ident = ident.strip()
     if _INDEX_RE.match(ident):
         found = [g for g in gpus if g.index == int(ident)]
-    elif _UUID_RE.match(ident):
+    elif UUID_RE.match(ident):
         found = [g for g in gpus if g.uuid == ident]
     else:
         raise RequestError(f"{variable}: {ident[:100]!r} is neither a GPU index nor a GPU UUID")
@@ -62,7 +61,7 @@ def cuda_order(env: dict[str, str], visible: list[GPU]) -> list[GPU]:
     for item in (i.strip() for i in value.split(",")):
         if _INDEX_RE.match(item) and int(item) < len(visible):
             matches = [visible[int(item)]]
-        elif item.startswith("GPU-") and _UUID_RE.match(item):
+        elif item.startswith("GPU-") and UUID_RE.match(item):
             matches = [g for g in visible if g.uuid.startswith(item)]
         else:
             break

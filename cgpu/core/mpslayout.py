@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cgpu.core.files import atomic_write
-from cgpu.core.layout import MPS_ROOT, UUID_RE
+from cgpu.core.layout import UUID_RE
 
-DEFAULT_ROOT = MPS_ROOT
 HEALTH_NAME = "health.json"
 READY = "ready"
 DOWN = "down"

@@ -10,11 +10,9 @@ import grpc
 
 from cgpu.core.api import podresources_v1_pb2 as pr
 from cgpu.core.api import podresources_v1_pb2_grpc as pr_grpc
-from cgpu.core.layout import POD_RESOURCES_SOCKET
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SOCKET = POD_RESOURCES_SOCKET
 
 Owner = tuple[str, str, str]  # (namespace, pod, container)
 

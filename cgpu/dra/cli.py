@@ -13,10 +13,10 @@ from cgpu.core import context_cost, ownership, paths
 from cgpu.core.containers import DEFAULT_STATE_DIR
 from cgpu.core.gpus import GPUError
 from cgpu.core.hostfiles import install_shim, write_preload
-from cgpu.core.layout import SOURCE_DRA
+from cgpu.core.layout import CDI_DIR, KUBELET_DIR, SOURCE_DRA
 from cgpu.dra import inventory as inv
 from cgpu.dra.checkpoint import Checkpoint
-from cgpu.dra.config import DEFAULT_CDI_DIR, DEFAULT_KUBELET_DIR, Config
+from cgpu.dra.config import Config
 from cgpu.dra.health import HealthWatcher
 from cgpu.dra.healthservice import HealthService
 from cgpu.dra.kubeapi import KubeError, connect
@@ -32,10 +32,10 @@ RETAKE_S = 5.0  # try this often to own the GPUs the device plugin held at start
 
 def register(parser: argparse.ArgumentParser) -> None:
     """Options of `cgpu dra-driver`."""
-    parser.add_argument("--kubelet-dir", default=DEFAULT_KUBELET_DIR, help="default %(default)s")
+    parser.add_argument("--kubelet-dir", default=KUBELET_DIR, help="default %(default)s")
     parser.add_argument("--state-dir", default=DEFAULT_STATE_DIR, help="default %(default)s")
     parser.add_argument(
-        "--cdi-dir", default=DEFAULT_CDI_DIR, help="CDI specs of claims (default %(default)s)"
+        "--cdi-dir", default=CDI_DIR, help="CDI specs of claims (default %(default)s)"
     )
     parser.add_argument(
         "--kubeconfig",

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cgpu.core.containers import DEFAULT_STATE_DIR
-from cgpu.core.layout import CDI_DIR as DEFAULT_CDI_DIR
-from cgpu.core.layout import KUBELET_DIR as DEFAULT_KUBELET_DIR
+from cgpu.core.layout import CDI_DIR, KUBELET_DIR
 from cgpu.dra.names import DRA_SOCKET, DRIVER, REGISTRATION_SOCKET
 
 
@@ -17,9 +16,9 @@ from cgpu.dra.names import DRA_SOCKET, DRIVER, REGISTRATION_SOCKET
 class Config:
     """The options of `cgpu dra-driver`, read once from the command line."""
 
-    kubelet_dir: Path = Path(DEFAULT_KUBELET_DIR)
+    kubelet_dir: Path = Path(KUBELET_DIR)
     state_dir: Path = Path(DEFAULT_STATE_DIR)
-    cdi_dir: Path = Path(DEFAULT_CDI_DIR)
+    cdi_dir: Path = Path(CDI_DIR)
     node_name: str = ""
     kubeconfig: str | None = None
     health_recovery: float = 300.0

@@ -15,11 +15,12 @@ from prometheus_client.process_collector import ProcessCollector
 
 from cgpu.core.config import ConfigError, parse_size
 from cgpu.core.containers import DEFAULT_STATE_DIR
+from cgpu.core.layout import GPU_MEM, POD_RESOURCES_SOCKET
 from cgpu.exporter.collector import CgpuCollector
 from cgpu.exporter.enforce import Enforcer
 from cgpu.exporter.hostview import Attributor
 from cgpu.exporter.nvml import NvmlSource
-from cgpu.exporter.podresources import DEFAULT_RESOURCE, DEFAULT_SOCKET, PodResourcesSource
+from cgpu.exporter.podresources import PodResourcesSource
 from cgpu.exporter.server import MetricsServer
 
 log = logging.getLogger("cgpu.exporter")
@@ -52,8 +53,8 @@ class Config:
     port: int = 9445
     address: str = "0.0.0.0"
     state_dir: str = DEFAULT_STATE_DIR
-    pod_resources_socket: str = DEFAULT_SOCKET
-    resource_name: str = DEFAULT_RESOURCE
+    pod_resources_socket: str = POD_RESOURCES_SOCKET
+    resource_name: str = GPU_MEM
     nvml_retry: float = 30.0
     log_level: str = "INFO"
     host_view: bool = True
@@ -94,14 +95,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--pod-resources-socket",
-        default=DEFAULT_SOCKET,
-        help=f"kubelet pod-resources socket (default {DEFAULT_SOCKET}); labels fall back to "
+        default=POD_RESOURCES_SOCKET,
+        help=f"kubelet pod-resources socket (default {POD_RESOURCES_SOCKET}); labels fall back to "
         "meta.json when it is absent",
     )
     parser.add_argument(
         "--resource-name",
-        default=DEFAULT_RESOURCE,
-        help=f"the device plugin's resource, matched in pod-resources (default {DEFAULT_RESOURCE})",
+        default=GPU_MEM,
+        help=f"the device plugin's resource, matched in pod-resources (default {GPU_MEM})",
     )
     parser.add_argument(
         "--nvml-retry",

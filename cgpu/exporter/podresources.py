@@ -16,9 +16,7 @@ import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 
-from cgpu.core.layout import DRA_DRIVER
-from cgpu.core.layout import GPU_MEM as DEFAULT_RESOURCE
-from cgpu.core.layout import POD_RESOURCES_SOCKET as DEFAULT_SOCKET
+from cgpu.core.layout import DRA_DRIVER, GPU_MEM, POD_RESOURCES_SOCKET
 from cgpu.exporter.labels import Identity
 
 log = logging.getLogger(__name__)
@@ -65,8 +63,8 @@ class PodResourcesSource:
 
     def __init__(
         self,
-        socket_path: str = DEFAULT_SOCKET,
-        resource: str = DEFAULT_RESOURCE,
+        socket_path: str = POD_RESOURCES_SOCKET,
+        resource: str = GPU_MEM,
         timeout: float = 1.0,
         ttl: float = 10.0,
         min_refresh: float = 1.0,

@@ -14,7 +14,6 @@ from typing import Any
 from cgpu.core.layout import DRA_DRIVER
 from cgpu.core.quantity import QuantityError, parse_quantity
 
-DRIVER = DRA_DRIVER
 Obj = dict[str, Any]
 
 
@@ -47,7 +46,7 @@ def _quantity(raw: Any) -> int:
 
 def gpus(slices: list[Obj]) -> dict[tuple[str, str], DraGpu]:
     """{(pool, device): GPU} from the driver's slices, newest pool generation only."""
-    ours = [s for s in slices if (s.get("spec") or {}).get("driver") == DRIVER]
+    ours = [s for s in slices if (s.get("spec") or {}).get("driver") == DRA_DRIVER]
     newest: dict[str, int] = {}
     for s in ours:
         pool = s["spec"].get("pool") or {}
@@ -86,7 +85,7 @@ def usage(slices: list[Obj], claims: list[Obj]) -> list[DraGpu]:
         held: dict[tuple[str, str], ClaimShare] = {}
         for result in (allocation.get("devices") or {}).get("results") or []:
             key = (str(result.get("pool", "")), str(result.get("device", "")))
-            if result.get("driver") != DRIVER or key not in found:
+            if result.get("driver") != DRA_DRIVER or key not in found:
                 continue
             consumed = result.get("consumedCapacity") or {}
             gpu = found[key]

@@ -20,10 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cgpu.core.layout import GPU_CORE as CORE
-from cgpu.core.layout import GPU_COUNT as COUNT
-from cgpu.core.layout import GPU_MEM as MEM
-from cgpu.core.layout import GPU_MEM_IDX as IDX
+from cgpu.core.layout import GPU_CORE, GPU_COUNT, GPU_MEM, GPU_MEM_IDX
 
 from .dra import DraGpu
 
@@ -45,7 +42,7 @@ def _resource(node: dict[str, Any], name: str) -> int:
     return 0
 
 
-def pod_units(pod: dict[str, Any], resource: str = MEM) -> int:
+def pod_units(pod: dict[str, Any], resource: str = GPU_MEM) -> int:
     """The pod's `resource` (aliyun.com/gpu-mem by default): the sum over its containers'
     limits (else requests)."""
     total = 0
@@ -132,7 +129,7 @@ def _addresses(node: dict[str, Any]) -> tuple[str, str]:
 
 
 def _indexes(pod: dict[str, Any]) -> list[int] | None:
-    raw = str(((pod.get("metadata") or {}).get("annotations") or {}).get(IDX, "")).strip()
+    raw = str(((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_MEM_IDX, "")).strip()
     parts = [p.strip() for p in raw.split(",")] if raw else []
     if not parts or not all(p.isdigit() for p in parts):
         return None
@@ -151,13 +148,13 @@ def build_nodes(
     claims on each published GPU."""
     out: dict[str, GpuNode] = {}
     for node in nodes:
-        total = _resource(node, MEM)
+        total = _resource(node, GPU_MEM)
         if total <= 0:
             continue
         name = (node.get("metadata") or {}).get("name", "")
         internal, first = _addresses(node)
-        info = GpuNode(name, internal, first, _resource(node, COUNT), total)
-        info.compute_total = _resource(node, CORE)
+        info = GpuNode(name, internal, first, _resource(node, GPU_COUNT), total)
+        info.compute_total = _resource(node, GPU_CORE)
         compute_per_gpu = info.compute_total // info.gpu_count if info.gpu_count else 0
         for i in range(info.gpu_count):
             info.devices[i] = Device(i, info.per_gpu, compute_total=compute_per_gpu)
@@ -165,7 +162,7 @@ def build_nodes(
     for pod in pods:
         phase = (pod.get("status") or {}).get("phase")
         info = out.get((pod.get("spec") or {}).get("nodeName") or "")
-        units, percent = pod_units(pod), pod_units(pod, CORE)
+        units, percent = pod_units(pod), pod_units(pod, GPU_CORE)
         if info is None or phase in ("Succeeded", "Failed") or units + percent <= 0:
             continue
         if not units and not info.compute_total:

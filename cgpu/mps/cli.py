@@ -12,6 +12,7 @@ from types import FrameType
 
 from cgpu.core import mpslayout
 from cgpu.core.config import ConfigError, parse_size
+from cgpu.core.layout import MPS_ROOT
 from cgpu.mps.control import CONTROL_BINARY
 from cgpu.mps.supervisor import EXCLUSIVE_PROCESS, Supervisor, SupervisorConfig
 
@@ -69,7 +70,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add(
         "--root",
         type=Path,
-        default=Path(mpslayout.DEFAULT_ROOT),
+        default=Path(MPS_ROOT),
         help="host directory for <gpu-uuid>/{pipe,log}, the health files and shm "
         "(default: %(default)s)",
     )

@@ -13,15 +13,18 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cgpu.core.layout import (
+    GPU_MEM_ASSIGNED,
+    GPU_MEM_ASSUME_TIME,
+    GPU_MEM_DEV,
+    GPU_MEM_IDX,
+    GPU_MEM_POD,
+)
+
 from .fit import place
 from .kubeapi import KubeError
 from .podspec import (
-    ASSIGNED,
-    ASSUME_TIME,
-    DEV,
     GPUSHARE_ANNOTATIONS,
-    IDX,
-    POD_TOTAL,
     SpecError,
     gpu_request,
 )
@@ -63,11 +66,11 @@ class BindResult:
 def annotations_for(gpus: tuple[int, ...], total: int, dev_units: int) -> dict[str, str]:
     """The five gpushare annotations for a pod placed on `gpus`."""
     return {
-        IDX: ",".join(str(g) for g in gpus),
-        POD_TOTAL: str(total),
-        DEV: str(dev_units),
-        ASSIGNED: "false",
-        ASSUME_TIME: str(time.time_ns()),
+        GPU_MEM_IDX: ",".join(str(g) for g in gpus),
+        GPU_MEM_POD: str(total),
+        GPU_MEM_DEV: str(dev_units),
+        GPU_MEM_ASSIGNED: "false",
+        GPU_MEM_ASSUME_TIME: str(time.time_ns()),
     }
 
 
@@ -98,7 +101,7 @@ class Binder:
             reason = "pod_not_found" if err.status == 404 else "api_error"
             raise BindError(str(err), reason) from err
         spec, meta = pod.get("spec") or {}, pod.get("metadata") or {}
-        done = spec.get("nodeName") == node and IDX in (meta.get("annotations") or {})
+        done = spec.get("nodeName") == node and GPU_MEM_IDX in (meta.get("annotations") or {})
         if done and (not uid or meta.get("uid") == uid):
             return None
         self._check(pod, namespace, name, uid)

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .podspec import COMPUTE_RESOURCE, COUNT_RESOURCE, GpuRequest
+from cgpu.core.layout import GPU_CORE, GPU_COUNT
+
+from .podspec import GpuRequest
 
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 
@@ -143,7 +145,7 @@ def place(view: NodeView, request: GpuRequest, gpu_policy: str) -> Verdict:
     gpus = len(view.free)
     if count > gpus:
         return Verdict(
-            reason=f"pod needs {count} GPUs ({COUNT_RESOURCE}={count}), the node has {gpus}",
+            reason=f"pod needs {count} GPUs ({GPU_COUNT}={count}), the node has {gpus}",
             permanent=True,
         )
     if need > view.per_gpu:
@@ -163,7 +165,7 @@ def place(view: NodeView, request: GpuRequest, gpu_policy: str) -> Verdict:
         else:
             reason = (
                 f"only {len(candidates)} of {gpus} GPUs have {need} free units, "
-                f"the pod needs {count} ({COUNT_RESOURCE}={count})"
+                f"the pod needs {count} ({GPU_COUNT}={count})"
             )
         return Verdict(reason=reason)
     if view.unplaced and view.spare < request.total:
@@ -185,7 +187,7 @@ def _place_with_compute(view: NodeView, request: GpuRequest, gpu_policy: str) ->
     """One GPU holding both the pod's memory and its compute (a compute share is one-GPU)."""
     need, percent = request.per_gpu, request.compute
     if not view.compute_per_gpu:
-        reason = view.compute_error or f"node advertises no {COMPUTE_RESOURCE}"
+        reason = view.compute_error or f"node advertises no {GPU_CORE}"
         return Verdict(reason=reason, permanent=True)
     if percent > view.compute_per_gpu:
         return Verdict(
@@ -245,7 +247,7 @@ def _closed_reason(
         return why
     return (
         f"only {len(candidates)} of {len(roomy)} GPUs with {need} free units take a pod "
-        f"without a compute limit, the pod needs {count} ({COUNT_RESOURCE}={count}): {why}"
+        f"without a compute limit, the pod needs {count} ({GPU_COUNT}={count}): {why}"
     )
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from cgpu.core.layout import GPU_MEM
+
 from .binder import Binder, BindError
 from .fit import check, score
 from .metrics import Metrics
-from .podspec import MEM_RESOURCE, SpecError, gpu_request
+from .podspec import SpecError, gpu_request
 from .state import ClusterState
 
-UNKNOWN_NODE = f"node is unknown to the cgpu extender (no {MEM_RESOURCE} node seen)"
+UNKNOWN_NODE = f"node is unknown to the cgpu extender (no {GPU_MEM} node seen)"
 NOT_SYNCED = "the extender has not finished listing the cluster yet; retry"
 
 

@@ -6,19 +6,27 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from cgpu.core.layout import GPU_CORE as COMPUTE_RESOURCE
-from cgpu.core.layout import GPU_COUNT as COUNT_RESOURCE
-from cgpu.core.layout import GPU_MEM as MEM_RESOURCE
-from cgpu.core.layout import GPU_MEM_ASSIGNED as ASSIGNED
-from cgpu.core.layout import GPU_MEM_ASSUME_TIME as ASSUME_TIME
-from cgpu.core.layout import GPU_MEM_DEV as DEV
-from cgpu.core.layout import GPU_MEM_IDX as IDX
-from cgpu.core.layout import GPU_MEM_POD as POD_TOTAL
-from cgpu.core.layout import GPU_POLICY_ANNOTATION as GPU_POLICY
-from cgpu.core.layout import NODE_POLICY_ANNOTATION as NODE_POLICY
+from cgpu.core.layout import (
+    GPU_CORE,
+    GPU_COUNT,
+    GPU_MEM,
+    GPU_MEM_ASSIGNED,
+    GPU_MEM_ASSUME_TIME,
+    GPU_MEM_DEV,
+    GPU_MEM_IDX,
+    GPU_MEM_POD,
+    GPU_POLICY_ANNOTATION,
+    NODE_POLICY_ANNOTATION,
+)
 
 COMPUTE_PER_GPU = 100
-GPUSHARE_ANNOTATIONS = (IDX, POD_TOTAL, DEV, ASSIGNED, ASSUME_TIME)
+GPUSHARE_ANNOTATIONS = (
+    GPU_MEM_IDX,
+    GPU_MEM_POD,
+    GPU_MEM_DEV,
+    GPU_MEM_ASSIGNED,
+    GPU_MEM_ASSUME_TIME,
+)
 POLICIES = ("binpack", "spread")
 
 _SUFFIX = {
@@ -63,18 +71,18 @@ def _container_amounts(pod: dict[str, Any], resource: str) -> list[int]:
 
 def container_units(pod: dict[str, Any]) -> list[int]:
     """aliyun.com/gpu-mem of each (non-init) container: its limit, else its request."""
-    return _container_amounts(pod, MEM_RESOURCE)
+    return _container_amounts(pod, GPU_MEM)
 
 
 def container_compute(pod: dict[str, Any]) -> list[int]:
     """aliyun.com/gpu-core.percentage of each (non-init) container, each at most 100."""
-    percents = _container_amounts(pod, COMPUTE_RESOURCE)
+    percents = _container_amounts(pod, GPU_CORE)
     containers = (pod.get("spec") or {}).get("containers") or []
     for container, percent in zip(containers, percents, strict=True):
         if percent > COMPUTE_PER_GPU:
             name = (container or {}).get("name", "?")
             raise SpecError(
-                f"container {name} asks for {percent} {COMPUTE_RESOURCE}: a container gets at "
+                f"container {name} asks for {percent} {GPU_CORE}: a container gets at "
                 f"most {COMPUTE_PER_GPU} (one GPU's compute)"
             )
     return percents
@@ -85,7 +93,7 @@ def pod_compute(pod: dict[str, Any]) -> int:
     total = sum(container_compute(pod))
     if total > COMPUTE_PER_GPU:
         raise SpecError(
-            f"the pod's containers ask for {total} {COMPUTE_RESOURCE} in all: they share one "
+            f"the pod's containers ask for {total} {GPU_CORE} in all: they share one "
             f"GPU, which has {COMPUTE_PER_GPU}"
         )
     return total
@@ -126,36 +134,34 @@ def gpu_request(pod: dict[str, Any]) -> GpuRequest:
     meta = pod.get("metadata") or {}
     total = sum(container_units(pod))
     labels = meta.get("labels") or {}
-    raw_count = labels.get(COUNT_RESOURCE)
+    raw_count = labels.get(GPU_COUNT)
     count = 1
     if raw_count is not None:
         text = str(raw_count).strip()
         if not text.isdigit() or int(text) < 1:
-            raise SpecError(f"label {COUNT_RESOURCE}={raw_count!r} is not a positive integer")
+            raise SpecError(f"label {GPU_COUNT}={raw_count!r} is not a positive integer")
         count = int(text)
     if total and total % count:
-        raise SpecError(
-            f"{MEM_RESOURCE}={total} does not split evenly over {COUNT_RESOURCE}={count} GPUs"
-        )
+        raise SpecError(f"{GPU_MEM}={total} does not split evenly over {GPU_COUNT}={count} GPUs")
     compute = pod_compute(pod)
     if compute and count > 1:
         raise SpecError(
-            f"{COMPUTE_RESOURCE}={compute} with {COUNT_RESOURCE}={count}: a compute share "
+            f"{GPU_CORE}={compute} with {GPU_COUNT}={count}: a compute share "
             "applies to a one-GPU container"
         )
     annotations = meta.get("annotations") or {}
     return GpuRequest(
         total,
         count,
-        _policy(annotations, NODE_POLICY),
-        _policy(annotations, GPU_POLICY),
+        _policy(annotations, NODE_POLICY_ANNOTATION),
+        _policy(annotations, GPU_POLICY_ANNOTATION),
         compute,
     )
 
 
 def pinned_indexes(annotations: dict[str, str]) -> tuple[int, ...] | None:
     """GPU indexes in ALIYUN_COM_GPU_MEM_IDX, or None when absent or malformed."""
-    raw = (annotations.get(IDX) or "").strip()
+    raw = (annotations.get(GPU_MEM_IDX) or "").strip()
     if not raw:
         return None
     parts = [p.strip() for p in raw.split(",")]
@@ -191,17 +197,17 @@ def _resource(status: dict[str, Any], name: str) -> Any:
 def node_gpus(node: dict[str, Any]) -> NodeGpus:
     """GPU count and units per GPU from allocatable (else capacity); malformed -> error."""
     status = node.get("status") or {}
-    raw_mem = _resource(status, MEM_RESOURCE)
-    raw_count = _resource(status, COUNT_RESOURCE)
+    raw_mem = _resource(status, GPU_MEM)
+    raw_count = _resource(status, GPU_COUNT)
     if raw_mem is None:
-        return NodeGpus(0, 0, f"node advertises no {MEM_RESOURCE}")
+        return NodeGpus(0, 0, f"node advertises no {GPU_MEM}")
     try:
-        mem = quantity(raw_mem, MEM_RESOURCE)
-        count = quantity(raw_count, COUNT_RESOURCE) if raw_count is not None else 1
+        mem = quantity(raw_mem, GPU_MEM)
+        count = quantity(raw_count, GPU_COUNT) if raw_count is not None else 1
     except SpecError as err:
         return NodeGpus(0, 0, f"node capacity {err}")
     if count < 1 or mem < 1:
-        return NodeGpus(0, 0, f"node advertises {mem} {MEM_RESOURCE} on {count} GPUs")
+        return NodeGpus(0, 0, f"node advertises {mem} {GPU_MEM} on {count} GPUs")
     compute, compute_error = _node_compute(status, count)
     return NodeGpus(count, mem // count, None, compute, compute_error)
 
@@ -210,11 +216,11 @@ def _node_compute(status: dict[str, Any], count: int) -> tuple[int, str | None]:
     """Percent of compute per GPU the node advertises (0 when none), and why 0 if malformed.
 
     Malformed fails closed: no compute pod goes to that node, memory pods still do."""
-    raw = _resource(status, COMPUTE_RESOURCE)
+    raw = _resource(status, GPU_CORE)
     if raw is None:
         return 0, None
     try:
-        compute = quantity(raw, COMPUTE_RESOURCE)
+        compute = quantity(raw, GPU_CORE)
     except SpecError as err:
         return 0, f"node capacity {err}"
     return min(compute // count, COMPUTE_PER_GPU), None

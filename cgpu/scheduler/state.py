@@ -17,9 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cgpu.core.layout import GPU_MEM_POD
+
 from .fit import NodeView
 from .podspec import (
-    POD_TOTAL,
     NodeGpus,
     SpecError,
     container_compute,
@@ -126,7 +127,7 @@ def _holding_of(pod: dict[str, Any], units: list[int], compute: int) -> Holding:
     annotations = meta.get("annotations") or {}
     gpus = pinned_indexes(annotations) or ()
     total = sum(units)
-    raw_total = str(annotations.get(POD_TOTAL, "")).strip()
+    raw_total = str(annotations.get(GPU_MEM_POD, "")).strip()
     if raw_total.isdigit():
         total = int(raw_total)
     namespace, name = meta.get("namespace", ""), meta.get("name", "")

@@ -10,14 +10,17 @@ from pathlib import Path
 from types import FrameType
 
 from cgpu.core import ownership, paths
-from cgpu.core.layout import DEFAULT_STATE_DIR, VOLCANO_GPU_MEMORY
+from cgpu.core.layout import (
+    DEFAULT_STATE_DIR,
+    DEVICE_PLUGIN_DIR,
+    GPU_CORE,
+    GPU_MEM,
+    MPS_ROOT,
+    POD_RESOURCES_SOCKET,
+    VOLCANO_GPU_MEMORY,
+)
 from cgpu.deviceplugin.cmd.setup import build
 from cgpu.deviceplugin.config.config import (
-    DEFAULT_COMPUTE_RESOURCE,
-    DEFAULT_KUBELET_DIR,
-    DEFAULT_MPS_ROOT,
-    DEFAULT_POD_RESOURCES_SOCKET,
-    DEFAULT_RESOURCE,
     ISOLATIONS,
     Config,
 )
@@ -31,7 +34,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add = parser.add_argument
     add(
         "--kubelet-dir",
-        default=DEFAULT_KUBELET_DIR,
+        default=DEVICE_PLUGIN_DIR,
         type=Path,
         help="the kubelet's device-plugin directory, holding kubelet.sock (default: %(default)s)",
     )
@@ -45,7 +48,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--resource-name",
-        default=DEFAULT_RESOURCE,
+        default=GPU_MEM,
         help="extended resource to advertise (default: %(default)s)",
     )
     add(
@@ -56,7 +59,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--pod-resources-socket",
-        default=DEFAULT_POD_RESOURCES_SOCKET,
+        default=POD_RESOURCES_SOCKET,
         help="the kubelet's pod-resources socket, used for cleanup (default: %(default)s)",
     )
     add(
@@ -110,7 +113,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     add(
         "--compute-resource",
-        default=DEFAULT_COMPUTE_RESOURCE,
+        default=GPU_CORE,
         help="also advertise this resource, 100 units per GPU, for a container's share of a "
         'GPU\'s compute (default: %(default)s; "" for none; never in Volcano mode)',
     )
@@ -125,7 +128,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     add(
         "--mps-root",
         type=Path,
-        default=DEFAULT_MPS_ROOT,
+        default=MPS_ROOT,
         help="the host directory of cgpu mps-daemon's pipe, log and shm directories "
         "(default: %(default)s)",
     )

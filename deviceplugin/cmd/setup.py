@@ -9,7 +9,13 @@ import pynvml
 
 from cgpu.core import context_cost, hostfiles, ownership, paths
 from cgpu.core.gpus import GPU, GPUError
-from cgpu.core.layout import SOURCE_DEVICE_PLUGIN
+from cgpu.core.layout import (
+    ENV_VOLCANO_ALLOCATED,
+    SOURCE_DEVICE_PLUGIN,
+    VOLCANO_GPU_INDEX,
+    VOLCANO_GPU_MEMORY,
+    VOLCANO_GPU_NUMBER,
+)
 from cgpu.core.podresources import PodResources
 from cgpu.deviceplugin.config.config import Config
 from cgpu.deviceplugin.errors import SetupError
@@ -58,11 +64,11 @@ def build(config: Config) -> Plugin:
         log.warning(
             "Volcano mode: each %s now counts %d MiB (as Volcano's --gpu-memory-factor=%d): "
             "a pod's %s limit is read in these units and %s reports MiB",
-            volcano.RESOURCE,
+            VOLCANO_GPU_MEMORY,
             choice.unit.mib,
             choice.unit.mib,
-            volcano.RESOURCE,
-            volcano.ENV_ALLOCATED,
+            VOLCANO_GPU_MEMORY,
+            ENV_VOLCANO_ALLOCATED,
         )
     inventory = Inventory(found, choice.unit, index_ids=volcano_mode)
     for g in inventory.gpus:
@@ -92,14 +98,14 @@ def build(config: Config) -> Plugin:
     log.info("API server: %s", f"node {node}" if client else "none, running standalone")
     if volcano_mode and client is None:
         raise SetupError(
-            f"--resource-name {volcano.RESOURCE} needs the API server (the pods' "
-            f"{volcano.GPU_INDEX} and the node's {volcano.GPU_NUMBER}): pass --kubeconfig, "
+            f"--resource-name {VOLCANO_GPU_MEMORY} needs the API server (the pods' "
+            f"{VOLCANO_GPU_INDEX} and the node's {VOLCANO_GPU_NUMBER}): pass --kubeconfig, "
             "set KUBECONFIG, or run in-cluster"
         )
     mps = MpsInjection(config.mps_root.resolve()) if config.isolation == "mps" else None
     if volcano_mode and mps is not None:
         raise SetupError(
-            f"--isolation mps is not available with --resource-name {volcano.RESOURCE}"
+            f"--isolation mps is not available with --resource-name {VOLCANO_GPU_MEMORY}"
         )
     compute = config.compute_resource if not volcano_mode else ""
     if compute and compute == config.resource_name:
@@ -176,7 +182,7 @@ def memory_base(config: Config, found: list[GPU]) -> str:
         log.warning(
             "--memory-unit GiB ignored: Volcano counts %s in MiB, so the plugin advertises "
             "MiB units",
-            volcano.RESOURCE,
+            VOLCANO_GPU_MEMORY,
         )
     sizes = {g.total_bytes // (1 << 20) for g in found}
     if len(sizes) > 1:
@@ -184,7 +190,7 @@ def memory_base(config: Config, found: list[GPU]) -> str:
             "GPUs of different sizes (%s MiB): Volcano's scheduler assumes every card has "
             "the node's %s divided by %s",
             ", ".join(str(s) for s in sorted(sizes)),
-            volcano.RESOURCE,
-            volcano.GPU_NUMBER,
+            VOLCANO_GPU_MEMORY,
+            VOLCANO_GPU_NUMBER,
         )
     return "MiB"

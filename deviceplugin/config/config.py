@@ -6,22 +6,16 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from cgpu.core.layout import DEFAULT_STATE_DIR
-from cgpu.core.layout import DEVICE_PLUGIN_DIR as DEFAULT_KUBELET_DIR
-from cgpu.core.layout import GPU_CORE as DEFAULT_COMPUTE_RESOURCE
-from cgpu.core.layout import GPU_MEM as DEFAULT_RESOURCE
-from cgpu.core.layout import MPS_ROOT as DEFAULT_MPS_ROOT
-from cgpu.core.layout import POD_RESOURCES_SOCKET as DEFAULT_POD_RESOURCES_SOCKET
+from cgpu.core.layout import (
+    DEFAULT_STATE_DIR,
+    DEVICE_PLUGIN_DIR,
+    GPU_CORE,
+    GPU_MEM,
+    MPS_ROOT,
+    POD_RESOURCES_SOCKET,
+)
 
-__all__ = [
-    "DEFAULT_COMPUTE_RESOURCE",
-    "DEFAULT_KUBELET_DIR",
-    "DEFAULT_MPS_ROOT",
-    "DEFAULT_POD_RESOURCES_SOCKET",
-    "DEFAULT_RESOURCE",
-    "ISOLATIONS",
-    "Config",
-]
+__all__ = ["ISOLATIONS", "Config"]
 ISOLATIONS = ("shim", "mps")
 
 
@@ -29,11 +23,11 @@ ISOLATIONS = ("shim", "mps")
 class Config:
     """The options of `cgpu device-plugin`, read once from the command line."""
 
-    kubelet_dir: Path = Path(DEFAULT_KUBELET_DIR)
+    kubelet_dir: Path = Path(DEVICE_PLUGIN_DIR)
     memory_unit: str | None = None  # None: the mode's default (GiB; MiB for Volcano)
-    resource_name: str = DEFAULT_RESOURCE
+    resource_name: str = GPU_MEM
     state_dir: Path = Path(DEFAULT_STATE_DIR)
-    pod_resources_socket: str = DEFAULT_POD_RESOURCES_SOCKET
+    pod_resources_socket: str = POD_RESOURCES_SOCKET
     host_shim_path: Path | None = None
     kubeconfig: str | None = None
     node_name: str | None = None
@@ -42,9 +36,9 @@ class Config:
     cleanup_interval: float = 30.0
     cleanup_grace: float = 600.0
     log_level: str = "INFO"
-    compute_resource: str = DEFAULT_COMPUTE_RESOURCE  # "" serves no compute resource
+    compute_resource: str = GPU_CORE  # "" serves no compute resource
     isolation: str = "shim"
-    mps_root: Path = Path(DEFAULT_MPS_ROOT)
+    mps_root: Path = Path(MPS_ROOT)
     gpus: frozenset[str] | None = None  # --gpus: the GPUs it may own (None: all)
 
     @classmethod

@@ -10,11 +10,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cgpu.core.layout import GPU_COUNT as GPU_COUNT_LABEL
-from cgpu.core.layout import GPU_MEM_ASSIGNED as ASSIGNED_ANNOTATION
-from cgpu.core.layout import GPU_MEM_ASSUME_TIME as ASSUME_TIME_ANNOTATION
-from cgpu.core.layout import GPU_MEM_IDX as IDX_ANNOTATION
-from cgpu.core.layout import GPU_MEM_POD as POD_ANNOTATION
+from cgpu.core.layout import (
+    GPU_COUNT,
+    GPU_MEM_ASSIGNED,
+    GPU_MEM_ASSUME_TIME,
+    GPU_MEM_IDX,
+    GPU_MEM_POD,
+)
 
 
 class PodError(ValueError):
@@ -48,7 +50,7 @@ class PodInfo:
     @property
     def gpu_count(self) -> int:
         """GPUs each container spreads over (label aliyun.com/gpu-count, default 1)."""
-        raw = self.labels.get(GPU_COUNT_LABEL)
+        raw = self.labels.get(GPU_COUNT)
         if raw is None:
             return 1
         try:
@@ -57,7 +59,7 @@ class PodInfo:
             value = 0
         if value < 1:
             raise PodError(
-                f"pod {self.namespace}/{self.name}: label {GPU_COUNT_LABEL}={raw!r} "
+                f"pod {self.namespace}/{self.name}: label {GPU_COUNT}={raw!r} "
                 "is not a positive integer"
             )
         return value
@@ -65,7 +67,7 @@ class PodInfo:
     @property
     def pinned(self) -> list[int]:
         """GPU indexes the gpushare scheduler extender chose (ALIYUN_COM_GPU_MEM_IDX)."""
-        raw = self.annotations.get(IDX_ANNOTATION, "").strip()
+        raw = self.annotations.get(GPU_MEM_IDX, "").strip()
         if not raw:
             return []
         try:
@@ -74,7 +76,7 @@ class PodInfo:
             indexes = [-1]
         if any(i < 0 for i in indexes):
             raise PodError(
-                f"pod {self.namespace}/{self.name}: annotation {IDX_ANNOTATION}={raw!r} "
+                f"pod {self.namespace}/{self.name}: annotation {GPU_MEM_IDX}={raw!r} "
                 "is not a GPU index or a comma list of them"
             )
         return indexes
@@ -82,19 +84,19 @@ class PodInfo:
     @property
     def assigned(self) -> bool:
         """Whether a device plugin already allocated this pod (ALIYUN_COM_GPU_MEM_ASSIGNED)."""
-        return self.annotations.get(ASSIGNED_ANNOTATION, "").lower() == "true"
+        return self.annotations.get(GPU_MEM_ASSIGNED, "").lower() == "true"
 
     @property
     def order(self) -> tuple[float, str, str]:
         """Admission order: the extender's assume time, else creation time."""
-        raw = self.annotations.get(ASSUME_TIME_ANNOTATION, "")
+        raw = self.annotations.get(GPU_MEM_ASSUME_TIME, "")
         stamp = int(raw) / 1e9 if raw.isdigit() else self.created
         return (stamp, self.namespace, self.name)
 
     @property
     def total_units(self) -> int:
         """The pod's request: the annotation when the extender set it, else the containers'."""
-        raw = self.annotations.get(POD_ANNOTATION, "")
+        raw = self.annotations.get(GPU_MEM_POD, "")
         if raw.isdigit():
             return int(raw)
         return sum(c.units for c in self.containers if not c.init)

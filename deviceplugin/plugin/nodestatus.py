@@ -13,7 +13,7 @@ import logging
 import threading
 from typing import Any
 
-from cgpu.core.layout import GPU_COUNT
+from cgpu.core.layout import GPU_COUNT, VOLCANO_GPU_NUMBER, VOLCANO_UNHEALTHY_IDS
 from cgpu.deviceplugin.kube.client import KubeClient, KubeError
 from cgpu.deviceplugin.rm import volcano
 from cgpu.deviceplugin.rm.inventory import Inventory
@@ -36,10 +36,10 @@ class NodeStatus:
         count = str(len(self.inventory.gpus))
         if not self.volcano:
             return {"status": {"capacity": {GPU_COUNT: count}}}
-        number = {volcano.GPU_NUMBER: count}
+        number = {VOLCANO_GPU_NUMBER: count}
         return {
             "metadata": {
-                "annotations": {volcano.UNHEALTHY_IDS: volcano.unhealthy_ids(self.inventory)}
+                "annotations": {VOLCANO_UNHEALTHY_IDS: volcano.unhealthy_ids(self.inventory)}
             },
             "status": {"capacity": number, "allocatable": dict(number)},
         }

@@ -15,8 +15,7 @@ from collections.abc import Sequence
 import grpc
 
 from cgpu.core.gpus import GPU
-from cgpu.core.layout import ENV_VISIBLE_DEVICES, SOURCE_DEVICE_PLUGIN
-from cgpu.core.layout import GPU_CORE as RESOURCE
+from cgpu.core.layout import ENV_VISIBLE_DEVICES, GPU_CORE, SOURCE_DEVICE_PLUGIN
 from cgpu.deviceplugin.errors import AllocationError
 from cgpu.deviceplugin.kube.client import KubeError
 from cgpu.deviceplugin.kube.pods import PodError, PodInfo
@@ -52,7 +51,7 @@ class ComputePolicy:
     lookups, the same lock, the same container directories.
     """
 
-    def __init__(self, inventory: Inventory, assignments: Assignments, resource: str = RESOURCE):
+    def __init__(self, inventory: Inventory, assignments: Assignments, resource: str = GPU_CORE):
         self.inventory = inventory
         self.assignments = assignments
         self.resource = resource

@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from cgpu.core.gpus import GPU
-from cgpu.core.layout import ENV_GPU_MEM_CONTAINER as CONTAINER_UNITS
-from cgpu.core.layout import ENV_GPU_MEM_DEV as DEVICE_UNITS
+from cgpu.core.layout import ENV_GPU_MEM_CONTAINER, ENV_GPU_MEM_DEV
 from cgpu.core.request import parse_env, slice_for
 
 
 def share_env(units: int, of: int) -> dict[str, str]:
     """The gpushare variables for `units` of a device's `of` units."""
-    return {CONTAINER_UNITS: str(units), DEVICE_UNITS: str(of)}
+    return {ENV_GPU_MEM_CONTAINER: str(units), ENV_GPU_MEM_DEV: str(of)}
 
 
 def slices(env: Mapping[str, str], gpus: Sequence[GPU]) -> dict[str, int]:

@@ -16,22 +16,21 @@ from dataclasses import dataclass
 
 import grpc
 
-from cgpu.core.layout import ENV_VISIBLE_DEVICES as ENV_VISIBLE
-from cgpu.core.layout import ENV_VOLCANO_ALLOCATED as ENV_ALLOCATED
-from cgpu.core.layout import ENV_VOLCANO_TOTAL as ENV_TOTAL
-from cgpu.core.layout import VOLCANO_GPU_ASSIGNED as GPU_ASSIGNED
-from cgpu.core.layout import VOLCANO_GPU_INDEX as GPU_INDEX
-from cgpu.core.layout import VOLCANO_GPU_MEMORY as RESOURCE
-from cgpu.core.layout import VOLCANO_GPU_NUMBER
-from cgpu.core.layout import VOLCANO_PREDICATE_TIME as PREDICATE_TIME
-from cgpu.core.layout import VOLCANO_UNHEALTHY_IDS as UNHEALTHY_IDS
+from cgpu.core.layout import (
+    ENV_VISIBLE_DEVICES,
+    ENV_VOLCANO_ALLOCATED,
+    ENV_VOLCANO_TOTAL,
+    VOLCANO_GPU_ASSIGNED,
+    VOLCANO_GPU_INDEX,
+    VOLCANO_GPU_MEMORY,
+    VOLCANO_PREDICATE_TIME,
+    VOLCANO_UNHEALTHY_IDS,
+)
 from cgpu.deviceplugin.errors import AllocationError
 from cgpu.deviceplugin.kube.pods import ContainerRequest, PodInfo
 from cgpu.deviceplugin.rm.inventory import GpuUnits, Inventory
 from cgpu.deviceplugin.rm.slices import slices
 from cgpu.deviceplugin.rm.units import MIB, Unit
-
-GPU_NUMBER = VOLCANO_GPU_NUMBER  # the node capacity this plugin publishes
 
 # Volcano sorts pods without a readable predicate time last (math.MaxUint64).
 NO_TIME = 2**64 - 1
@@ -44,18 +43,18 @@ def _decimal(text: str) -> bool:
 
 def is_volcano(resource: str) -> bool:
     """Whether the plugin serves Volcano's resource."""
-    return resource == RESOURCE
+    return resource == VOLCANO_GPU_MEMORY
 
 
 def predicate_time(pod: PodInfo) -> int:
     """The scheduler's predicate time in nanoseconds; unreadable or absent sorts last."""
-    raw = pod.annotations.get(PREDICATE_TIME, "")
+    raw = pod.annotations.get(VOLCANO_PREDICATE_TIME, "")
     return int(raw) if _decimal(raw) and int(raw) <= NO_TIME else NO_TIME
 
 
 def assigned(pod: PodInfo) -> bool:
     """Volcano's rule: assigned when the annotation is present and not "false"."""
-    value = pod.annotations.get(GPU_ASSIGNED)
+    value = pod.annotations.get(VOLCANO_GPU_ASSIGNED)
     return value is not None and value != "false"
 
 
@@ -88,13 +87,13 @@ def match(
 def gpu_index(pod: PodInfo) -> int:
     """The GPU index the scheduler wrote on the pod; AllocationError when absent or garbled."""
     where = f"pod {pod.namespace}/{pod.name}"
-    raw = pod.annotations.get(GPU_INDEX)
+    raw = pod.annotations.get(VOLCANO_GPU_INDEX)
     if raw is None:
         raise AllocationError(
             grpc.StatusCode.FAILED_PRECONDITION,
-            f"{where} has no {GPU_INDEX} annotation: Volcano's scheduler (with "
+            f"{where} has no {VOLCANO_GPU_INDEX} annotation: Volcano's scheduler (with "
             "predicate.GPUSharingEnable) must place pods that ask for "
-            f"{RESOURCE}; was it scheduled by another scheduler?",
+            f"{VOLCANO_GPU_MEMORY}; was it scheduled by another scheduler?",
         )
     text = raw.strip()
     if not _decimal(text):
@@ -104,7 +103,8 @@ def gpu_index(pod: PodInfo) -> int:
             else "is not a GPU index"
         )
         raise AllocationError(
-            grpc.StatusCode.INVALID_ARGUMENT, f"{where}: annotation {GPU_INDEX}={raw!r} {detail}"
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{where}: annotation {VOLCANO_GPU_INDEX}={raw!r} {detail}",
         )
     return int(text)
 
@@ -131,15 +131,15 @@ class Grant:
     def limit_bytes(self) -> int:
         """The slice the shim works out from the two variables (total x ALLOCATED / TOTAL),
         read back through the one limit parser."""
-        env = {ENV_ALLOCATED: str(self.mib), ENV_TOTAL: str(self.total_mib)}
+        env = {ENV_VOLCANO_ALLOCATED: str(self.mib), ENV_VOLCANO_TOTAL: str(self.total_mib)}
         return slices(env, [self.gpu.gpu])[self.gpu.gpu.uuid]
 
     def environment(self) -> dict[str, str]:
         """The variables Volcano's plugin sets (the seed's NVIDIA_VISIBLE_DEVICES is the index)."""
         return {
-            ENV_VISIBLE: str(self.gpu.gpu.index),
-            ENV_ALLOCATED: str(self.mib),
-            ENV_TOTAL: str(self.total_mib),
+            ENV_VISIBLE_DEVICES: str(self.gpu.gpu.index),
+            ENV_VOLCANO_ALLOCATED: str(self.mib),
+            ENV_VOLCANO_TOTAL: str(self.total_mib),
         }
 
 
@@ -152,19 +152,19 @@ def grant(inventory: Inventory, pod: PodInfo, units: int) -> Grant:
         have = ", ".join(str(g.gpu.index) for g in inventory.gpus) or "none"
         raise AllocationError(
             grpc.StatusCode.FAILED_PRECONDITION,
-            f"{where}: {GPU_INDEX}={index} names a GPU this node does not have "
+            f"{where}: {VOLCANO_GPU_INDEX}={index} names a GPU this node does not have "
             f"(GPU indexes here: {have})",
         )
     if not inventory.healthy(gpu.gpu.uuid):
         raise AllocationError(
             grpc.StatusCode.FAILED_PRECONDITION,
-            f"{where}: {GPU_INDEX}={index} names GPU {gpu.gpu.uuid}, which is Unhealthy "
-            f"(listed in the node's {UNHEALTHY_IDS})",
+            f"{where}: {VOLCANO_GPU_INDEX}={index} names GPU {gpu.gpu.uuid}, which is Unhealthy "
+            f"(listed in the node's {VOLCANO_UNHEALTHY_IDS})",
         )
     if units > gpu.units:
         raise AllocationError(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"{where}: {units * inventory.unit.mib} MiB of {RESOURCE} do not fit on GPU "
+            f"{where}: {units * inventory.unit.mib} MiB of {VOLCANO_GPU_MEMORY} do not fit on GPU "
             f"{index} ({gpu.gpu.uuid}), which has {gpu.units * inventory.unit.mib} MiB",
         )
     return Grant(gpu, units, inventory.unit)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import grpc
 
 from cgpu.core.containers import remove_container_dir
+from cgpu.core.layout import VOLCANO_GPU_ASSIGNED, VOLCANO_GPU_INDEX, VOLCANO_GPU_MEMORY
 from cgpu.deviceplugin.errors import AllocationError
 from cgpu.deviceplugin.kube.client import KubeError
 from cgpu.deviceplugin.kube.pods import PodInfo
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def volcano_marker(pod: PodInfo, gpus: list[int]) -> dict[str, str]:
     """Volcano's: volcano.sh/gpu-assigned=true, so the next Allocate takes the next pod."""
-    return {volcano.GPU_ASSIGNED: "true"}
+    return {VOLCANO_GPU_ASSIGNED: "true"}
 
 
 class VolcanoPolicy:
@@ -46,8 +47,8 @@ class VolcanoPolicy:
         if pods is None:
             raise AllocationError(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"{volcano.RESOURCE} needs the API server to find the pod's "
-                f"{volcano.GPU_INDEX}; the plugin has none (pass --kubeconfig or run in-cluster)",
+                f"{VOLCANO_GPU_MEMORY} needs the API server to find the pod's "
+                f"{VOLCANO_GPU_INDEX}; the plugin has none (pass --kubeconfig or run in-cluster)",
             )
         try:
             pending = self.assignments.pending(prune)
@@ -60,8 +61,8 @@ class VolcanoPolicy:
             raise AllocationError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"no pending pod on node {pods.node_name} has a container asking for "
-                f"{units} {volcano.RESOURCE} that is still waiting for its GPU (not "
-                f"{volcano.GPU_ASSIGNED}); was the pod deleted, or scheduled by another "
+                f"{units} {VOLCANO_GPU_MEMORY} that is still waiting for its GPU (not "
+                f"{VOLCANO_GPU_ASSIGNED}); was the pod deleted, or scheduled by another "
                 "scheduler?",
             )
         return found

@@ -8,13 +8,19 @@ import grpc
 import pytest
 
 from cgpu.core.gpus import GPU
+from cgpu.core.layout import (
+    VOLCANO_GPU_ASSIGNED,
+    VOLCANO_GPU_INDEX,
+    VOLCANO_GPU_MEMORY,
+    VOLCANO_PREDICATE_TIME,
+)
 from cgpu.deviceplugin.errors import AllocationError
 from cgpu.deviceplugin.kube.pods import parse_pod
 from cgpu.deviceplugin.rm import volcano
 from cgpu.deviceplugin.rm.inventory import Inventory
 from cgpu.deviceplugin.rm.units import MIB, Unit
 
-RES = volcano.RESOURCE
+RES = VOLCANO_GPU_MEMORY
 
 
 def pod_json(
@@ -58,12 +64,12 @@ def test_predicate_time_orders_and_unreadable_times_go_last() -> None:
     found = volcano.candidates(
         pods(
             pod_json("none", [("c", 1)], created="2024-11-20T08:00:00Z"),
-            pod_json("garbled", [("c", 1)], {volcano.PREDICATE_TIME: "soon"}),
-            pod_json("superscript", [("c", 1)], {volcano.PREDICATE_TIME: "²"}),
-            pod_json("late", [("c", 1)], {volcano.PREDICATE_TIME: "1732093800000000002"}),
-            pod_json("early", [("c", 1)], {volcano.PREDICATE_TIME: "1732093800000000001"}),
-            pod_json("tie-b", [("c", 1)], {volcano.PREDICATE_TIME: "5"}, "2024-11-20T09:01:00Z"),
-            pod_json("tie-a", [("c", 1)], {volcano.PREDICATE_TIME: "5"}, "2024-11-20T09:02:00Z"),
+            pod_json("garbled", [("c", 1)], {VOLCANO_PREDICATE_TIME: "soon"}),
+            pod_json("superscript", [("c", 1)], {VOLCANO_PREDICATE_TIME: "²"}),
+            pod_json("late", [("c", 1)], {VOLCANO_PREDICATE_TIME: "1732093800000000002"}),
+            pod_json("early", [("c", 1)], {VOLCANO_PREDICATE_TIME: "1732093800000000001"}),
+            pod_json("tie-b", [("c", 1)], {VOLCANO_PREDICATE_TIME: "5"}, "2024-11-20T09:01:00Z"),
+            pod_json("tie-a", [("c", 1)], {VOLCANO_PREDICATE_TIME: "5"}, "2024-11-20T09:02:00Z"),
         )
     )
     # Equal times: the older pod first; no time at all: last, older first.
@@ -74,7 +80,7 @@ def test_predicate_time_orders_and_unreadable_times_go_last() -> None:
     ("value", "assigned"), [(None, False), ("false", False), ("true", True), ("yes", True)]
 )
 def test_assigned_follows_volcanos_rule(value: str | None, assigned: bool) -> None:
-    notes = {} if value is None else {volcano.GPU_ASSIGNED: value}
+    notes = {} if value is None else {VOLCANO_GPU_ASSIGNED: value}
     (pod,) = pods(pod_json("p", [("c", 1)], notes))
     assert volcano.assigned(pod) is assigned
     assert names(volcano.candidates([pod])) == ([] if assigned else ["p"])
@@ -107,8 +113,8 @@ def test_deleted_refused_and_cpu_only_pods_are_not_candidates() -> None:
 
 def test_containers_of_one_pod_are_matched_in_turn() -> None:
     found = pods(
-        pod_json("two", [("a", 100), ("side", 0), ("b", 100)], {volcano.PREDICATE_TIME: "1"}),
-        pod_json("next", [("c", 100)], {volcano.PREDICATE_TIME: "2"}),
+        pod_json("two", [("a", 100), ("side", 0), ("b", 100)], {VOLCANO_PREDICATE_TIME: "1"}),
+        pod_json("next", [("c", 100)], {VOLCANO_PREDICATE_TIME: "2"}),
     )
     served: set[tuple[str, str]] = set()
     order = []
@@ -126,7 +132,7 @@ def test_grant_slice_follows_the_shims_variable_rule() -> None:
     # A card whose NVML total is not a whole number of MiB.
     total = 16130 * MIB + 123456
     inventory = Inventory([GPU(0, "GPU-a", "sim", total)], Unit("MiB"))
-    (pod,) = pods(pod_json("p", [("c", 1024)], {volcano.GPU_INDEX: " 0 "}))
+    (pod,) = pods(pod_json("p", [("c", 1024)], {VOLCANO_GPU_INDEX: " 0 "}))
     grant = volcano.grant(inventory, pod, 1024)
     assert grant.environment() == {
         "NVIDIA_VISIBLE_DEVICES": "0",
@@ -143,7 +149,7 @@ def test_grant_slice_follows_the_shims_variable_rule() -> None:
 
 def test_a_coarsened_unit_counts_its_factor_in_mib() -> None:
     inventory = Inventory([GPU(0, "GPU-a", "sim", 16384 * MIB)], Unit("MiB", 4))
-    (pod,) = pods(pod_json("p", [("c", 256)], {volcano.GPU_INDEX: "0"}))
+    (pod,) = pods(pod_json("p", [("c", 256)], {VOLCANO_GPU_INDEX: "0"}))
     grant = volcano.grant(inventory, pod, 256)
     assert grant.environment()["VOLCANO_GPU_ALLOCATED"] == "1024"
     assert grant.limit_bytes == 1024 * MIB
@@ -160,7 +166,7 @@ def test_unhealthy_ids_list_indexes() -> None:
 
 @pytest.mark.parametrize("raw", ["", "-1", "1.0", "²", "0x1", "1 2"])
 def test_a_garbled_gpu_index_is_invalid_argument(raw: str) -> None:
-    (pod,) = pods(pod_json("p", [("c", 1)], {volcano.GPU_INDEX: raw}))
+    (pod,) = pods(pod_json("p", [("c", 1)], {VOLCANO_GPU_INDEX: raw}))
     with pytest.raises(AllocationError) as err:
         volcano.gpu_index(pod)
     assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT
