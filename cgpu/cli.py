@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exporter": ("cgpu.exporter.cli", "serve Prometheus metrics"),
     "scheduler-extender": ("cgpu.scheduler.cli", "serve the kube-scheduler extender (gpushare)"),
     "compute-arbiter": ("cgpu.compute.cli", "time-slice GPUs among containers with compute limits"),
+    "webhook": ("cgpu.webhook.cli", "serve the admission webhook: gpushare pods as DRA claims"),
 }
 
 

@@ -73,6 +73,9 @@ POD_RESOURCES_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 CDI_DIR = "/var/run/cdi"  # the DRA driver's CDI specs
 CDI_SPEC_FILE = "/etc/cdi/cgpu.json"  # `cgpu cdi`'s spec
 MPS_ROOT = "/run/cgpu/mps"  # cgpu mps-daemon's pipe, log and shm directories
+# <state>/compute-arbiter.json: `cgpu compute-arbiter`'s status, beside containers/ (host-written;
+# read by the exporter and `cgpu ledger`, see cgpu.core.computestatus).
+COMPUTE_STATUS_NAME = "compute-arbiter.json"
 
 # --- Where the injected pieces appear inside a container (device plugin, hook, CDI) -------
 CONTAINER_SHIM = "/usr/local/cgpu/libcgpu.so"
@@ -94,6 +97,18 @@ SOURCE_DRA = "dra"  # a DRA claim's directory (cgpu dra-driver), one per prepare
 
 # --- Drivers and CDI kinds -----------------------------------------------------------------
 DRA_DRIVER = "gpu.cgpu.io"  # the DRA driver's name, and its DeviceClass's
+WHOLE_GPU_CLASS = "whole-gpu.cgpu.io"  # the DeviceClass of whole GPUs (KEP-5004 mapping)
+WHOLE_GPU_RESOURCE = "cgpu.io/gpu"  # that class's default extendedResourceName
+
+# --- The admission webhook (`cgpu webhook`) ----------------------------------------------------
+# On a pod it rewrote: what each container asked for before (JSON), so that inspect and an
+# operator can see it, and so that nothing else translates the pod again.
+WEBHOOK_ANNOTATION = "cgpu.io/gpushare-request"
+WEBHOOK_CLAIM_PREFIX = "cgpu-gpu-"  # the pod's resourceClaims entries it adds
+WEBHOOK_TEMPLATE_PREFIX = "cgpu-"  # the ResourceClaimTemplates it makes (shared by shape)
+# The opaque parameters a webhook-made claim carries to the DRA driver (cgpu.core.claimconfig).
+CLAIM_CONFIG_API_VERSION = "gpu.cgpu.io/v1alpha1"
+CLAIM_CONFIG_KIND = "DevicePluginContract"
 CDI_KIND = "cgpu.io/gpu-mem"  # `cgpu cdi`'s devices (GPUs by index, UUID or `all`)
 
 # A GPU UUID as config files, the shim and the hook accept it.
