@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pynvml
 
+from cgpu.core import context_probe
 from cgpu.core.config import MAX_CONTEXT_BYTES
 from cgpu.core.files import atomic_write
 from cgpu.core.gpus import nvml_text
@@ -28,61 +29,6 @@ log = logging.getLogger(__name__)
 CACHE_NAME = "context-cost.json"
 STDERR_TAIL = 2000
 MEASURE_TIMEOUT_S = 120.0
-
-# Run in a child with no shim: one primary context per device, then NVML's per-process memory.
-# NVML names host pids; where this child's pid is not one (a pod without hostPID), a device's
-# only pid that appeared with the contexts is taken as the child's.
-_SCRIPT = r"""
-import ctypes, json, os, sys
-import pynvml
-
-def check(rc, what):
-    if rc:
-        sys.exit(f"{what} failed: CUresult {rc}")
-
-def procs(handle):
-    try:
-        found = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
-        return {p.pid: p.usedGpuMemory for p in found}
-    except pynvml.NVMLError:
-        return None
-
-def text(value):
-    return value.decode() if isinstance(value, bytes) else value
-
-cuda = ctypes.CDLL("libcuda.so.1")
-check(cuda.cuInit(0), "cuInit")
-count = ctypes.c_int()
-check(cuda.cuDeviceGetCount(ctypes.byref(count)), "cuDeviceGetCount")
-get_uuid = getattr(cuda, "cuDeviceGetUuid_v2", None) or cuda.cuDeviceGetUuid
-pynvml.nvmlInit()
-handles, before = [], []
-for ordinal in range(count.value):
-    dev = ctypes.c_int()
-    check(cuda.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
-    raw = (ctypes.c_ubyte * 16)()
-    check(get_uuid(raw, dev), "cuDeviceGetUuid")
-    h = bytes(raw).hex()
-    uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-    try:
-        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
-    except pynvml.NVMLError:
-        continue
-    before.append(procs(handle) or {})
-    ctx = ctypes.c_void_p()
-    check(cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
-    handles.append(handle)
-costs = {}
-for handle, old in zip(handles, before):
-    now = procs(handle)
-    if not now:
-        continue
-    new = [pid for pid in now if pid not in old]
-    pid = os.getpid() if os.getpid() in now else (new[0] if len(new) == 1 else None)
-    if pid is not None and now[pid] is not None:
-        costs[text(pynvml.nvmlDeviceGetUUID(handle))] = int(now[pid])
-print(json.dumps({"driver": text(pynvml.nvmlSystemGetDriverVersion()), "costs": costs}))
-"""
 
 
 class ContextCostError(RuntimeError):
@@ -121,7 +67,7 @@ def _run(env: Mapping[str, str] | None, timeout: float) -> dict[str, object]:
     """The child's JSON answer, or ContextCostError."""
     try:
         done = subprocess.run(
-            [sys.executable, "-c", _SCRIPT],
+            [sys.executable, "-m", context_probe.__name__],
             env=child_env(env),
             capture_output=True,
             text=True,

@@ -28,6 +28,7 @@ def test_the_wheel_holds_one_top_level_package(tmp_path: Path) -> None:
     assert "cgpu/deviceplugin/__init__.py" in names
     assert "cgpu/hooks/inject.py" in names
     assert "cgpu/exporter/cli.py" in names
+    assert "cgpu/core/context_probe.py" in names  # run as a program by context_cost
     assert "cgpu/_native/libcgpu.so" in names
 
 
