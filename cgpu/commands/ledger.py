@@ -8,9 +8,10 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cgpu.core.computestatus import ComputeStatus, ContainerCompute, read_status, status_path
 from cgpu.core.containers import default_state_dir, list_container_dirs, read_meta
 from cgpu.core.layout import LEDGER_NAME
-from cgpu.core.ledger import LedgerError, Snapshot, read_ledger
+from cgpu.core.ledger import DeviceUsage, LedgerError, Snapshot, read_ledger
 
 MiB = 1 << 20
 
@@ -22,11 +23,12 @@ class Config:
     paths: tuple[Path, ...] = ()
     state_dir: Path | None = None
     json: bool = False
+    compute_status: Path | None = None  # None: the one beside each container's directory
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
         """The config the parsed options describe."""
-        return cls(tuple(args.paths), args.state_dir, args.json)
+        return cls(tuple(args.paths), args.state_dir, args.json, args.compute_status)
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +46,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="default: /var/lib/cgpu if writable, else the private directory `cgpu run` uses",
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument(
+        "--compute-status",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the compute arbiter's status file, for the host's view of compute (default: "
+        "compute-arbiter.json in the state dir of each container directory)",
+    )
 
 
 def _targets(config: Config) -> list[tuple[str, Path]]:
@@ -61,7 +71,49 @@ def _safe(text: str) -> str:
     return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
 
 
-def _print(key: str, meta: dict[str, object], snap: Snapshot) -> None:
+class _Statuses:
+    """The compute arbiter's status files, each read once per run."""
+
+    def __init__(self, override: Path | None) -> None:
+        self._override = override
+        self._read: dict[Path, ComputeStatus] = {}
+
+    def of(self, container_dir: Path) -> ComputeStatus:
+        """The status that covers `container_dir` (`<state>/containers/<key>`)."""
+        path = self._override or status_path(container_dir.absolute().parent.parent)
+        if path not in self._read:
+            self._read[path] = read_status(path)
+        return self._read[path]
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    return "-" if value is None else f"{value:.1f}{unit}"
+
+
+def _compute_line(dev: DeviceUsage, status: ComputeStatus, host: ContainerCompute | None) -> str:
+    """The compute figures of one device: the ledger's (the container's own) and the host's."""
+    line = f"    compute limit {dev.compute_limit}% {dev.compute_policy}"
+    line += f"  ledger {dev.compute_used:.1f}%"
+    if not status.current:
+        why = {"missing": "no arbiter status"}.get(status.state, status.state)
+        return line + f"  host: {why}"
+    if host is None:
+        return line + "  host: not served by the arbiter"
+    line += f"  host: turns {_fmt(host.share_percent, '%')}"
+    line += f"  10 s {_fmt(host.host_percent, '%')}"
+    line += f"  out of turn {_fmt(host.out_of_turn_s, ' s')}"
+    if host.over_compute:
+        line += "  OVER COMPUTE"
+    return line
+
+
+def _print(
+    key: str,
+    meta: dict[str, object],
+    snap: Snapshot,
+    status: ComputeStatus,
+    host: dict[str, ContainerCompute],
+) -> None:
     who = "/".join(str(meta[k]) for k in ("namespace", "pod", "container") if meta.get(k)) or key
     print(_safe(f"{key}  ({who})"))
     for dev in snap.devices:
@@ -70,6 +122,8 @@ def _print(key: str, meta: dict[str, object], snap: Snapshot) -> None:
             f"  {dev.uuid}  used {dev.used / MiB:10.1f} MiB / slice {dev.limit / MiB:10.1f} MiB"
             f"  ({pct:5.1f}%)  peak {dev.peak / MiB:.1f} MiB  processes {dev.processes}"
         )
+        if dev.compute_limit or dev.uuid in host:
+            print(_safe(_compute_line(dev, status, host.get(dev.uuid))))
     for proc in snap.processes:
         use = ", ".join(f"{u}: {b / MiB:.1f} MiB" for u, b in proc.used.items()) or "nothing"
         print(f"    pid {proc.pid:>8}  {use}")
@@ -83,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
 def show(config: Config) -> int:
     """Print every ledger; unreadable ones are reported and make the exit status 1."""
     status, records = 0, []
+    statuses = _Statuses(config.compute_status)
     for key, path in _targets(config):
         try:
             snap = read_ledger(path)
@@ -92,10 +147,20 @@ def show(config: Config) -> int:
             status = 1
             continue
         meta = read_meta(path.parent)
+        compute = statuses.of(path.parent)
+        host = compute.for_directory(path.parent)
         if config.json:
-            records.append({"key": key, "meta": meta, **asdict(snap)})
+            records.append(
+                {
+                    "key": key,
+                    "meta": meta,
+                    **asdict(snap),
+                    "compute_status": compute.state,
+                    "host_compute": {uuid: asdict(h) for uuid, h in host.items()},
+                }
+            )
         else:
-            _print(key, meta, snap)
+            _print(key, meta, snap, compute, host)
     if config.json:
         json.dump(records, sys.stdout, indent=2)
         print()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
+from cgpu.core.computestatus import status_path
 from cgpu.core.containers import containers_root, default_state_dir
 from cgpu.core.native import load
 
@@ -43,7 +44,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="how long an all-idle holder keeps the token when nobody waits (default: %(default)s)",
     )
     add(
-        "--status", type=Path, default=None, metavar="FILE", help="write a JSON status every second"
+        "--status",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="write a JSON status every second (default: compute-arbiter.json in the state dir "
+        "the first --containers lies in, where the exporter and `cgpu ledger` read it)",
     )
     add(
         "--nvml",
@@ -60,13 +66,15 @@ def settings_from(args: argparse.Namespace) -> ArbiterConfig:
         raise ValueError(
             "--quantum-ms and --drain-cap-ms must be positive, --idle-release-ms not negative"
         )
-    roots = tuple(args.containers) or (containers_root(default_state_dir()),)
+    roots = tuple(root.absolute() for root in args.containers) or (
+        containers_root(default_state_dir()).absolute(),
+    )
     return ArbiterConfig(
-        roots=tuple(root.absolute() for root in roots),
+        roots=roots,
         quantum_ns=round(args.quantum_ms * MS),
         drain_cap_ns=round(args.drain_cap_ms * MS),
         idle_release_ns=round(args.idle_release_ms * MS),
-        status=args.status,
+        status=args.status or status_path(roots[0].parent),
         nvml=args.nvml,
     )
 

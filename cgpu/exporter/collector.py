@@ -19,9 +19,18 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from cgpu.core.computestatus import (
+    PROBLEMS,
+    ComputeStatus,
+    ContainerCompute,
+    read_status,
+    status_path,
+)
 from cgpu.exporter.enforce import Enforcer, KillLabels, over_slice
 from cgpu.exporter.exposition import Family
 from cgpu.exporter.families import (
+    COMPUTE_STATUS_ERRORS,
+    COMPUTE_STATUS_UP,
     KILLS,
     LEDGER_ERRORS,
     LEDGERS_SKIPPED,
@@ -38,6 +47,9 @@ from cgpu.exporter.scan import ALL_REASONS, Caches, ScanResult, scan
 
 log = logging.getLogger(__name__)
 
+# The reasons of cgpu_compute_status_errors_total: a whole file skipped, or one entry.
+STATUS_REASONS = (*PROBLEMS, "entry")
+
 
 @dataclass
 class _Slice:
@@ -52,6 +64,27 @@ class _Slice:
     ledger_ok: bool = True  # False: a directory's ledger is damaged; no ledger figures
     compute_limit: int = 0  # percent of the GPU's time; 0: no compute limit
     compute_used: float = 0.0  # percent of the GPU's time lately, as the shim measured it
+    # From the compute arbiter's status file (the host's); None where it has no figure.
+    charged: float | None = None  # percent: the turns the arbiter charged, over ~1 s
+    host_percent: float | None = None  # percent the host attributes to it over 10 s
+    out_of_turn: float | None = None  # seconds of GPU time outside its turns
+    over_compute: bool | None = None  # flagged for out-of-turn work
+
+    def add_compute(self, figures: ContainerCompute, host_view: bool | None) -> None:
+        """Add one directory's host figures (directories merged into one container add up)."""
+        self.charged = _plus(self.charged, figures.share_percent)
+        if host_view is not False:
+            self.host_percent = _plus(self.host_percent, figures.host_percent)
+        self.out_of_turn = _plus(self.out_of_turn, figures.out_of_turn_s)
+        if figures.over_compute is not None:
+            self.over_compute = bool(self.over_compute) or figures.over_compute
+
+
+def _plus(total: float | None, value: float | None) -> float | None:
+    """`total + value`, where None is no figure (not 0)."""
+    if value is None:
+        return total
+    return value if total is None else total + value
 
 
 @dataclass
@@ -92,12 +125,14 @@ class CgpuCollector(Collector):
         self._enforcer = enforcer
         self._caches = Caches()
         self._errors: Counter[str] = Counter({reason: 0 for reason in ALL_REASONS})
+        self._status_path = status_path(state_dir)
+        self._status_errors: Counter[str] = Counter({reason: 0 for reason in STATUS_REASONS})
         self._lock = threading.Lock()
 
     def describe(self) -> Iterator[Metric]:
         """The families this collector serves, without reading anything."""
         yield from Families().all()
-        yield from self._exporter_families(Counter(), 0.0, Counter())
+        yield from self._exporter_families(Counter(), 0.0, Counter(), None)
 
     def observe(self) -> Observation:
         """One pass: the state dir, NVML (GPUs and their processes) and the labels."""
@@ -135,16 +170,29 @@ class CgpuCollector(Collector):
             families = Families()
             seen = self._observe()
             self._errors.update(seen.result.skipped)
-            self._fill(families, seen)
+            status = self._read_status()
+            self._fill(families, seen, status)
             elapsed = self._clock() - start
             kills = Counter(self._enforcer.kills) if self._enforcer is not None else Counter()
             metrics = families.all() + list(
-                self._exporter_families(seen.result.skipped, elapsed, kills)
+                self._exporter_families(seen.result.skipped, elapsed, kills, status)
             )
         yield from metrics
 
-    def _fill(self, fam: Families, seen: Observation) -> None:
+    def _read_status(self) -> ComputeStatus:
+        """The compute arbiter's status file, its problems counted (never raises)."""
+        status = read_status(self._status_path)
+        if status.state in PROBLEMS:
+            self._status_errors[status.state] += 1
+            log.debug("compute status skipped: %s", status.error)
+        if status.bad_entries:
+            self._status_errors["entry"] += 1
+        return status
+
+    def _fill(self, fam: Families, seen: Observation, status: ComputeStatus) -> None:
         gpus, index, view = seen.gpus, seen.index, seen.view
+        compute = status.by_key(self._state_dir)
+        host_views = {uuid: gpu.host_view for uuid, gpu in status.gpus.items()}
         over = {
             (o.key, o.uuid)
             for o in over_slice(seen.result.containers, view, self._allowance, False)
@@ -166,6 +214,9 @@ class CgpuCollector(Collector):
                 s.ledger_ok = s.ledger_ok and usage.ledger_ok
                 s.compute_limit = max(s.compute_limit, dev.compute_limit)
                 s.compute_used += dev.compute_used
+                figures = compute.get((usage.key, dev.uuid))
+                if figures is not None:
+                    s.add_compute(figures, host_views.get(dev.uuid))
                 if dev.uuid in view.gpus:
                     s.host_used = (s.host_used or 0) + view.used(usage.key, dev.uuid)
                     s.over = s.over or (usage.key, dev.uuid) in over
@@ -189,7 +240,15 @@ class CgpuCollector(Collector):
                 fam.processes.add(labels, s.processes)
                 if s.compute_limit:
                     fam.compute_limit.add(labels, s.compute_limit)
-                    fam.compute_used.add(labels, s.compute_used)
+                    used = s.compute_used if s.charged is None else s.charged
+                    fam.compute_used.add(labels, used)
+            # The host's figures, whatever the container did to its own ledger.
+            if s.host_percent is not None:
+                fam.compute_host.add(labels, s.host_percent)
+            if s.out_of_turn is not None:
+                fam.out_of_turn.add(labels, s.out_of_turn)
+            if s.over_compute is not None:
+                fam.over_compute.add(labels, 1 if s.over_compute else 0)
             if s.host_used is not None:
                 fam.host_used.add(labels, s.host_used)
                 fam.over_slice.add(labels, 1 if s.over else 0)
@@ -210,7 +269,11 @@ class CgpuCollector(Collector):
                 fam.gpu_used.add(labels, g.used)
 
     def _exporter_families(
-        self, skipped: Counter[str], elapsed: float, kills: Counter[KillLabels]
+        self,
+        skipped: Counter[str],
+        elapsed: float,
+        kills: Counter[KillLabels],
+        status: ComputeStatus | None,
     ) -> Iterator[Metric]:
         killed = Family(KILLS)
         for labels, count in sorted(kills.items()):
@@ -222,6 +285,11 @@ class CgpuCollector(Collector):
             current.add((reason,), skipped[reason])
         yield errors
         yield current
+        status_errors = Family(COMPUTE_STATUS_ERRORS)
+        for reason in STATUS_REASONS:
+            status_errors.add((reason,), self._status_errors[reason])
+        yield status_errors
+        yield Family(COMPUTE_STATUS_UP, 1 if status is not None and status.current else 0)
         yield Family(NVML_UP, 1 if self._gpus is not None and self._gpus.up else 0)
         yield Family(POD_RESOURCES_UP, 1 if self._pods is not None and self._pods.up else 0)
         yield Family(SCRAPE_DURATION, elapsed)

@@ -76,9 +76,31 @@ COMPUTE_LIMIT = _gauge(
 )
 COMPUTE_USED = _gauge(
     "cgpu_container_gpu_compute_used_percent",
-    "The container's use of this GPU's time over about the last second, in percent, as "
-    "its shim measured it (containers with a compute limit only: nothing measures the "
-    "others).",
+    "The container's use of this GPU's time over about the last second, in percent "
+    "(containers with a compute limit only): the turns `cgpu compute-arbiter` charged it, "
+    "from its status file (host-written), while the arbiter serves the container; else as "
+    "the container's own shim measured it (its ledger, which the container can write). "
+    "GPU time taken outside its turns is in cgpu_container_gpu_compute_host_percent.",
+    CONTAINER_LABELS,
+)
+COMPUTE_HOST = _gauge(
+    "cgpu_container_gpu_compute_host_percent",
+    "The share of this GPU's time the host attributes to the container over the last 10 s, "
+    "in percent, from NVML's per-process samples (`cgpu compute-arbiter`'s status file; "
+    "never from what the container writes). Absent where NVML gives no per-process samples.",
+    CONTAINER_LABELS,
+)
+OUT_OF_TURN = FamilySpec(
+    "cgpu_container_gpu_compute_out_of_turn_seconds",
+    "GPU time the host saw the container take outside its turns and charged to it, in "
+    "seconds, since `cgpu compute-arbiter` started (it resets with the arbiter).",
+    "counter",
+    CONTAINER_LABELS,
+)
+OVER_COMPUTE = _gauge(
+    "cgpu_container_over_compute",
+    "1 while `cgpu compute-arbiter` flags the container for GPU work outside its turns on "
+    "this GPU, else 0.",
     CONTAINER_LABELS,
 )
 CLAIM_INFO = _gauge(
@@ -103,6 +125,19 @@ LEDGER_ERRORS = FamilySpec(
     "cgpu_ledger_errors",
     "Ledger or config files skipped because they were corrupt, truncated, foreign, of "
     "another version or unreadable, counted once per scrape that met them.",
+    "counter",
+    ("reason",),
+)
+COMPUTE_STATUS_UP = _gauge(
+    "cgpu_exporter_compute_status_up",
+    "1 when this scrape read a current status file of `cgpu compute-arbiter` (written in the "
+    "last 5 s), else 0: the compute host view is then missing.",
+)
+COMPUTE_STATUS_ERRORS = FamilySpec(
+    "cgpu_compute_status_errors",
+    "Reads of `cgpu compute-arbiter`'s status file that were stale, corrupt, untrusted or "
+    "failed (the whole file skipped), or met an entry of the wrong shape (reason entry: that "
+    "entry skipped), counted once per scrape that met them.",
     "counter",
     ("reason",),
 )
@@ -137,6 +172,9 @@ class Families:
         self.gpu_unattributed = Family(GPU_UNATTRIBUTED)
         self.compute_limit = Family(COMPUTE_LIMIT)
         self.compute_used = Family(COMPUTE_USED)
+        self.compute_host = Family(COMPUTE_HOST)
+        self.out_of_turn = Family(OUT_OF_TURN)
+        self.over_compute = Family(OVER_COMPUTE)
         self.claim_info = Family(CLAIM_INFO)
         self.gpu_healthy = Family(GPU_HEALTHY)
 
@@ -149,6 +187,9 @@ class Families:
             self.processes,
             self.compute_limit,
             self.compute_used,
+            self.compute_host,
+            self.out_of_turn,
+            self.over_compute,
             self.host_used,
             self.over_slice,
             self.claim_info,

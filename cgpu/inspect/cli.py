@@ -12,6 +12,8 @@ from typing import Any
 from cgpu.core import kube
 from cgpu.core.kube import KubeConfigError, KubeError
 
+from .computeview import EXPORTER_SELECTOR, NodeCompute, exporter_pods, scrape
+from .computeview import as_json as compute_json
 from .dra import DraGpu, usage
 from .model import build_nodes
 from .render import as_json, details, summary
@@ -87,6 +89,41 @@ def _fetch(node: str | None) -> Fetched:
     return nodes, pods.get("items") or [], usage(slices, claims)
 
 
+def _host_compute(node: str | None, shown: list[str]) -> dict[str, NodeCompute]:
+    """The compute host view of each shown node, scraped from its exporter through the API
+    server's pod proxy (see `cgpu.inspect.computeview`); {} where none can be listed."""
+    from kubernetes import client
+
+    api_client, _ = _core()
+    core = client.CoreV1Api(api_client)
+    selector = {"field_selector": f"spec.nodeName={node}"} if node else {}
+    try:
+        listed = kube.call_json(
+            "list exporter pods",
+            core.list_pod_for_all_namespaces,
+            label_selector=EXPORTER_SELECTOR,
+            timeout=TIMEOUT,
+            **selector,
+        )
+    except KubeError as err:
+        print(f"warning: no compute host view: {' '.join(str(err).split())}", file=sys.stderr)
+        return {}
+
+    def get(namespace: str, name: str, port: int) -> bytes:
+        response = kube.call(
+            f"scrape {namespace}/{name}",
+            core.connect_get_namespaced_pod_proxy_with_path,
+            f"{name}:{port}",
+            namespace,
+            "metrics",
+            timeout=TIMEOUT,
+            attempts=1,
+        )
+        return bytes(response.data or b"")
+
+    return scrape(shown, exporter_pods(listed.get("items") or []), get)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console scripts."""
     prog = Path(sys.argv[0]).name if argv is None else "kubectl-inspect-cgpu"
@@ -97,10 +134,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: " + " ".join(str(err).split()), file=sys.stderr)  # one line
         return 1
     gpu_nodes = build_nodes(nodes, pods, dra)
+    host: dict[str, NodeCompute] = {}
+    if args.details:
+        try:
+            host = _host_compute(args.node, [n.name for n in gpu_nodes])
+        except InspectError as err:
+            print(f"warning: no compute host view: {err}", file=sys.stderr)
     if args.output == "json":
-        print(json.dumps(as_json(gpu_nodes), indent=2))
+        out = as_json(gpu_nodes)
+        for entry in out["nodes"] if host else []:
+            if entry["name"] in host:
+                entry["computeHostView"] = compute_json(host[entry["name"]])
+        print(json.dumps(out, indent=2))
     elif args.details:
-        sys.stdout.write(details(gpu_nodes))
+        sys.stdout.write(details(gpu_nodes, host))
     else:
         sys.stdout.write(summary(gpu_nodes))
     return 0

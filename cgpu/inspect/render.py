@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .computeview import NodeCompute, details_block
 from .model import PENDING, GpuNode, uses_compute
 from .tabwriter import tabulate
 
@@ -81,8 +82,9 @@ def _compute_cells(node: GpuNode, max_gpus: int) -> str:
     return cells + f"{node.compute_used}/{node.compute_total}"
 
 
-def details(nodes: list[GpuNode]) -> str:
-    """`kubectl inspect cgpu -d`: per node, one row per pod with its amount on each GPU."""
+def details(nodes: list[GpuNode], host: dict[str, NodeCompute] | None = None) -> str:
+    """`kubectl inspect cgpu -d`: per node, one row per pod with its amount on each GPU; then,
+    for a node in `host`, the compute host view its exporter serves."""
     text = ""
     used_all = total_all = compute_all = compute_total = 0
     compute = uses_compute(nodes)
@@ -116,6 +118,8 @@ def details(nodes: list[GpuNode]) -> str:
             share = node.compute_used
             text += f"Allocated Compute :\t{share}% ({_percent(share, node.compute_total)}%)\t\n"
             text += f"Total Compute :\t{node.compute_total}% \t\n"
+        if host and node.name in host:
+            text += details_block(host[node.name])
         text += "-" * dash + "\n"
         used_all += used
         total_all += node.total

@@ -8,7 +8,8 @@ Grown from tests/deviceplugin/dp_apiserver.py. It serves, over real HTTP/1.1 on 
   than the kept history), `timeoutSeconds`, `fieldSelector` and `labelSelector`;
 - GET, POST (create), PUT, PATCH (merge, strategic merge, JSON patch) and DELETE of single pods and
   nodes, and of their `/status`; `pods/<name>/binding`, which sets spec.nodeName once;
-- a resourceVersion on every object and 409 Conflict when a write's resourceVersion is stale.
+- a resourceVersion on every object and 409 Conflict when a write's resourceVersion is stale;
+- GET through a pod's proxy (`pods/<name>:<port>/proxy/<path>`) to its `status.podIP`.
 Every PATCH is recorded (`patches`: path, Content-Type, body). A `/status` write keeps the
 stored spec, as the real status strategies do (metadata such as annotations may change).
 The official `kubernetes` client drives it. Tests may add `hooks` (called before each request) and
@@ -22,13 +23,15 @@ import queue
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs, unquote, urlparse
 
 from .patches import PatchError, apply_patch
 from .selectors import SelectorError, field_matcher, label_matcher
@@ -38,6 +41,9 @@ ROUTE = re.compile(
     r"^/(?:api/(?P<core>v1)|apis/(?P<group>[a-z0-9.-]+/v1))(?:/namespaces/(?P<ns>[^/]+))?"
     r"/(?P<res>[a-z]+)(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|binding))?/?$"
 )
+# GET /api/v1/namespaces/<ns>/pods/<name>[:<port>]/proxy/<path>: forwarded, as the real API
+# server forwards it, to http://<the pod's status.podIP>:<port>/<path>.
+PROXY = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/pods/(?P<name>[^/]+)/proxy(?P<rest>/.*)?$")
 REASONS = {
     400: "BadRequest",
     404: "NotFound",
@@ -223,6 +229,9 @@ class FakeApiServer:
                     if method in ("POST", "PUT", "PATCH"):
                         self._body()
                     return self._fail(fault.code, f"injected failure {fault.code}")
+                proxied = PROXY.match(url.path)
+                if proxied and method == "GET":
+                    return self._proxy(proxied)
                 route = ROUTE.match(url.path)
                 if not route:
                     return self._fail(404, f"the server could not find {url.path}")
@@ -243,6 +252,30 @@ class FakeApiServer:
                     self._fail(409, str(err), "AlreadyExists")
                 except Conflict as err:
                     self._fail(409, str(err))
+
+            def _proxy(self, route: re.Match[str]) -> None:
+                """Forward a GET to the pod's IP and port; 503 when it does not answer."""
+                name, _, port = unquote(route["name"]).partition(":")
+                try:
+                    pod = api.store.get("pods", (route["ns"], name))
+                except NotFound as err:
+                    return self._fail(404, str(err))
+                ip = (pod.get("status") or {}).get("podIP", "")
+                target = f"http://{ip}:{port or 80}{route['rest'] or '/'}"
+                try:
+                    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+                    with opener.open(target, timeout=5) as upstream:
+                        code, body = upstream.status, upstream.read()
+                        kind = upstream.headers.get("Content-Type", "text/plain")
+                except urllib.error.HTTPError as err:
+                    code, body, kind = err.code, err.read(), "text/plain"
+                except OSError as err:
+                    return self._fail(503, f"error trying to reach service: {err}")
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def do_GET(self) -> None:
                 self._dispatch("GET")
