@@ -1,10 +1,15 @@
-/* cgpu public C API: the ledger, the container config and the limit variables.
+/* cgpu public C API: the ledger, the container config and sizes, the limit variables.
  *
- * This header is the single declaration of what Python reads through cffi
- * (cgpu/native.py loads it verbatim with ffi.cdef), so it must stay plain C
- * declarations: no #include, no #define, no macros, no attributes.  The shim
- * (libcgpu.so) and the binding library (libcgpu_ledger.so) are built from the
- * same ledger.c (ledger and config file) and request.c (limit variables).
+ * Declared here: a ledger's snapshot (cgpu_ledger_snapshot, in ledger_read.c), the
+ * ledger layouts a library knows (cgpu_ledger_layouts) and a ledger's creation
+ * (cgpu_ledger_init_file, ledger.c); cgpu.conf and sizes (cgpu_config_load,
+ * cgpu_parse_size, config.c); the limit variables (cgpu_request_*, request.c); the
+ * text of a result code (cgpu_strerror, errors.c).  The shim (libcgpu.so) and the
+ * binding library (libcgpu_ledger.so) are both built from those files.
+ *
+ * Python reads this header verbatim through cffi (cgpu/core/native.py, ffi.cdef), so
+ * it stays plain C declarations: no #include, no #define, no macros, no attributes,
+ * and no include guard (C files include it through native/shim/api.h).
  * Test-only entry points live in cgpu_test_api.h and only in the binding library.
  */
 
