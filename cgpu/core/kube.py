@@ -138,13 +138,6 @@ def load_config(
     return configuration
 
 
-def api_client(kubeconfig: str | None = None) -> Any:
-    """A `kubernetes.client.ApiClient` for `load_config(kubeconfig)`."""
-    from kubernetes import client
-
-    return client.ApiClient(load_config(kubeconfig))
-
-
 def _load_in_cluster(configuration: Any, env: Mapping[str, str], account: Path) -> None:
     from kubernetes.config.incluster_config import InClusterConfigLoader
 

@@ -9,6 +9,8 @@ import sys
 import threading
 from dataclasses import dataclass, field
 
+from cgpu.core.kube import KubeConfigError
+
 from .binder import Binder
 from .handlers import Handlers
 from .informer import Informer, start_informers
@@ -115,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     )
     try:
         configuration = load_configuration(args.kubeconfig)
-    except Exception as err:  # the loaders raise several unrelated types
+    except KubeConfigError as err:
         print(
             f"cgpu scheduler-extender: no usable API-server configuration: {err}", file=sys.stderr
         )
