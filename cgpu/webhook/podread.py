@@ -59,7 +59,8 @@ def read_containers(pod: dict[str, Any]) -> list[ContainerAsk]:
         raise PodReadError("spec", "missing or not an object")
     asks = []
     for kind in KINDS:
-        containers = spec.get(kind) or []
+        containers = spec.get(kind)
+        containers = [] if containers is None else containers
         if not isinstance(containers, list):
             raise PodReadError(f"spec.{kind}", "not a list")
         for index, container in enumerate(containers):
@@ -71,13 +72,15 @@ def read_containers(pod: dict[str, Any]) -> list[ContainerAsk]:
 
 def _read_container(kind: str, index: int, container: dict[str, Any]) -> ContainerAsk:
     where = f"spec.{kind}[{index}]"
-    resources = container.get("resources") or {}
+    resources = container.get("resources")
+    resources = {} if resources is None else resources
     if not isinstance(resources, dict):
         raise PodReadError(f"{where}.resources", "not an object")
     values: dict[str, dict[str, int]] = {}
     found = []
     for section in SECTIONS:
-        entries = resources.get(section) or {}
+        entries = resources.get(section)
+        entries = {} if entries is None else entries
         if not isinstance(entries, dict):
             raise PodReadError(f"{where}.resources.{section}", "not an object")
         for resource in RESOURCES:

@@ -104,14 +104,21 @@ def plan_pod(pod: dict[str, Any], unit_mib: int) -> Plan | None:
         claims[name] = shape
         return name
 
+    sequential: dict[str, Shape] = {}  # claims an init container may reuse (no sidecar's)
     for ask in asks:  # regular containers and sidecars run side by side: one claim each
         if not ask.init:
-            uses.append(ClaimUse(ask, new_claim(shapes[id(ask)])))
-    for ask in asks:  # init containers run one at a time, before the others
+            name = new_claim(shapes[id(ask)])
+            uses.append(ClaimUse(ask, name))
+            if not ask.sidecar:
+                sequential[name] = shapes[id(ask)]
+    for ask in asks:  # init containers run one at a time, before the regular ones
         if ask.init:
             shape = shapes[id(ask)]
-            same = next((n for n, s in claims.items() if s == shape), None)
-            uses.append(ClaimUse(ask, same or new_claim(shape)))
+            same = next((n for n, s in sequential.items() if s == shape), None)
+            if same is None:
+                same = new_claim(shape)
+                sequential[same] = shape
+            uses.append(ClaimUse(ask, same))
     order = {id(a): i for i, a in enumerate(asks)}
     uses.sort(key=lambda u: order[id(u.ask)])
     return Plan(claims, tuple(uses))
