@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -46,15 +47,26 @@ def wait_until(check: Callable[[], Any], timeout: float = 5.0, what: str = "") -
 class ArbiterProcess:
     """`cgpu compute-arbiter` over `root`, in its own process."""
 
-    def __init__(self, root: Path, *args: str) -> None:
+    def __init__(
+        self, root: Path, *args: str, nofile: int | None = None, log: str = "arbiter.log"
+    ) -> None:
+        """`nofile`: the arbiter's RLIMIT_NOFILE, soft and hard; `log`: its log's file name
+        (beside the root), for an arbiter started again over the same root."""
         self.root = root
         self.status = root.parent / "status.json"
-        self.log = root.parent / "arbiter.log"
+        self.log = root.parent / log
         root.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "cgpu.cli", "compute-arbiter", "--containers", str(root)]
         command += ["--status", str(self.status), "--no-nvml", "--log-level", "DEBUG", *args]
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
+
+        def limit_files() -> None:
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=out, preexec_fn=limit_files
+            )
 
     def wait_for_socket(self, directory: Path) -> Path:
         path = directory / "compute.sock"
