@@ -92,11 +92,17 @@ def _fmt(value: float | None, unit: str) -> str:
 
 def _compute_line(dev: DeviceUsage, status: ComputeStatus, host: ContainerCompute | None) -> str:
     """The compute figures of one device: the ledger's (the container's own) and the host's."""
-    line = f"    compute limit {dev.compute_limit}% {dev.compute_policy}"
+    limit, policy = dev.compute_limit, dev.compute_policy
+    if not limit and host is not None:  # no shim has written it yet: the arbiter's (cgpu.conf)
+        limit, policy = host.limit or 0, host.policy or ""
+    line = f"    compute limit {limit}% {policy}".rstrip()
     line += f"  ledger {dev.compute_used:.1f}%"
+    if status.state == "missing":
+        return line + "  host: no arbiter status"
+    if status.state == "stale":
+        return line + f"  host: stale (written {status.age or 0:.0f} s ago)"
     if not status.current:
-        why = {"missing": "no arbiter status"}.get(status.state, status.state)
-        return line + f"  host: {why}"
+        return line + f"  host: {status.state} status file"
     if host is None:
         return line + "  host: not served by the arbiter"
     line += f"  host: turns {_fmt(host.share_percent, '%')}"

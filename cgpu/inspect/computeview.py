@@ -139,7 +139,8 @@ def details_block(view: NodeCompute) -> str:
     rows = [r for r in view.rows if r.limit is not None or r.host is not None]
     if not rows:
         return "Compute host view :\tno container with a compute limit\n"
-    text = "\nCOMPUTE (host view)\tNAMESPACE\tCONTAINER\tGPU\tLIMIT(%)\tUSED(%)\tHOST 10s(%)\t"
+    text = f"\nCompute host view ({view.exporter}):\n"
+    text += "NAME\tNAMESPACE\tCONTAINER\tGPU\tLIMIT(%)\tUSED(%)\tHOST 10s(%)\t"
     text += "OUT OF TURN(s)\tOVER\n"
     for r in rows:
         over = "-" if r.over is None else ("yes" if r.over else "no")
