@@ -384,3 +384,51 @@ def test_corrupt_ledger_is_counted_in_prometheus(
     assert {dict(k)["pod"] for k in limits} == {"good"}
     errors = prometheus.query('cgpu_ledger_errors_total{reason="foreign"}')
     assert next(iter(errors.values())) >= 1
+
+
+def test_prometheus_sees_the_compute_host_view(
+    prometheus: Prometheus, state_dir: Path, make_container: Callable[..., Path]
+) -> None:
+    """The compute arbiter's status file (kept fresh here, as the arbiter rewrites it every
+    second) reaches Prometheus as the host view's three families."""
+    import threading
+
+    from cgpu.core.computestatus import status_path
+
+    directory = make_container(
+        "capped", {UUIDS[0]: 1 << 30}, namespace="ns", pod="p", container="c"
+    )
+    with open(directory / "cgpu.conf", "a") as conf:
+        conf.write(f"compute {UUIDS[0]} 30 fixed\n")
+    entry = {"limit": 30, "policy": "fixed", "share_percent": 29.5, "host_percent": 41.25,
+             "out_of_turn_s": 3.5, "over_compute": True}  # fmt: skip
+    stop = threading.Event()
+
+    def keep_fresh() -> None:
+        path = status_path(state_dir)
+        while not stop.is_set():
+            gpu = {"host_view": True, "containers": {str(directory): entry}}
+            path.with_name(".s").write_text(
+                json.dumps({"time": time.time(), "gpus": {UUIDS[0]: gpu}})
+            )
+            os.replace(path.with_name(".s"), path)
+            stop.wait(0.5)
+
+    writer = threading.Thread(target=keep_fresh, daemon=True)
+    writer.start()
+    try:
+        series = _labels(namespace="ns", pod="p", container="c", gpu_uuid=UUIDS[0], gpu_index="0")
+        got = _wait_for(
+            "the host view in Prometheus",
+            lambda: prometheus.query("cgpu_container_gpu_compute_host_percent"),
+        )
+        assert got == {series: 41.25}
+        assert prometheus.query("cgpu_container_gpu_compute_out_of_turn_seconds_total") == {
+            series: 3.5
+        }
+        assert prometheus.query("cgpu_container_over_compute") == {series: 1}
+        assert prometheus.query("cgpu_container_gpu_compute_used_percent") == {series: 29.5}
+        assert list(prometheus.query("cgpu_exporter_compute_status_up").values()) == [1]
+    finally:
+        stop.set()
+        writer.join(timeout=5)
