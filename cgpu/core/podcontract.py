@@ -70,24 +70,16 @@ def parse_extended_quantity(raw: object, what: str = "quantity") -> int:
     try:
         value = parse_quantity(raw)
     except QuantityError as err:
-        raise PodContractError(f"{what}={raw!r}: {_reason(err)}") from None
+        raise PodContractError(f"{what}={raw!r} {err.reason}") from None
     if value < 0:
-        raise PodContractError(f"{what}={raw!r}: a quantity of it must not be negative")
+        raise PodContractError(f"{what}={raw!r} is negative")
     return value
 
 
-def _reason(err: QuantityError) -> str:
-    text = str(err)
-    if "not a whole number" in text:
-        return "not a whole number (an extended resource is counted in whole units)"
-    if "too large" in text:
-        return f"too large (beyond {INT64_MAX})"
-    return "not a Kubernetes quantity"
-
-
-def _digits(raw: str) -> int | None:
-    """A plain non-negative decimal integer (ASCII digits, spaces around trimmed), else None."""
-    text = raw.strip()
+def _digits(raw: str, strip: bool = True) -> int | None:
+    """A plain non-negative decimal integer (ASCII digits; spaces around trimmed unless not
+    `strip`), else None."""
+    text = raw.strip() if strip else raw
     return int(text) if text.isascii() and text.isdigit() else None
 
 
@@ -239,11 +231,11 @@ class _Reader:
             return None
         return tuple(p for p in parts if p is not None)
 
-    def count(self, key: str, what: str, limit: int = INT64_MAX) -> int | None:
+    def count(self, key: str, what: str, limit: int = INT64_MAX, strip: bool = True) -> int | None:
         raw = self.annotations.get(key)
         if raw is None or not raw.strip():
             return None
-        value = _digits(raw)
+        value = _digits(raw, strip)
         if value is None or value > limit:
             self.bad(key, "annotation", f"is not {what}")
             return None
@@ -309,7 +301,8 @@ def read_pod(pod: Mapping[str, Any], resources: Iterable[str] = RESOURCES) -> Po
         assigned=annotations.get(GPU_MEM_ASSIGNED, "").lower() == "true",
         assume_time=reader.count(GPU_MEM_ASSUME_TIME, "a time in nanoseconds"),
         volcano_index=reader.volcano_index(),
-        volcano_predicate_time=reader.count(predicate, "a time in nanoseconds", UINT64_MAX),
+        # Volcano reads it with Go's ParseUint: no spaces, at most 2**64-1.
+        volcano_predicate_time=reader.count(predicate, "a time in nanoseconds", UINT64_MAX, False),
         volcano_assigned=annotations.get(VOLCANO_GPU_ASSIGNED, "false") != "false",
         node_policy=reader.policy(NODE_POLICY_ANNOTATION),
         gpu_policy=reader.policy(GPU_POLICY_ANNOTATION),

@@ -18,6 +18,7 @@ import math
 import re
 
 INT64_MAX = (1 << 63) - 1
+MALFORMED = "is not a Kubernetes quantity"
 _MAX_DIGITS = 100  # an int64 times 2**60 with 60 decimals still fits in fewer
 
 _QUANTITY = re.compile(
@@ -47,7 +48,15 @@ _BINARY = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10
 
 
 class QuantityError(ValueError):
-    """Not a quantity, not a whole number, or too large for an int64."""
+    """Not a quantity, not a whole number, or too large for an int64; `reason` says which
+    ("is not a whole number"), for a caller that names the field itself."""
+
+    def __init__(self, raw: object, reason: str) -> None:
+        malformed = reason.startswith(MALFORMED)
+        super().__init__(
+            f"malformed quantity {raw!r}" if malformed else f"quantity {raw!r} {reason}"
+        )
+        self.reason = reason
 
 
 def _huge(exponent: str) -> int:
@@ -59,9 +68,9 @@ def _text(raw: object) -> str:
     """The quantity's text: a JSON string (spaces trimmed, as the API server's decoder does)
     or a JSON number."""
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-        raise QuantityError(f"malformed quantity {raw!r}: not a string or a number")
+        raise QuantityError(raw, f"{MALFORMED} (not a string or a number)")
     if isinstance(raw, float) and not math.isfinite(raw):
-        raise QuantityError(f"malformed quantity {raw!r}")
+        raise QuantityError(raw, MALFORMED)
     return str(raw).strip()
 
 
@@ -71,7 +80,7 @@ def parse_quantity(raw: object) -> int:
     text = _text(raw)
     match = _QUANTITY.match(text)
     if not match or not (match["int"] or match["frac"]):
-        raise QuantityError(f"malformed quantity {raw!r}")
+        raise QuantityError(raw, MALFORMED)
     frac = match["frac"] or ""
     binary, decimal = _SUFFIX[match["suffix"] or ""]
     if match["exp"] is not None:
@@ -84,22 +93,22 @@ def parse_quantity(raw: object) -> int:
     if not significant:
         return 0
     if len(significant) > _MAX_DIGITS:
-        raise QuantityError(f"quantity {raw!r} has more than {_MAX_DIGITS} significant digits")
+        raise QuantityError(raw, f"has more than {_MAX_DIGITS} significant digits")
     # An upper bound on the decimal digits of mantissa * 2**binary * 10**decimal.
     magnitude = len(significant) + decimal + binary * 302 // 1000 + 1
     if magnitude > 20:
-        raise QuantityError(f"quantity {raw!r} is too large (beyond {INT64_MAX})")
+        raise QuantityError(raw, f"is too large (beyond {INT64_MAX})")
     if magnitude <= 0:
-        raise QuantityError(f"quantity {raw!r} is not a whole number")
+        raise QuantityError(raw, "is not a whole number")
     value = int(significant) << binary
     if decimal < 0:
         value, rest = divmod(value, 10**-decimal)
         if rest:
-            raise QuantityError(f"quantity {raw!r} is not a whole number")
+            raise QuantityError(raw, "is not a whole number")
     else:
         value *= 10**decimal
     if value > INT64_MAX:
-        raise QuantityError(f"quantity {raw!r} is too large (beyond {INT64_MAX})")
+        raise QuantityError(raw, f"is too large (beyond {INT64_MAX})")
     return -value if match["sign"] == "-" else value
 
 

@@ -134,6 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("error: " + " ".join(str(err).split()), file=sys.stderr)  # one line
         return 1
     gpu_nodes = build_nodes(nodes, pods, dra)
+    for skipped in (s for n in gpu_nodes for s in n.skipped):
+        print(f"warning: {skipped}", file=sys.stderr)
     host: dict[str, NodeCompute] = {}
     if args.details:
         try:

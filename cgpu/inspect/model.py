@@ -3,7 +3,8 @@
 A node's GPU memory is its allocatable aliyun.com/gpu-mem (else capacity), split evenly over
 aliyun.com/gpu-count GPUs. A pod holds its containers' aliyun.com/gpu-mem on the GPU(s) of its
 ALIYUN_COM_GPU_MEM_IDX annotation (a comma list splits it evenly); with no usable index it is
-PENDING. Succeeded and Failed pods hold nothing.
+PENDING. Succeeded and Failed pods hold nothing. Pods are read by `cgpu.core.podcontract`; one
+whose request cannot be read is not counted, and its node's `skipped` says why.
 
 DRA claims (driver gpu.cgpu.io) are counted beside them: a GPU published in a ResourceSlice
 holds the memory and compute its allocated claims consume (see `cgpu.inspect.dra`). A node
@@ -20,7 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cgpu.core.layout import GPU_CORE, GPU_COUNT, GPU_MEM, GPU_MEM_IDX
+from cgpu.core.layout import GPU_CORE, GPU_COUNT, GPU_MEM
+from cgpu.core.podcontract import PodContract, PodContractError, parse_extended_quantity, read_pod
 
 from .dra import DraGpu
 
@@ -28,31 +30,25 @@ PENDING = -1
 MIB_THRESHOLD = 512  # a GPU of more units than this advertises MiB; fewer, GiB
 
 
-def _int(raw: Any) -> int:
-    text = str(raw if raw is not None else "").strip()
-    return int(text) if text.isdigit() else 0
-
-
 def _resource(node: dict[str, Any], name: str) -> int:
+    """A node's allocatable (else capacity) `name`; 0 when absent or unreadable (the node,
+    or its compute, is then not shown)."""
     status = node.get("status") or {}
     for section in ("allocatable", "capacity"):
         value = (status.get(section) or {}).get(name)
         if value is not None:
-            return _int(value)
+            try:
+                return parse_extended_quantity(value, name)
+            except PodContractError:
+                return 0
     return 0
 
 
-def pod_units(pod: dict[str, Any], resource: str = GPU_MEM) -> int:
+def pod_units(pod: dict[str, Any] | PodContract, resource: str = GPU_MEM) -> int:
     """The pod's `resource` (aliyun.com/gpu-mem by default): the sum over its containers'
-    limits (else requests)."""
-    total = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        raw = (resources.get("limits") or {}).get(resource)
-        if raw is None:
-            raw = (resources.get("requests") or {}).get(resource)
-        total += _int(raw)
-    return total
+    limits (else requests); PodContractError when one cannot be read."""
+    read = pod if isinstance(pod, PodContract) else read_pod(pod, (resource,))
+    return read.total(resource)
 
 
 @dataclass
@@ -96,6 +92,7 @@ class GpuNode:
     compute_total: int = 0  # aliyun.com/gpu-core.percentage the node advertises
     devices: dict[int, Device] = field(default_factory=dict)
     pods: list[PodShare] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # pods not counted, and why
 
     @property
     def per_gpu(self) -> int:
@@ -128,14 +125,6 @@ def _addresses(node: dict[str, Any]) -> tuple[str, str]:
     return internal, first
 
 
-def _indexes(pod: dict[str, Any]) -> list[int] | None:
-    raw = str(((pod.get("metadata") or {}).get("annotations") or {}).get(GPU_MEM_IDX, "")).strip()
-    parts = [p.strip() for p in raw.split(",")] if raw else []
-    if not parts or not all(p.isdigit() for p in parts):
-        return None
-    return [int(p) for p in parts]
-
-
 def uses_compute(nodes: list[GpuNode]) -> bool:
     """Whether any node advertises the compute share (then it is shown)."""
     return any(n.compute_total > 0 for n in nodes)
@@ -162,13 +151,20 @@ def build_nodes(
     for pod in pods:
         phase = (pod.get("status") or {}).get("phase")
         info = out.get((pod.get("spec") or {}).get("nodeName") or "")
-        units, percent = pod_units(pod), pod_units(pod, GPU_CORE)
-        if info is None or phase in ("Succeeded", "Failed") or units + percent <= 0:
+        if info is None or phase in ("Succeeded", "Failed"):
+            continue
+        read = read_pod(pod, (GPU_MEM, GPU_CORE))
+        try:
+            units, percent = pod_units(read), pod_units(read, GPU_CORE)
+        except PodContractError as err:
+            info.skipped.append(f"pod {read.namespace}/{read.name} not counted: {err}")
+            continue
+        if units + percent <= 0:
             continue
         if not units and not info.compute_total:
             continue  # compute alone on a node without the compute share holds nothing shown
-        indexes = _indexes(pod)
-        if indexes is None or any(i >= info.gpu_count for i in indexes):
+        indexes = list(read.gpu_indexes or ())
+        if not indexes or any(i >= info.gpu_count for i in indexes):
             indexes = [PENDING]
         per_gpu = {i: units // len(indexes) for i in indexes}
         compute = {i: percent // len(indexes) for i in indexes}

@@ -10,13 +10,13 @@ import threading
 from dataclasses import dataclass, field
 
 from cgpu.core.kube import KubeConfigError
+from cgpu.core.podcontract import POLICIES
 
 from .binder import Binder
 from .handlers import Handlers
 from .informer import Informer, start_informers
 from .kubeapi import KubeApi, load_configuration
 from .metrics import Metrics
-from .podspec import POLICIES
 from .server import ExtenderServer
 from .state import ClusterState
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +17,13 @@ from cgpu.core.layout import (
     GPU_POLICY_ANNOTATION,
     NODE_POLICY_ANNOTATION,
 )
+from cgpu.core.podcontract import (
+    PodContract,
+    PodContractError,
+    parse_extended_quantity,
+    read_annotations,
+    read_pod,
+)
 
 COMPUTE_PER_GPU = 100
 GPUSHARE_ANNOTATIONS = (
@@ -27,20 +33,9 @@ GPUSHARE_ANNOTATIONS = (
     GPU_MEM_ASSIGNED,
     GPU_MEM_ASSUME_TIME,
 )
-POLICIES = ("binpack", "spread")
+RESOURCES = (GPU_MEM, GPU_CORE)  # what the extender reads of each container
 
-_SUFFIX = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-}
-_QUANTITY = re.compile(r"^\+?(\d+)(k|M|G|T|Ki|Mi|Gi|Ti)?$")
+Pod = dict[str, Any] | PodContract  # a pod's JSON, or its contract already read
 
 
 class SpecError(ValueError):
@@ -48,47 +43,47 @@ class SpecError(ValueError):
 
 
 def quantity(raw: Any, what: str) -> int:
-    """A whole-number Kubernetes quantity ("4", "2k", "1Ki"); anything else is a SpecError."""
-    text = str(raw).strip()
-    match = _QUANTITY.match(text)
-    if not match:
-        raise SpecError(f"{what}={text!r} is not a whole number")
-    return int(match.group(1)) * _SUFFIX[match.group(2) or ""]
+    """A whole-number Kubernetes quantity ("4", "2k", "1Ki", "1e3"); anything else
+    (negative, fractional, past an int64, not a quantity) is a SpecError."""
+    try:
+        return parse_extended_quantity(raw, what)
+    except PodContractError as err:
+        raise SpecError(str(err)) from None
 
 
-def _container_amounts(pod: dict[str, Any], resource: str) -> list[int]:
+def contract(pod: Pod) -> PodContract:
+    """The pod's contract (read here unless the caller already did)."""
+    return pod if isinstance(pod, PodContract) else read_pod(pod, RESOURCES)
+
+
+def _container_amounts(pod: Pod, resource: str) -> list[int]:
     """`resource` of each (non-init) container: its limit, else its request."""
-    units = []
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = (container or {}).get("resources") or {}
-        raw = (resources.get("limits") or {}).get(resource)
-        if raw is None:
-            raw = (resources.get("requests") or {}).get(resource)
-        name = (container or {}).get("name", "?")
-        units.append(0 if raw is None else quantity(raw, f"container {name} {resource}"))
-    return units
+    try:
+        return contract(pod).amounts(resource)
+    except PodContractError as err:
+        raise SpecError(str(err)) from None
 
 
-def container_units(pod: dict[str, Any]) -> list[int]:
+def container_units(pod: Pod) -> list[int]:
     """aliyun.com/gpu-mem of each (non-init) container: its limit, else its request."""
     return _container_amounts(pod, GPU_MEM)
 
 
-def container_compute(pod: dict[str, Any]) -> list[int]:
+def container_compute(pod: Pod) -> list[int]:
     """aliyun.com/gpu-core.percentage of each (non-init) container, each at most 100."""
-    percents = _container_amounts(pod, GPU_CORE)
-    containers = (pod.get("spec") or {}).get("containers") or []
+    read = contract(pod)
+    percents = _container_amounts(read, GPU_CORE)
+    containers = [c for c in read.containers if not c.init]
     for container, percent in zip(containers, percents, strict=True):
         if percent > COMPUTE_PER_GPU:
-            name = (container or {}).get("name", "?")
             raise SpecError(
-                f"container {name} asks for {percent} {GPU_CORE}: a container gets at "
-                f"most {COMPUTE_PER_GPU} (one GPU's compute)"
+                f"container {container.name or '?'} asks for {percent} {GPU_CORE}: a "
+                f"container gets at most {COMPUTE_PER_GPU} (one GPU's compute)"
             )
     return percents
 
 
-def pod_compute(pod: dict[str, Any]) -> int:
+def pod_compute(pod: Pod) -> int:
     """The pod's compute on its GPU (the sum over its containers), SpecError past 100."""
     total = sum(container_compute(pod))
     if total > COMPUTE_PER_GPU:
@@ -120,54 +115,34 @@ class GpuRequest:
         return self.total > 0 or self.compute > 0
 
 
-def _policy(annotations: dict[str, str], key: str) -> str | None:
-    raw = annotations.get(key)
-    if raw is None:
-        return None
-    if raw not in POLICIES:
-        raise SpecError(f"annotation {key}={raw!r} is not one of {', '.join(POLICIES)}")
-    return raw
+def _check(read: PodContract, *keys: str) -> None:
+    try:
+        read.check(*keys)
+    except PodContractError as err:
+        raise SpecError(str(err)) from None
 
 
-def gpu_request(pod: dict[str, Any]) -> GpuRequest:
+def gpu_request(pod: Pod) -> GpuRequest:
     """The pod's request; SpecError for malformed quantities, labels or policies."""
-    meta = pod.get("metadata") or {}
-    total = sum(container_units(pod))
-    labels = meta.get("labels") or {}
-    raw_count = labels.get(GPU_COUNT)
-    count = 1
-    if raw_count is not None:
-        text = str(raw_count).strip()
-        if not text.isdigit() or int(text) < 1:
-            raise SpecError(f"label {GPU_COUNT}={raw_count!r} is not a positive integer")
-        count = int(text)
+    read = contract(pod)
+    total = sum(container_units(read))
+    _check(read, GPU_COUNT)
+    count = read.gpu_count or 1
     if total and total % count:
         raise SpecError(f"{GPU_MEM}={total} does not split evenly over {GPU_COUNT}={count} GPUs")
-    compute = pod_compute(pod)
+    compute = pod_compute(read)
     if compute and count > 1:
         raise SpecError(
             f"{GPU_CORE}={compute} with {GPU_COUNT}={count}: a compute share "
             "applies to a one-GPU container"
         )
-    annotations = meta.get("annotations") or {}
-    return GpuRequest(
-        total,
-        count,
-        _policy(annotations, NODE_POLICY_ANNOTATION),
-        _policy(annotations, GPU_POLICY_ANNOTATION),
-        compute,
-    )
+    _check(read, NODE_POLICY_ANNOTATION, GPU_POLICY_ANNOTATION)
+    return GpuRequest(total, count, read.node_policy, read.gpu_policy, compute)
 
 
 def pinned_indexes(annotations: dict[str, str]) -> tuple[int, ...] | None:
     """GPU indexes in ALIYUN_COM_GPU_MEM_IDX, or None when absent or malformed."""
-    raw = (annotations.get(GPU_MEM_IDX) or "").strip()
-    if not raw:
-        return None
-    parts = [p.strip() for p in raw.split(",")]
-    if not all(p.isdigit() for p in parts):
-        return None
-    return tuple(int(p) for p in parts)
+    return read_annotations(annotations).gpu_indexes
 
 
 @dataclass(frozen=True)

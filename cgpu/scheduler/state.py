@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cgpu.core.layout import GPU_MEM_POD
+from cgpu.core.podcontract import PodContract
 
 from .fit import NodeView
 from .podspec import (
@@ -25,8 +25,8 @@ from .podspec import (
     SpecError,
     container_compute,
     container_units,
+    contract,
     node_gpus,
-    pinned_indexes,
     pod_compute,
 )
 
@@ -122,21 +122,17 @@ def _node_ip(node: dict[str, Any]) -> str:
     return ""
 
 
-def _holding_of(pod: dict[str, Any], units: list[int], compute: int) -> Holding:
-    meta = pod.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    gpus = pinned_indexes(annotations) or ()
-    total = sum(units)
-    raw_total = str(annotations.get(GPU_MEM_POD, "")).strip()
-    if raw_total.isdigit():
-        total = int(raw_total)
-    namespace, name = meta.get("namespace", ""), meta.get("name", "")
+def _holding_of(pod: PodContract, units: list[int], compute: int) -> Holding:
+    """What the pod holds: ALIYUN_COM_GPU_MEM_POD when the extender wrote it, else its
+    containers' units; on its ALIYUN_COM_GPU_MEM_IDX GPUs (none: not placed yet)."""
+    gpus = pod.gpu_indexes or ()
+    total = pod.pod_units if pod.pod_units is not None else sum(units)
     if gpus:
-        return Holding(namespace, name, gpus, total // len(gpus), compute)
-    return Holding(namespace, name, (), total, compute)
+        return Holding(pod.namespace, pod.name, gpus, total // len(gpus), compute)
+    return Holding(pod.namespace, pod.name, (), total, compute)
 
 
-def _pod_compute(pod: dict[str, Any]) -> int:
+def _pod_compute(pod: PodContract) -> int:
     """The pod's compute percent; a malformed one holds nothing (the scheduler cannot place
     it), while one past 100 that a node runs anyway holds what it asked."""
     try:
@@ -213,9 +209,10 @@ class ClusterState:
         their views are left for the caller to refresh."""
         meta = obj.get("metadata") or {}
         uid = meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"
+        read = contract(obj)
         try:
-            units = container_units(obj)
-            compute = _pod_compute(obj)
+            units = container_units(read)
+            compute = _pod_compute(read)
         except SpecError:
             units, compute = [], 0  # malformed: the scheduler cannot place it; holds nothing
         if sum(units) <= 0 and compute <= 0:
@@ -247,7 +244,7 @@ class ClusterState:
             if record.node:
                 node = self._node(record.node)
                 with node.lock:
-                    node.holdings[uid] = _holding_of(obj, units, compute)
+                    node.holdings[uid] = _holding_of(read, units, compute)
                     if stale is None:
                         node.refresh()
                 if stale is not None:

@@ -7,10 +7,13 @@ resource (a container asking for both memory and compute) without a second call.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from cgpu.deviceplugin.kube.client import KubeClient
 from cgpu.deviceplugin.kube.pods import ContainerRequest, PodInfo, parse_pod
+
+log = logging.getLogger(__name__)
 
 
 class PodLookup:
@@ -28,7 +31,11 @@ class PodLookup:
         """The pending pods on this node, read for `resource`; raises KubeError."""
         raw = self.client.pending_pods()
         self._raw = {str((p.get("metadata") or {}).get("uid", "")): p for p in raw}
-        return [parse_pod(p, resource) for p in raw]
+        pods = [parse_pod(p, resource) for p in raw]
+        for pod in pods:
+            for problem in pod.problems:
+                log.warning("pod %s/%s skipped: %s", pod.namespace, pod.name, problem)
+        return pods
 
     def requests(self, pod_uid: str, resource: str | None) -> list[ContainerRequest]:
         """The containers of a pod (as last listed) that ask for `resource`."""

@@ -5,18 +5,12 @@ Pure functions over the pod JSON the API server returns; no I/O here.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cgpu.core.layout import (
-    GPU_COUNT,
-    GPU_MEM_ASSIGNED,
-    GPU_MEM_ASSUME_TIME,
-    GPU_MEM_IDX,
-    GPU_MEM_POD,
-)
+from cgpu.core.layout import GPU_COUNT, GPU_MEM_IDX
+from cgpu.core.podcontract import PodContract, PodContractError, read_pod
 
 
 class PodError(ValueError):
@@ -34,7 +28,11 @@ class ContainerRequest:
 
 @dataclass(frozen=True)
 class PodInfo:
-    """The parts of a pod the plugin needs."""
+    """The parts of a pod the plugin needs, from its contract (`cgpu.core.podcontract`).
+
+    A pod whose request for the resource cannot be read (`problems`) is skipped: it asks for
+    nothing any Allocate can be matched to (the API server refuses such a pod, so only a
+    hand-made object gets here); `lookup` logs why."""
 
     uid: str
     namespace: str
@@ -46,90 +44,51 @@ class PodInfo:
     containers: tuple[ContainerRequest, ...] = ()
     deleting: bool = False
     rejected: bool = False
+    contract: PodContract = field(default_factory=PodContract, compare=False, repr=False)
+    problems: tuple[str, ...] = ()  # why the resource of a container cannot be read
+
+    def _checked(self, key: str) -> None:
+        try:
+            self.contract.check(key)
+        except PodContractError as err:
+            raise PodError(f"pod {self.namespace}/{self.name}: {err}") from None
 
     @property
     def gpu_count(self) -> int:
         """GPUs each container spreads over (label aliyun.com/gpu-count, default 1)."""
-        raw = self.labels.get(GPU_COUNT)
-        if raw is None:
-            return 1
-        try:
-            value = int(raw)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise PodError(
-                f"pod {self.namespace}/{self.name}: label {GPU_COUNT}={raw!r} "
-                "is not a positive integer"
-            )
-        return value
+        self._checked(GPU_COUNT)
+        return self.contract.gpu_count or 1
 
     @property
     def pinned(self) -> list[int]:
         """GPU indexes the gpushare scheduler extender chose (ALIYUN_COM_GPU_MEM_IDX)."""
-        raw = self.annotations.get(GPU_MEM_IDX, "").strip()
-        if not raw:
-            return []
-        try:
-            indexes = [int(part) for part in raw.split(",")]
-        except ValueError:
-            indexes = [-1]
-        if any(i < 0 for i in indexes):
-            raise PodError(
-                f"pod {self.namespace}/{self.name}: annotation {GPU_MEM_IDX}={raw!r} "
-                "is not a GPU index or a comma list of them"
-            )
-        return indexes
+        self._checked(GPU_MEM_IDX)
+        return list(self.contract.gpu_indexes or ())
 
     @property
     def assigned(self) -> bool:
         """Whether a device plugin already allocated this pod (ALIYUN_COM_GPU_MEM_ASSIGNED)."""
-        return self.annotations.get(GPU_MEM_ASSIGNED, "").lower() == "true"
+        return self.contract.assigned
 
     @property
     def order(self) -> tuple[float, str, str]:
         """Admission order: the extender's assume time, else creation time."""
-        raw = self.annotations.get(GPU_MEM_ASSUME_TIME, "")
-        stamp = int(raw) / 1e9 if raw.isdigit() else self.created
-        return (stamp, self.namespace, self.name)
+        stamp = self.contract.assume_time
+        return (stamp / 1e9 if stamp is not None else self.created, self.namespace, self.name)
 
     @property
     def total_units(self) -> int:
         """The pod's request: the annotation when the extender set it, else the containers'."""
-        raw = self.annotations.get(GPU_MEM_POD, "")
-        if raw.isdigit():
-            return int(raw)
+        if self.contract.pod_units is not None:
+            return self.contract.pod_units
         return sum(c.units for c in self.containers if not c.init)
 
     def requesting(self) -> list[ContainerRequest]:
-        """Containers that ask for the resource, in the kubelet's order (init ones first)."""
+        """Containers that ask for the resource, in the kubelet's order (init ones first);
+        none when one of them cannot be read."""
+        if self.problems:
+            return []
         return [c for c in self.containers if c.units > 0]
-
-
-def _quantity(value: Any) -> int:
-    """An extended-resource quantity: a plain integer."""
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
-def _created(text: str | None) -> float:
-    if not text:
-        return 0.0
-    return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
-
-
-def _containers(spec: dict[str, Any], resource: str) -> tuple[ContainerRequest, ...]:
-    out = []
-    for key, init in (("initContainers", True), ("containers", False)):
-        for container in spec.get(key) or []:
-            resources = container.get("resources") or {}
-            limit = (resources.get("limits") or {}).get(resource)
-            if limit is None:
-                limit = (resources.get("requests") or {}).get(resource)
-            out.append(ContainerRequest(container.get("name", ""), _quantity(limit or 0), init))
-    return tuple(out)
 
 
 def _rejected(status: dict[str, Any]) -> bool:
@@ -144,20 +103,23 @@ def _rejected(status: dict[str, Any]) -> bool:
 
 
 def parse_pod(pod: dict[str, Any], resource: str) -> PodInfo:
-    """PodInfo from the API server's JSON for one pod."""
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
+    """PodInfo from the API server's JSON for one pod, read for `resource`."""
+    read = read_pod(pod, (resource,))
     return PodInfo(
-        uid=meta.get("uid", ""),
-        namespace=meta.get("namespace", ""),
-        name=meta.get("name", ""),
-        phase=status.get("phase", ""),
-        created=_created(meta.get("creationTimestamp")),
-        labels=dict(meta.get("labels") or {}),
-        annotations=dict(meta.get("annotations") or {}),
-        containers=_containers(pod.get("spec") or {}, resource),
-        deleting=bool(meta.get("deletionTimestamp")),
-        rejected=_rejected(status),
+        uid=read.uid,
+        namespace=read.namespace,
+        name=read.name,
+        phase=read.phase,
+        created=read.created,
+        labels=dict(read.labels),
+        annotations=dict(read.annotations),
+        containers=tuple(
+            ContainerRequest(c.name, c.amounts.get(resource, 0), c.init) for c in read.containers
+        ),
+        deleting=read.deleting,
+        rejected=_rejected(pod.get("status") or {}),
+        contract=read,
+        problems=tuple(read.resource_problems(resource)),
     )
 
 

@@ -20,10 +20,8 @@ from cgpu.core.layout import (
     ENV_VISIBLE_DEVICES,
     ENV_VOLCANO_ALLOCATED,
     ENV_VOLCANO_TOTAL,
-    VOLCANO_GPU_ASSIGNED,
     VOLCANO_GPU_INDEX,
     VOLCANO_GPU_MEMORY,
-    VOLCANO_PREDICATE_TIME,
     VOLCANO_UNHEALTHY_IDS,
 )
 from cgpu.deviceplugin.errors import AllocationError
@@ -36,11 +34,6 @@ from cgpu.deviceplugin.rm.units import MIB, Unit
 NO_TIME = 2**64 - 1
 
 
-def _decimal(text: str) -> bool:
-    """Whether `text` is a plain non-negative decimal integer (ASCII digits only)."""
-    return text.isascii() and text.isdigit()
-
-
 def is_volcano(resource: str) -> bool:
     """Whether the plugin serves Volcano's resource."""
     return resource == VOLCANO_GPU_MEMORY
@@ -48,14 +41,13 @@ def is_volcano(resource: str) -> bool:
 
 def predicate_time(pod: PodInfo) -> int:
     """The scheduler's predicate time in nanoseconds; unreadable or absent sorts last."""
-    raw = pod.annotations.get(VOLCANO_PREDICATE_TIME, "")
-    return int(raw) if _decimal(raw) and int(raw) <= NO_TIME else NO_TIME
+    stamp = pod.contract.volcano_predicate_time
+    return NO_TIME if stamp is None else stamp
 
 
 def assigned(pod: PodInfo) -> bool:
     """Volcano's rule: assigned when the annotation is present and not "false"."""
-    value = pod.annotations.get(VOLCANO_GPU_ASSIGNED)
-    return value is not None and value != "false"
+    return pod.contract.volcano_assigned
 
 
 def candidates(pods: Iterable[PodInfo]) -> list[PodInfo]:
@@ -95,18 +87,11 @@ def gpu_index(pod: PodInfo) -> int:
             "predicate.GPUSharingEnable) must place pods that ask for "
             f"{VOLCANO_GPU_MEMORY}; was it scheduled by another scheduler?",
         )
-    text = raw.strip()
-    if not _decimal(text):
-        detail = (
-            "names several GPUs; a gpu-memory container gets exactly one"
-            if "," in text
-            else "is not a GPU index"
-        )
-        raise AllocationError(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"{where}: annotation {VOLCANO_GPU_INDEX}={raw!r} {detail}",
-        )
-    return int(text)
+    index = pod.contract.volcano_index
+    if index is None:
+        problem = pod.contract.problems.get(VOLCANO_GPU_INDEX, VOLCANO_GPU_INDEX)
+        raise AllocationError(grpc.StatusCode.INVALID_ARGUMENT, f"{where}: {problem}")
+    return index
 
 
 @dataclass(frozen=True)

@@ -108,7 +108,7 @@ def test_bad_compute_requests_are_unresolvable_with_reasons(kube_api, extender):
     assert reason(multi) == (
         f"{CORE}=20 with aliyun.com/gpu-count=2: a compute share applies to a one-GPU container"
     )
-    assert reason(junk) == f"container c0 {CORE}='30%' is not a whole number"
+    assert reason(junk) == f"container c0 {CORE}='30%' is not a Kubernetes quantity"
     assert peer.bind(multi, "n1").endswith("a compute share applies to a one-GPU container")
     assert kube_api.get("pods", "multi")["spec"].get("nodeName") is None
 
@@ -121,7 +121,7 @@ def test_malformed_node_compute_capacity_takes_no_compute_pods(kube_api, extende
     plain = kube_api.create("pods", gpu_pod("plain", 1))
     peer = SchedulerPeer(kube_api, url_of(extender()))
     assert peer.filter(share, ["odd"])["FailedAndUnresolvableNodes"] == {
-        "odd": f"node capacity {CORE}='lots' is not a whole number"
+        "odd": f"node capacity {CORE}='lots' is not a Kubernetes quantity"
     }
     assert peer.filter(plain, ["odd"])["NodeNames"] == ["odd"]
 
