@@ -219,8 +219,8 @@ def test_a_process_whose_main_thread_exited_is_not_stopped(root: Path, start, ma
 def test_a_stopped_process_whose_main_thread_exited_is_passed_over(
     root: Path, start, mainexit
 ) -> None:
-    """Every thread stopped (SIGSTOP) while it holds: the neighbour is granted at once, not
-    after the revoke's deadline (2 quanta of 500 ms)."""
+    """Every thread stopped (SIGSTOP) while it holds, past its quantum: a neighbour that asks
+    is granted at once, not after the revoke's deadline (2 quanta of 500 ms)."""
     m = make_container(root, "m", {UUID: (50, "share")})
     b = make_container(root, "b", {UUID: (50, "share")})
     arbiter = start("--quantum-ms", "500")
@@ -234,6 +234,7 @@ def test_a_stopped_process_whose_main_thread_exited_is_passed_over(
         for task in Path(f"/proc/{proc.pid}/task").iterdir():
             while process_state_of(task) not in "TZ":
                 time.sleep(0.005)
+        time.sleep(0.6)  # its quantum is over: a neighbour's WANT revokes it at once
         neighbour = Client(b).hello((0, UUID))
         asked = time.monotonic()
         neighbour.send(WANT, 0)
