@@ -2,8 +2,9 @@
 
 Series exist only while their container directory (or GPU) does, because nothing is kept between
 scrapes except caches of facts that do not change (NVML handles, meta.json, pod assignments), the
-cumulative count of skipped ledgers, and the texts `cgpu.exporter.exposition` renders label sets
-and values to (functions of what they render, never of when).
+cumulative counts of skipped ledgers and compute status files, and the texts
+`cgpu.exporter.exposition` renders label sets and values to (functions of what they render,
+never of when).
 """
 
 from __future__ import annotations
