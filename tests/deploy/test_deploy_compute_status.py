@@ -1,6 +1,6 @@
 """The compute host view's path in the deploy: the arbiter writes its status file where the
 exporter reads it (the same hostPath, at the same path in both pods, so the arbiter's container
-directory names are the exporter's), and no workload container is given that directory."""
+directory names are the exporter's)."""
 
 from __future__ import annotations
 
