@@ -2,6 +2,8 @@
 #include "charge.h"
 #include "resolve.h"
 
+#include "cgpu_sizes.h"
+
 #include <pthread.h>
 #include <stdio.h>
 
@@ -146,26 +148,20 @@ int pool_reconcile(void)
 
 pthread_mutex_t g_heaps_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static uint64_t heap_pages(uint64_t bytes)
-{
-    return (bytes + 2 * MiB - 1) & ~(2 * MiB - 1);
-}
-
+/* The heaps' sizes are the simulator's too (cgpu_sizes.h), in 2 MiB pages; the stack is reserved
+ * for every thread the device holds at once. */
 uint64_t heap_beyond_default(CUlimit limit, uint64_t value, CUdevice ordinal)
 {
-    uint64_t dflt;
+    uint64_t resident = 0;
     if (limit == CU_LIMIT_STACK_SIZE) {
         int sms = 0, threads = 0;
         if (device_attribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal) ||
             device_attribute(&threads, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, ordinal) ||
             sms <= 0 || threads <= 0)
             return 0; /* cannot tell: the host view shows it (NVML against the ledger) */
-        uint64_t resident = (uint64_t)sms * (uint64_t)threads;
-        uint64_t have = heap_pages(((value + 15) & ~15ULL) * resident), base = heap_pages(1024 * resident);
-        return have > base ? have - base : 0;
+        resident = (uint64_t)sms * (uint64_t)threads;
     }
-    dflt = limit == CU_LIMIT_MALLOC_HEAP_SIZE ? 8 * MiB : MiB;
-    return heap_pages(value) > heap_pages(dflt) ? heap_pages(value) - heap_pages(dflt) : 0;
+    return cgpu_heap_beyond_default(limit, value, resident, 2 * MiB);
 }
 
 /* The stack a launch grew.  The driver "automatically increases the per-thread stack size for
@@ -196,7 +192,7 @@ void stack_reconcile(int may_wait)
     if (!get_limit || !ctx || !g_shim.ctx_get_device || g_shim.ctx_get_device(&ordinal) != 0 ||
         device_of_ordinal(ordinal) < 0 || get_limit(&value, CU_LIMIT_STACK_SIZE) != CUDA_SUCCESS)
         return;
-    if (value <= 1024) /* the default stack: nothing grew (it only grows) */
+    if (value <= CGPU_STACK_DEFAULT) /* the default stack: nothing grew (it only grows) */
         return;
     int dev = device_of_ordinal(ordinal);
     uint64_t want = heap_beyond_default(CU_LIMIT_STACK_SIZE, value, ordinal);

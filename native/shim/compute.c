@@ -642,7 +642,7 @@ static void take_over(struct dev_ctl *c)
  * NVML gives it a measurement (see docs/operations.md); for diagnosis, off by default. */
 static void open_trace(void)
 {
-    const char *dir = getenv("CGPU_COMPUTE_TRACE");
+    const char *dir = getenv(CGPU_ENV_COMPUTE_TRACE);
     char path[4096];
     if (!dir || !*dir || snprintf(path, sizeof path, "%s/compute-%d.trace", dir, (int)getpid()) >= (int)sizeof path)
         return;

@@ -88,7 +88,7 @@ int config_parse_percent(const char *v, unsigned *out)
 
 unsigned cgpu_compute_policy_parse(const char *v)
 {
-    static const char *const names[] = {"fixed", "share"};
+    static const char *const names[] = {CGPU_POLICY_FIXED, CGPU_POLICY_SHARE};
     while (blank(*v))
         v++;
     size_t n = strlen(v);
@@ -168,7 +168,7 @@ int config_parse_text(const char *text, const char *origin, struct cgpu_config *
         char kw[16], a[CGPU_UUID_LEN + 8], b[64], extra[8], more[8];
         int n = sscanf(s, "%15s %103s %63s %7s %7s", kw, a, b, extra, more);
         if (!have_version) {
-            if (n == 2 && strcmp(kw, "version") == 0 && strcmp(a, "1") == 0) {
+            if (n == 2 && strcmp(kw, CGPU_CONF_VERSION) == 0 && strcmp(a, "1") == 0) {
                 have_version = 1;
                 continue;
             }
@@ -176,17 +176,17 @@ int config_parse_text(const char *text, const char *origin, struct cgpu_config *
             return CGPU_ERR_PARSE;
         }
         unsigned long long limit;
-        if (n >= 1 && strcmp(kw, "context") == 0) {
+        if (n >= 1 && strcmp(kw, CGPU_CONF_CONTEXT) == 0) {
             if (context_line(cfg, origin, line_no, n, a, b) != CGPU_OK)
                 return CGPU_ERR_PARSE;
             continue;
         }
-        if (n >= 1 && strcmp(kw, "compute") == 0) {
+        if (n >= 1 && strcmp(kw, CGPU_CONF_COMPUTE) == 0) {
             if (compute_line(cfg, origin, line_no, n, a, b, extra) != CGPU_OK)
                 return CGPU_ERR_PARSE;
             continue;
         }
-        if (n != 3 || strcmp(kw, "device") != 0) {
+        if (n != 3 || strcmp(kw, CGPU_CONF_DEVICE) != 0) {
             snprintf(cfg->error, sizeof cfg->error, "%s:%d: expected 'device <uuid> <size>'", origin, line_no);
             return CGPU_ERR_PARSE;
         }
@@ -265,7 +265,7 @@ int config_write_atomic(const char *dir, const struct cgpu_config *cfg)
         if (cfg->entries[i].compute && len < (int)sizeof text)
             len += snprintf(text + len, sizeof text - (size_t)len, "compute %s %u %s\n", cfg->entries[i].uuid,
                             cfg->entries[i].compute,
-                            cfg->entries[i].compute_policy == CGPU_COMPUTE_SHARE ? "share" : "fixed");
+                            cfg->entries[i].compute_policy == CGPU_COMPUTE_SHARE ? CGPU_POLICY_SHARE : CGPU_POLICY_FIXED);
     }
     int ok = len < (int)sizeof text && write(fd, text, (size_t)len) == len;
     ok = close(fd) == 0 && ok;

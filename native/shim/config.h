@@ -4,8 +4,8 @@
 
 #include "api.h"
 #include "cgpu_macros.h"
+#include "cgpu_names.h" /* CGPU_CONFIG_NAME and the keywords */
 
-#define CGPU_CONFIG_NAME "cgpu.conf"
 /* The largest context cost a config may give (a context takes hundreds of MiB). */
 #define CGPU_CONFIG_MAX_CONTEXT (1ULL << 30)
 

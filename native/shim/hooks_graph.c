@@ -14,6 +14,8 @@
  * back is credited.  None of this is on the allocation hot path. */
 #include "charge.h"
 
+#include "cgpu_sizes.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,11 +37,6 @@ static void graph_forget_process(void)
 __attribute__((constructor)) static void graph_at_fork(void)
 {
     pthread_atfork(NULL, NULL, graph_forget_process);
-}
-
-static uint64_t graph_pages(uint64_t bytes)
-{
-    return (bytes + 2 * MiB - 1) & ~(2 * MiB - 1);
 }
 
 /* The footprint of `graph`'s allocation nodes, on the device of the first (*dev, -1 when
@@ -72,7 +69,7 @@ static uint64_t graph_footprint(CUgraph graph, int *dev, int *ordinal)
             *ordinal = p.poolProps.location.id;
             *dev = device_of_ordinal(*ordinal);
         }
-        foot += graph_pages(p.bytesize);
+        foot += cgpu_pages(p.bytesize, 2 * MiB); /* each node in pages, as the simulator (cgpu_sizes.h) */
     }
     free(nodes);
     return *dev >= 0 ? foot : 0;

@@ -3,6 +3,8 @@
  * charge.h; a free of a pointer the shim never saw still reaches the driver. */
 #include "charge.h"
 
+#include "cgpu_sizes.h"
+
 /* ---- allocation families ------------------------------------------------------ */
 
 /* Linear device memory records no context: learned when one may die (hooks_ctx.c). */
@@ -20,7 +22,7 @@ EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize)
 EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
                                    unsigned int ElementSizeBytes)
 {
-    CHARGED_ALLOC(current_device(), charge_of(((WidthInBytes + 511) & ~(size_t)511) * Height),
+    CHARGED_ALLOC(current_device(), charge_of(cgpu_pitch(WidthInBytes) * Height),
                   REAL(cuMemAllocPitch_v2)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes),
                   PT_KIND_PTR ^ *dptr, PT_CTX_UNKNOWN);
 }
@@ -28,7 +30,7 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
 EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
                                 unsigned int Height, unsigned int ElementSizeBytes)
 {
-    CHARGED_ALLOC(current_device(), charge_of(((uint64_t)(WidthInBytes + 511) & ~511ULL) * Height),
+    CHARGED_ALLOC(current_device(), charge_of(cgpu_pitch(WidthInBytes) * Height),
                   REAL(cuMemAllocPitch)(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes),
                   PT_KIND_PTR ^ *dptr, PT_CTX_UNKNOWN);
 }
@@ -161,66 +163,40 @@ EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     POOL_FREE(PT_KIND_PTR ^ dptr, REAL(cuMemFreeAsync_ptsz)(dptr, hStream));
 }
 
-/* Arrays: the size follows from the descriptor. */
-static uint64_t format_bytes(CUarray_format f)
+/* Arrays: the size follows from the descriptor, as the simulator computes it (cgpu_sizes.h); a
+ * descriptor the driver refuses is charged nothing. */
+static uint64_t array_charge(uint64_t w, uint64_t h, uint64_t d, CUarray_format f, unsigned channels,
+                             unsigned flags, unsigned levels)
 {
-    switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8:
-        return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16:
-    case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF:
-        return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32:
-    case CU_AD_FORMAT_SIGNED_INT32:
-    case CU_AD_FORMAT_FLOAT:
-        return 4;
-    default:
-        return 16; /* packed, block-compressed and video formats: charge generously */
-    }
-}
-
-/* Bytes of an array: each mipmap level halves width, height and depth, but not
- * the layer count of a layered array. */
-static uint64_t array_bytes(uint64_t w, uint64_t h, uint64_t d, CUarray_format f, unsigned channels,
-                            unsigned levels, unsigned flags)
-{
-    uint64_t total = 0;
-    int layered = (flags & CUDA_ARRAY3D_LAYERED) != 0;
-    if (levels == 0)
-        levels = 1;
-    for (unsigned l = 0; l < levels && l < 64; l++) {
-        uint64_t lw = w >> l ? w >> l : 1, lh = h >> l ? h >> l : 1;
-        uint64_t ld = layered ? (d ? d : 1) : (d >> l ? d >> l : 1);
-        total += lw * lh * ld;
-    }
-    return charge_of(total * format_bytes(f) * (channels ? channels : 1));
+    CUDA_ARRAY3D_DESCRIPTOR desc = {.Width = w, .Height = h, .Depth = d, .Format = f, .NumChannels = channels,
+                                    .Flags = flags};
+    int known;
+    return charge_of(cgpu_array_bytes(&desc, levels, &known));
 }
 
 EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *desc)
 {
-    CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1, 0) : 0,
+    CHARGED_ALLOC(current_device(), desc ? array_charge(desc->Width, desc->Height, 0, desc->Format, desc->NumChannels, 0, 1) : 0,
                   REAL(cuArrayCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *desc)
 {
-    CHARGED_ALLOC(current_device(), desc ? array_bytes(desc->Width, desc->Height, 1, desc->Format, desc->NumChannels, 1, 0) : 0,
+    CHARGED_ALLOC(current_device(), desc ? array_charge(desc->Width, desc->Height, 0, desc->Format, desc->NumChannels, 0, 1) : 0,
                   REAL(cuArrayCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
 {
     CHARGED_ALLOC(current_device(),
-                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1, desc->Flags) : 0,
+                  desc ? array_charge(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, desc->Flags, 1) : 0,
                   REAL(cuArray3DCreate_v2)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
 EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *desc)
 {
     CHARGED_ALLOC(current_device(),
-                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, 1, desc->Flags) : 0,
+                  desc ? array_charge(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels, desc->Flags, 1) : 0,
                   REAL(cuArray3DCreate)(pHandle, desc), PT_KIND_ARRAY ^ (uint64_t)(uintptr_t)*pHandle, current_context());
 }
 
@@ -228,8 +204,8 @@ EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARR
                                        unsigned int numMipmapLevels)
 {
     CHARGED_ALLOC(current_device(),
-                  desc ? array_bytes(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels,
-                                     numMipmapLevels, desc->Flags)
+                  desc ? array_charge(desc->Width, desc->Height, desc->Depth, desc->Format, desc->NumChannels,
+                                      desc->Flags, numMipmapLevels)
                        : 0,
                   REAL(cuMipmappedArrayCreate)(pHandle, desc, numMipmapLevels),
                   PT_KIND_MIPMAP ^ (uint64_t)(uintptr_t)*pHandle, current_context());

@@ -22,6 +22,7 @@
 #include "charge.h"
 
 #include "cgpu_fatbin.h"
+#include "cgpu_image.h"
 #include "cgpu_ptx.h"
 
 #include <elf.h>
@@ -32,45 +33,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#define IMAGE_MAX (1ULL << 30) /* a cubin larger than this is not read */
-
-static int holds_globals(const char *name, size_t room)
-{
-    if (room > 10 && !strncmp(name, ".nv.global", 10))
-        return name[10] == 0 || name[10] == '.';
-    return room > 13 && !strncmp(name, ".nv.constant", 12) && name[12] >= '1' && name[12] <= '9';
-}
-
-/* The bytes of globals ELF image `img` declares, its length bounded by `len` (0: unknown,
- * taken from its headers).  0 for anything else. */
-static uint64_t cubin_globals(const unsigned char *img, uint64_t len)
-{
-    /* Byte by byte, stopping at the first that differs: a short PTX text ends there. */
-    if (!img || img[0] != ELFMAG0 || img[1] != ELFMAG1 || img[2] != ELFMAG2 || img[3] != ELFMAG3 ||
-        img[EI_CLASS] != ELFCLASS64)
-        return 0;
-    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
-    uint64_t shend = eh->e_shoff + (uint64_t)eh->e_shnum * sizeof(Elf64_Shdr);
-    if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > IMAGE_MAX || eh->e_shstrndx >= eh->e_shnum ||
-        (len && shend > len))
-        return 0;
-    const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff), *names = &sh[eh->e_shstrndx];
-    if (names->sh_offset > IMAGE_MAX || names->sh_size > IMAGE_MAX ||
-        (len && names->sh_offset + names->sh_size > len))
-        return 0;
-    uint64_t total = 0;
-    for (unsigned i = 0; i < eh->e_shnum; i++) {
-        if (sh[i].sh_name >= names->sh_size || sh[i].sh_size > IMAGE_MAX * 64)
-            continue;
-        const char *nm = (const char *)img + names->sh_offset + sh[i].sh_name;
-        if (!holds_globals(nm, names->sh_size - sh[i].sh_name))
-            continue;
-        uint64_t align = sh[i].sh_addralign > 1 && sh[i].sh_addralign <= 4096 ? sh[i].sh_addralign : 1;
-        total = ((total + align - 1) & ~(align - 1)) + sh[i].sh_size;
-    }
-    return total;
-}
 
 /* The architecture (major * 10 + minor) of the current context's device, or of the first one
  * the process sees; 0 if the driver cannot say. */
@@ -87,39 +49,15 @@ static unsigned device_arch(void)
 }
 
 /* The globals of an image in memory (`len` bytes; 0: unknown, taken from its headers, or for
- * PTX text from its terminating NUL, as the driver reads it): a cubin's, PTX's (the module
- * ptxas makes of it: cgpu_ptx.h), or those of what the driver loads from a fatbin or a fatbin
- * wrapper. */
+ * PTX text from its terminating NUL, as the driver reads it): those of what the driver loads
+ * from it (cgpu_image.h: the simulator allocates the same).  The device is asked its
+ * architecture only for a fatbin. */
 static uint64_t image_globals(const void *image, uint64_t len)
 {
-    const unsigned char *img = image;
-    if (!len)
-        img = cgpu_fatbin_unwrap(img);
-    size_t fat = img ? cgpu_fatbin_length(img) : 0;
-    if (!fat) {
-        if (!cgpu_ptx_may_be_text(img))
-            return cubin_globals(img, len);
-        size_t text = strnlen((const char *)img, len ? (size_t)len : IMAGE_MAX);
-        return cgpu_ptx_globals((const char *)img, text);
-    }
-    if (len && len < fat)
-        return 0;
-    const unsigned char *loaded;
-    size_t loaded_len;
-    unsigned char *owned = NULL;
-    unsigned arch = device_arch();
-    uint64_t total = 0;
-    switch (arch ? cgpu_fatbin_load(img, fat, arch, &loaded, &loaded_len, &owned) : CGPU_FATBIN_NOT) {
-    case CGPU_FATBIN_CUBIN:
-        total = cubin_globals(loaded, loaded_len);
-        break;
-    case CGPU_FATBIN_PTX:
-        total = cgpu_ptx_globals((const char *)loaded, loaded_len);
-        break;
-    default:
-        break;
-    }
-    free(owned);
+    unsigned arch = cgpu_image_is_fatbin(image, (size_t)len) ? device_arch() : 0;
+    struct cgpu_image loaded;
+    uint64_t total = cgpu_image_globals(&loaded, cgpu_image_load(image, (size_t)len, arch, &loaded));
+    free(loaded.owned);
     return total;
 }
 
@@ -135,7 +73,7 @@ static uint64_t file_globals(const char *path)
     unsigned char *img = NULL;
     if (pread(fd, head, sizeof head, 0) == (ssize_t)sizeof head &&
         (!memcmp(head, ELFMAG, SELFMAG) || cgpu_fatbin_length(head) || cgpu_ptx_may_be_text(head)) &&
-        fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= IMAGE_MAX &&
+        fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size <= CGPU_IMAGE_MAX &&
         (img = malloc((size_t)st.st_size))) {
         size_t got = 0;
         ssize_t n;

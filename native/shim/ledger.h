@@ -27,6 +27,7 @@
 
 #include "api.h"
 #include "cgpu_macros.h"
+#include "cgpu_names.h" /* CGPU_LEDGER_NAME */
 
 /* Layouts.  The header states its version and its size.  The rule that keeps readers and writers of
  * different releases working on one file (docs/operations.md, "Upgrading"):
@@ -43,7 +44,6 @@
 #define CGPU_LEDGER_V2_SIZE (offsetof(struct ledger, slots) + sizeof(((struct ledger *)0)->slots))
 /* The most a header may state: fields appended by a later release are ignored, not unlimited. */
 #define CGPU_LEDGER_MAX_SIZE (1u << 20)
-#define CGPU_LEDGER_NAME "cgpu.ledger"
 /* Liveness locks live past the end of the data, one byte per slot; the admin byte
  * just before them. */
 #define CGPU_LIVENESS_BASE (1ull << 30)

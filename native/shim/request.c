@@ -10,12 +10,12 @@
 #include "config.h"
 
 
-static const char FIXED_PREFIX[] = "CGPU_MEM_LIMIT_";
-static const char COMPUTE_PREFIX[] = "CGPU_COMPUTE_LIMIT_";
+static const char FIXED_PREFIX[] = CGPU_ENV_MEM_LIMIT "_";
+static const char COMPUTE_PREFIX[] = CGPU_ENV_COMPUTE_LIMIT "_";
 
 static const char *const SHARES[2][2] = {
-    {"ALIYUN_COM_GPU_MEM_CONTAINER", "ALIYUN_COM_GPU_MEM_DEV"},
-    {"VOLCANO_GPU_ALLOCATED", "VOLCANO_GPU_MEMORY_TOTAL"},
+    {CGPU_ENV_GPU_MEM_CONTAINER, CGPU_ENV_GPU_MEM_DEV},
+    {CGPU_ENV_VOLCANO_ALLOCATED, CGPU_ENV_VOLCANO_TOTAL},
 };
 
 /* The value of the first "name=" entry, or NULL. */
@@ -155,17 +155,17 @@ static int by_ordinal(const char *const *envp, struct cgpu_request *out, const c
 static int compute_vars(const char *const *envp, struct cgpu_request *out)
 {
     int rc = by_ordinal(envp, out, COMPUTE_PREFIX, 1);
-    const char *def = lookup(envp, "CGPU_COMPUTE_LIMIT");
+    const char *def = lookup(envp, CGPU_ENV_COMPUTE_LIMIT);
     if (rc == CGPU_OK && def)
-        rc = percent_var(out, "CGPU_COMPUTE_LIMIT", def, &out->compute_default);
-    const char *pol = lookup(envp, "CGPU_COMPUTE_POLICY");
+        rc = percent_var(out, CGPU_ENV_COMPUTE_LIMIT, def, &out->compute_default);
+    const char *pol = lookup(envp, CGPU_ENV_COMPUTE_POLICY);
     out->compute_policy = CGPU_COMPUTE_FIXED;
     if (rc == CGPU_OK && pol) {
         out->compute_policy = cgpu_compute_policy_parse(pol);
         if (!out->compute_policy) {
             char v[48];
             shown(pol, v);
-            rc = fail(out, "CGPU_COMPUTE_POLICY", "CGPU_COMPUTE_POLICY=%s is malformed: expected fixed or share", v);
+            rc = fail(out, CGPU_ENV_COMPUTE_POLICY, CGPU_ENV_COMPUTE_POLICY "=%s is malformed: expected fixed or share", v);
         }
     }
     return rc;
@@ -197,7 +197,7 @@ static int share_pair(const char *const *envp, const char *const pair[2], struct
 
 EXPORT int cgpu_request_disabled(const char *const *envp)
 {
-    const char *disable = lookup(envp, "CGPU_DISABLE");
+    const char *disable = lookup(envp, CGPU_ENV_DISABLE);
     return disable && is_disable(disable);
 }
 
@@ -209,9 +209,9 @@ EXPORT int cgpu_request_from_env(const char *const *envp, struct cgpu_request *o
         return CGPU_OK;
     }
     int rc = by_ordinal(envp, out, FIXED_PREFIX, 0);
-    const char *def = lookup(envp, "CGPU_MEM_LIMIT");
+    const char *def = lookup(envp, CGPU_ENV_MEM_LIMIT);
     if (rc == CGPU_OK && def)
-        rc = size_var(out, "CGPU_MEM_LIMIT", def, &out->fixed_default);
+        rc = size_var(out, CGPU_ENV_MEM_LIMIT, def, &out->fixed_default);
     for (int i = 0; i < 2 && rc == CGPU_OK; i++)
         rc = share_pair(envp, SHARES[i], out);
     if (rc == CGPU_OK)

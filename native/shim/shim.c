@@ -28,7 +28,6 @@ static unsigned char ctx_overhead_conf_set[CGPU_MAX_DEVICES];
 static uint64_t ctx_used_before[CGPU_MAX_DEVICES];
 #define CGPU_MAX_CONTEXT_OVERHEAD CGPU_CONFIG_MAX_CONTEXT
 
-#define SHIM_LEDGER_MOUNT "/var/run/cgpu"
 
 void shim_fail_line(const char *fmt, ...)
 {
@@ -182,14 +181,14 @@ static int nvml_devices(struct device_info *out, int max)
 
 static int ledger_dir(char *out, size_t n)
 {
-    const char *e = secure_getenv("CGPU_LEDGER_DIR") /* a setuid program must not be steered */;
+    const char *e = secure_getenv(CGPU_ENV_LEDGER_DIR) /* a setuid program must not be steered */;
     struct stat st;
     if (e && *e) {
         snprintf(out, n, "%s", e);
         return 0;
     }
-    if (stat(SHIM_LEDGER_MOUNT, &st) == 0 && S_ISDIR(st.st_mode)) {
-        snprintf(out, n, "%s", SHIM_LEDGER_MOUNT);
+    if (stat(CGPU_CONTAINER_LEDGER_DIR, &st) == 0 && S_ISDIR(st.st_mode)) {
+        snprintf(out, n, "%s", CGPU_CONTAINER_LEDGER_DIR);
         return 0;
     }
     const char *xdg = secure_getenv("XDG_RUNTIME_DIR");
@@ -273,11 +272,11 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
     if (cgpu_request_disabled((const char *const *)environ))
         return setup_state = SHIM_PASSTHROUGH;
 
-    const char *ovh = getenv("CGPU_CONTEXT_OVERHEAD");
+    const char *ovh = getenv(CGPU_ENV_CONTEXT_OVERHEAD);
     if (ovh) {
         unsigned long long v = 0;
         if (strcmp(ovh, "0") != 0 && cgpu_parse_size(ovh, &v) != 0) {
-            shim_fail_line("CGPU_CONTEXT_OVERHEAD=%.40s is malformed", ovh);
+            shim_fail_line(CGPU_ENV_CONTEXT_OVERHEAD "=%.40s is malformed", ovh);
             return setup_state = SHIM_FAILED;
         }
         ctx_overhead_env = (long long)v;
@@ -334,7 +333,7 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
             return setup_state = SHIM_FAILED;
         }
         /* Inside a container, keep processes that lose their environment limited. */
-        if (strcmp(dir, SHIM_LEDGER_MOUNT) == 0)
+        if (strcmp(dir, CGPU_CONTAINER_LEDGER_DIR) == 0)
             config_write_atomic(dir, &cfg);
     }
     snprintf(path, sizeof path, "%s/%s", dir, CGPU_LEDGER_NAME);

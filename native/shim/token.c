@@ -36,7 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TOKEN_SOCKET "compute.sock"
+#define TOKEN_SOCKET CGPU_COMPUTE_SOCKET_NAME
 #define PROTOCOL_VERSION 1
 #define IDLE_NS 1000000LL          /* no launch this long while holding: IDLE */
 #define POLL_MS 1                  /* the thread's tick while it holds a GPU */

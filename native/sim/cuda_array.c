@@ -2,71 +2,20 @@
  * charged by their size. */
 #include "cuda_sim.h"
 
+#include "cgpu_sizes.h"
+
 #include <sys/mman.h>
 
 /* ------------------------------------------------------------------------ */
 /* Arrays                                                                    */
 
-/* Bytes of one w x h x d level; 0 for an invalid format/channel count. */
-static unsigned long long level_bytes(CUarray_format f, unsigned ch, unsigned long long w,
-                                      unsigned long long h, unsigned long long d)
-{
-    unsigned long long elem = 0, block = 0;
-    switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: elem = 1; break;
-    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: elem = 2; break;
-    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT: elem = 4; break;
-    case CU_AD_FORMAT_UNORM_INT8X1: case CU_AD_FORMAT_SNORM_INT8X1: ch = 1; elem = 1; break;
-    case CU_AD_FORMAT_UNORM_INT8X2: case CU_AD_FORMAT_SNORM_INT8X2: ch = 1; elem = 2; break;
-    case CU_AD_FORMAT_UNORM_INT8X4: case CU_AD_FORMAT_SNORM_INT8X4: ch = 1; elem = 4; break;
-    case CU_AD_FORMAT_UNORM_INT16X1: case CU_AD_FORMAT_SNORM_INT16X1: ch = 1; elem = 2; break;
-    case CU_AD_FORMAT_UNORM_INT16X2: case CU_AD_FORMAT_SNORM_INT16X2: ch = 1; elem = 4; break;
-    case CU_AD_FORMAT_UNORM_INT16X4: case CU_AD_FORMAT_SNORM_INT16X4: ch = 1; elem = 8; break;
-    case CU_AD_FORMAT_UNORM_INT_101010_2: ch = 1; elem = 4; break;
-    case CU_AD_FORMAT_BC1_UNORM: case CU_AD_FORMAT_BC1_UNORM_SRGB:
-    case CU_AD_FORMAT_BC4_UNORM: case CU_AD_FORMAT_BC4_SNORM: block = 8; break;
-    case CU_AD_FORMAT_BC2_UNORM: case CU_AD_FORMAT_BC2_UNORM_SRGB:
-    case CU_AD_FORMAT_BC3_UNORM: case CU_AD_FORMAT_BC3_UNORM_SRGB:
-    case CU_AD_FORMAT_BC5_UNORM: case CU_AD_FORMAT_BC5_SNORM:
-    case CU_AD_FORMAT_BC6H_UF16: case CU_AD_FORMAT_BC6H_SF16:
-    case CU_AD_FORMAT_BC7_UNORM: case CU_AD_FORMAT_BC7_UNORM_SRGB: block = 16; break;
-    case CU_AD_FORMAT_NV12: case CU_AD_FORMAT_NV16: case CU_AD_FORMAT_YUY2:
-    case CU_AD_FORMAT_Y444_PLANAR8: case CU_AD_FORMAT_YUV444_8bit_SemiPlanar:
-    case CU_AD_FORMAT_AYUV: ch = 1; elem = 4; break;
-    case CU_AD_FORMAT_P010: case CU_AD_FORMAT_P016: case CU_AD_FORMAT_P210:
-    case CU_AD_FORMAT_P216: case CU_AD_FORMAT_Y210: case CU_AD_FORMAT_Y216:
-    case CU_AD_FORMAT_Y410: case CU_AD_FORMAT_Y416: case CU_AD_FORMAT_Y444_PLANAR10:
-    case CU_AD_FORMAT_YUV444_16bit_SemiPlanar: ch = 1; elem = 8; break;
-    default: return 0;
-    }
-    if (block) {
-        return ((w + 3) / 4) * ((h + 3) / 4) * d * block;
-    }
-    if (ch != 1 && ch != 2 && ch != 4)
-        return 0;
-    if (w > (1ULL << 20) || h > (1ULL << 20) || d > (1ULL << 20))
-        return 0;
-    return w * h * d * ch * elem;
-}
-
+/* Bytes of an array (cgpu_sizes.h: the shim charges the same); 0 for a descriptor the driver
+ * refuses, or of a format the simulator does not know. */
 static unsigned long long array_bytes(const CUDA_ARRAY3D_DESCRIPTOR *a, unsigned levels)
 {
-    unsigned long long total = 0;
-    int layered = (a->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
-    for (unsigned l = 0; l < (levels ? levels : 1); l++) {
-        unsigned long long w = a->Width >> l, h = a->Height >> l;
-        unsigned long long d = layered ? a->Depth : a->Depth >> l;
-        if (!w) w = 1;
-        if (!h) h = 1;
-        if (!d) d = 1;
-        unsigned long long b = level_bytes(a->Format, a->NumChannels, w, h, d);
-        if (!b)
-            return 0;
-        total += b;
-        if (!(a->Width >> l) && !(a->Height >> l) && !(a->Depth >> l))
-            break;
-    }
-    return total;
+    int known;
+    unsigned long long bytes = cgpu_array_bytes(a, levels, &known);
+    return known ? bytes : 0;
 }
 
 static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *desc, unsigned levels,
@@ -95,7 +44,8 @@ static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *desc, un
             /* Bytes for copies (plain arrays): rows of level 0, lazily backed. */
             unsigned long long rows = desc->Height ? desc->Height : 1;
             unsigned long long slices = desc->Depth ? desc->Depth : 1;
-            a->row_bytes = level_bytes(desc->Format, desc->NumChannels, desc->Width, 1, 1);
+            int known;
+            a->row_bytes = cgpu_array_level_bytes(desc->Format, desc->NumChannels, desc->Width, 1, 1, &known);
             a->bytes = a->row_bytes * rows * slices;
             if (type == O_ARRAY) {
                 void *p = mmap(NULL, a->bytes > bytes ? a->bytes : bytes, PROT_READ | PROT_WRITE,

@@ -3,13 +3,15 @@
  * per-thread context stack (which lives in cuda_current.c). */
 #include "cuda_sim.h"
 
+#include "cgpu_sizes.h"
+
 #include <stdlib.h>
 
 static void ctx_defaults(struct sim_ctx *c)
 {
-    c->limits[CU_LIMIT_STACK_SIZE] = 1024;
-    c->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
-    c->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+    c->limits[CU_LIMIT_STACK_SIZE] = CGPU_STACK_DEFAULT;
+    c->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = CGPU_PRINTF_FIFO_DEFAULT;
+    c->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = CGPU_MALLOC_HEAP_DEFAULT;
     c->limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
     c->limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
     c->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;

@@ -5,6 +5,8 @@
  * timeline, never a file above it (tests/sim/test_sim_layers.py keeps it so). */
 #include "cuda_sim.h"
 
+#include "cgpu_sizes.h"
+
 #include <stdlib.h>
 
 /* ------------------------------------------------------------------------ */
@@ -186,32 +188,21 @@ int graph_mem_address(CUdeviceptr dptr)
 /* ------------------------------------------------------------------------ */
 /* The per-context heaps (the stack, the malloc heap, the printf FIFO)       */
 
-/* The device memory the per-context heaps take.  The stack is reserved for every
- * thread the device can hold at once (the per-thread size, rounded to 16 bytes, times
- * the resident threads of an SM times the SMs: 1 KiB is 264 MiB on an H100); the
- * malloc heap and the printf FIFO take their size.  Each is reserved in whole pages of
- * the allocation granularity.  The defaults are part of the context's overhead
+/* The device memory the per-context heaps take (cgpu_sizes.h, by which the shim charges them):
+ * the stack for every thread the device can hold at once (the resident threads of an SM
+ * times the SMs: 1 KiB is 264 MiB on an H100), the malloc heap and the printf FIFO their size,
+ * in whole pages of the allocation granularity.  The defaults are part of the context's overhead
  * (CGPU_SIM_CTX_OVERHEAD); only what the limits take beyond them is charged apart. */
 #define SIM_SM_COUNT 132ULL
 #define SIM_THREADS_PER_SM 2048ULL
 
-static unsigned long long heap_bytes(CUlimit limit, unsigned long long value)
-{
-    unsigned long long gran = drv.cfg.granularity;
-    if (limit == CU_LIMIT_STACK_SIZE)
-        return round_up(round_up(value, 16) * SIM_THREADS_PER_SM * SIM_SM_COUNT, gran);
-    return round_up(value, gran);
-}
-
 unsigned long long heaps_beyond_defaults(const size_t *limits)
 {
     static const CUlimit heaps[] = {CU_LIMIT_STACK_SIZE, CU_LIMIT_MALLOC_HEAP_SIZE, CU_LIMIT_PRINTF_FIFO_SIZE};
-    static const unsigned long long dflt[] = {1024, 8 << 20, 1 << 20};
     unsigned long long total = 0;
-    for (size_t i = 0; i < sizeof heaps / sizeof heaps[0]; i++) {
-        unsigned long long have = heap_bytes(heaps[i], limits[heaps[i]]), base = heap_bytes(heaps[i], dflt[i]);
-        total += have > base ? have - base : 0;
-    }
+    for (size_t i = 0; i < sizeof heaps / sizeof heaps[0]; i++)
+        total += cgpu_heap_beyond_default(heaps[i], limits[heaps[i]], SIM_THREADS_PER_SM * SIM_SM_COUNT,
+                                          drv.cfg.granularity);
     return total;
 }
 
@@ -223,7 +214,7 @@ CUresult ctx_stack_for_launch(unsigned need)
 {
     struct sim_ctx *c;
     CUresult rc = cur_ctx(&c);
-    if (rc || need <= 1024)
+    if (rc || need <= CGPU_STACK_DEFAULT)
         return rc;
     if (need > SIM_STACK_MAX) /* more than a thread may have: the driver cannot run it */
         return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;

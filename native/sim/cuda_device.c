@@ -135,7 +135,7 @@ SIM_API CUresult cuInit(unsigned int Flags)
             drv.sdev[i] = sim_state_device(drv.st, drv.cfg.uuid[i]);
         drv.slot = sim_state_claim(drv.st);
         if (drv.slot < 0) {
-            fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: %s: no free process slot\n", drv.cfg.state);
+            fprintf(stderr, "cgpu-sim: " CGPU_ENV_SIM_STATE ": %s: no free process slot\n", drv.cfg.state);
             rc = CUDA_ERROR_OUT_OF_MEMORY;
             goto out;
         }
@@ -161,7 +161,7 @@ SIM_API CUresult cuDriverGetVersion(int *driverVersion)
         return CUDA_SUCCESS;
     }
     int v = 13000;
-    const char *e = getenv("CGPU_SIM_DRIVER_VERSION");
+    const char *e = getenv(CGPU_ENV_SIM_DRIVER_VERSION);
     if (e) {
         char *end;
         long x = strtol(e, &end, 10);

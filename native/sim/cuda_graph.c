@@ -21,6 +21,8 @@
  * running them: a captured cuMemAllocAsync is an allocation node, as in the driver. */
 #include "cuda_sim.h"
 
+#include "cgpu_sizes.h"
+
 enum { NODE_KERNEL = 1, NODE_MEM_ALLOC, NODE_MEM_FREE };
 
 struct sim_graph {
@@ -422,7 +424,7 @@ static CUresult alloc_node_locked(struct sim_graph *g, const CUgraphNode *deps, 
                                   CUDA_MEM_ALLOC_NODE_PARAMS *p, CUgraphNode *out)
 {
     unsigned long long gran = drv.cfg.granularity;
-    unsigned long long foot = round_up(p->bytesize, gran), at = 0;
+    unsigned long long foot = cgpu_pages(p->bytesize, gran), at = 0; /* as the shim charges it */
     CUresult rc;
     struct sim_graph_node *nd = node_new(g, deps, ndeps, &rc);
     if (nd && zone_take(&drv.zone[1], foot, gran, 0, &at)) {

@@ -4,6 +4,8 @@
  * addresses in cuda_backing.c. */
 #include "cuda_sim.h"
 
+#include "cgpu_sizes.h"
+
 #include <sys/mman.h>
 
 /* ------------------------------------------------------------------------ */
@@ -138,7 +140,7 @@ static CUresult alloc_pitch(CUdeviceptr *dptr, size_t *pPitch, size_t width, siz
         return rc;
     if (!dptr || !pPitch || !width || !height || (elem != 4 && elem != 8 && elem != 16))
         return CUDA_ERROR_INVALID_VALUE;
-    unsigned long long pitch = round_up(width, 512);
+    unsigned long long pitch = cgpu_pitch(width); /* as the shim charges it (cgpu_sizes.h) */
     if (pitch < width || height > (1ULL << 48) / pitch)
         return CUDA_ERROR_OUT_OF_MEMORY;
     LOCK();

@@ -18,7 +18,7 @@
  * ptxas lays out (cgpu_ptx.h). */
 #include "cuda_sim.h"
 
-#include "cgpu_fatbin.h"
+#include "cgpu_image.h"
 #include "cgpu_ptx.h"
 
 #include <elf.h>
@@ -32,17 +32,9 @@ struct sim_global {
     char name[64];
 };
 
-/* Whether a section named `name` holds globals. */
-static int globals_section(const char *name)
-{
-    if (!strncmp(name, ".nv.global", 10))
-        return name[10] == 0 || name[10] == '.';
-    return !strncmp(name, ".nv.constant", 12) && name[12] >= '1' && name[12] <= '9';
-}
-
-/* The globals of ELF image `img` (`len` bytes): their total size with each section
- * aligned, and their symbols (malloc'd; *nsyms of them).  0 for an image that is not a
- * 64-bit ELF or declares none; -1 for a malformed one. */
+/* The globals of ELF image `img` (`len` bytes): their total size with each section aligned
+ * (cgpu_image.h, by which the shim charges them), and their symbols (malloc'd; *nsyms of
+ * them).  0 for an image that is not a 64-bit ELF or declares none; -1 for a malformed one. */
 static int image_globals(const unsigned char *img, size_t len, unsigned long long *total,
                          struct sim_global **syms, size_t *nsyms)
 {
@@ -52,32 +44,19 @@ static int image_globals(const unsigned char *img, size_t len, unsigned long lon
     if (len < sizeof(Elf64_Ehdr) || memcmp(img, ELFMAG, SELFMAG) || img[EI_CLASS] != ELFCLASS64)
         return 0;
     const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
-    if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > len ||
-        (len - eh->e_shoff) / sizeof(Elf64_Shdr) < eh->e_shnum || eh->e_shstrndx >= eh->e_shnum)
-        return eh->e_shnum ? -1 : 0;
-    const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
-    const Elf64_Shdr *names = &sh[eh->e_shstrndx];
-    if (names->sh_offset > len || names->sh_size > len - names->sh_offset)
-        return -1;
-    unsigned long long *at = calloc(eh->e_shnum ? eh->e_shnum : 1, sizeof *at);
+    uint64_t sum = 0, *at = calloc(eh->e_shnum ? eh->e_shnum : 1, sizeof *at);
     if (!at)
         return -1;
+    if (cgpu_cubin_globals(img, len, &sum, at, eh->e_shnum)) {
+        free(at);
+        return -1;
+    }
+    *total = sum;
+    const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
     const Elf64_Shdr *symtab = NULL;
-    for (unsigned i = 0; i < eh->e_shnum; i++) {
-        at[i] = ~0ULL;
+    for (unsigned i = 0; i < eh->e_shnum; i++)
         if (sh[i].sh_type == SHT_SYMTAB)
             symtab = &sh[i];
-        if (sh[i].sh_name >= names->sh_size)
-            continue;
-        const char *nm = (const char *)img + names->sh_offset + sh[i].sh_name;
-        if (!memchr(nm, 0, names->sh_size - sh[i].sh_name) || !globals_section(nm) || !sh[i].sh_size)
-            continue;
-        unsigned long long align = sh[i].sh_addralign ? sh[i].sh_addralign : 1;
-        if (align & (align - 1) || sh[i].sh_size > (1ULL << 40))
-            continue;
-        at[i] = round_up(*total, align);
-        *total = at[i] + sh[i].sh_size;
-    }
     /* The variables: symbols defined in those sections. */
     if (symtab && symtab->sh_link < eh->e_shnum && symtab->sh_offset <= len &&
         symtab->sh_size <= len - symtab->sh_offset && symtab->sh_entsize == sizeof(Elf64_Sym)) {
@@ -195,24 +174,6 @@ static void kernel_stacks_free(struct sim_kernel_stack *stacks, size_t n)
     free(stacks);
 }
 
-/* The bytes of an ELF image given by address: its headers say how long it is. */
-static size_t elf_length(const unsigned char *img)
-{
-    if (img[0] != ELFMAG0 || img[1] != ELFMAG1 || img[2] != ELFMAG2 || img[3] != ELFMAG3 ||
-        img[EI_CLASS] != ELFCLASS64)
-        return 0;
-    const Elf64_Ehdr *eh = (const Elf64_Ehdr *)img;
-    if (eh->e_shentsize != sizeof(Elf64_Shdr) || eh->e_shoff > (1ULL << 32) || eh->e_shnum == 0)
-        return sizeof *eh;
-    size_t len = eh->e_shoff + (size_t)eh->e_shnum * sizeof(Elf64_Shdr);
-    const Elf64_Shdr *sh = (const Elf64_Shdr *)(img + eh->e_shoff);
-    for (unsigned i = 0; i < eh->e_shnum; i++)
-        if (sh[i].sh_type != SHT_NOBITS && sh[i].sh_offset + sh[i].sh_size > len &&
-            sh[i].sh_offset + sh[i].sh_size < (1ULL << 32))
-            len = sh[i].sh_offset + sh[i].sh_size;
-    return len;
-}
-
 /* The PTX module's globals (`len` bytes of text): laid out as ptxas lays them out
  * (cgpu_ptx.h, shared with the shim, which charges the same total), with their symbols. */
 static void ptx_globals(const char *text, size_t len, unsigned long long *total, struct sim_global **syms,
@@ -262,35 +223,20 @@ static CUresult module_new(CUmodule *out, int library, CUlibrary *lib_out, const
     unsigned long long total = 0;
     struct sim_global *syms = NULL;
     size_t nsyms = 0;
-    if (image && !len && !(image = cgpu_fatbin_unwrap(image))) /* a wrapper of another version */
+    struct cgpu_image loaded;
+    enum cgpu_image_kind kind = cgpu_image_load(image, len, SIM_ARCH, &loaded);
+    if (kind == CGPU_IMAGE_INVALID) /* a wrapper of another version */
         return CUDA_ERROR_INVALID_IMAGE;
-    if (image && !len)
-        len = cgpu_fatbin_length(image)   ? cgpu_fatbin_length(image)
-              : cgpu_ptx_may_be_text(image) ? strnlen(image, (size_t)1 << 30) + 1
-                                            : elf_length(image);
-    size_t loaded_len = 0;
-    unsigned char *owned = NULL;
-    const unsigned char *loaded = NULL;
-    enum cgpu_fatbin_pick kind =
-        image ? cgpu_fatbin_load(image, len, SIM_ARCH, &loaded, &loaded_len, &owned) : CGPU_FATBIN_NOT;
-    if (kind == CGPU_FATBIN_NOT && image && cgpu_ptx_may_be_text(image)) {
-        kind = CGPU_FATBIN_PTX;
-        loaded = image;
-        loaded_len = strnlen((const char *)image, len);
-    } else if (kind == CGPU_FATBIN_NOT) {
-        kind = CGPU_FATBIN_CUBIN;
-        loaded = image, loaded_len = len;
-    }
     int bad = 0;
     struct sim_kernel_stack *stacks = NULL;
     size_t nstacks = 0;
-    if (kind == CGPU_FATBIN_PTX)
-        ptx_globals((const char *)loaded, loaded_len, &total, &syms, &nsyms);
-    else if (kind == CGPU_FATBIN_CUBIN && loaded)
-        bad = image_globals(loaded, loaded_len, &total, &syms, &nsyms);
-    if (kind == CGPU_FATBIN_CUBIN && loaded && !bad)
-        kernel_stacks(loaded, loaded_len, &stacks, &nstacks);
-    free(owned);
+    if (kind == CGPU_IMAGE_PTX)
+        ptx_globals((const char *)loaded.data, loaded.len, &total, &syms, &nsyms);
+    else if (kind == CGPU_IMAGE_CUBIN && loaded.data)
+        bad = image_globals(loaded.data, loaded.len, &total, &syms, &nsyms);
+    if (kind == CGPU_IMAGE_CUBIN && loaded.data && !bad)
+        kernel_stacks(loaded.data, loaded.len, &stacks, &nstacks);
+    free(loaded.owned);
     if (bad)
         return CUDA_ERROR_INVALID_IMAGE;
     /* A library's globals go to the current context's device (the driver loads a

@@ -75,7 +75,7 @@ int trace_on(void)
 {
     static int on = -1;
     if (on < 0) {
-        const char *e = getenv("CGPU_SIM_TRACE");
+        const char *e = getenv(CGPU_ENV_SIM_TRACE);
         on = e && *e && strcmp(e, "0") != 0;
     }
     return on;

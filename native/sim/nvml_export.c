@@ -54,7 +54,7 @@ _Static_assert(sizeof(struct export_proc) == 4128, "process entry layout");
 
 static int tracing(void)
 {
-    const char *t = getenv("CGPU_SIM_TRACE");
+    const char *t = getenv(CGPU_ENV_SIM_TRACE);
     return t && *t && strcmp(t, "0") != 0;
 }
 

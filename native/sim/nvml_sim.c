@@ -28,7 +28,7 @@ int dev_index(nvmlDevice_t d)
 /* What an unmodelled NVML function returns (nvml_stubs.c). */
 int nvml_sim_unmodelled(const char *name)
 {
-    const char *trace = getenv("CGPU_SIM_TRACE");
+    const char *trace = getenv(CGPU_ENV_SIM_TRACE);
     if (trace && *trace && strcmp(trace, "0") != 0)
         fprintf(stderr, "cgpu-sim: %s: not modelled\n", name);
     if (!__atomic_load_n(&nvs.refcount, __ATOMIC_ACQUIRE))

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <pthread.h>
 
+#include "cgpu_names.h"
+
 #define SIM_API __attribute__((visibility("default")))
 
 #define SIM_MAX_DEVICES 16

@@ -281,14 +281,14 @@ int sim_config_load(struct sim_config *cfg)
     memset(cfg, 0, sizeof *cfg);
     const char *v;
 
-    const char *mem = getenv("CGPU_SIM_MEMORY");
-    const char *uuids = getenv("CGPU_SIM_UUIDS");
-    const char *other = getenv("CGPU_SIM_OTHER_USED");
+    const char *mem = getenv(CGPU_ENV_SIM_MEMORY);
+    const char *uuids = getenv(CGPU_ENV_SIM_UUIDS);
+    const char *other = getenv(CGPU_ENV_SIM_OTHER_USED);
 
-    if ((v = getenv("CGPU_SIM_DEVICES"))) {
+    if ((v = getenv(CGPU_ENV_SIM_DEVICES))) {
         long n;
         if (parse_int(v, 0, SIM_MAX_DEVICES, &n))
-            ERR("CGPU_SIM_DEVICES", "invalid device count '%s' (0..%d)", v, SIM_MAX_DEVICES);
+            ERR(CGPU_ENV_SIM_DEVICES, "invalid device count '%s' (0..%d)", v, SIM_MAX_DEVICES);
         cfg->ndev = (int)n;
     } else {
         /* Unset: as many devices as the longest per-device list, else 1. */
@@ -298,27 +298,27 @@ int sim_config_load(struct sim_config *cfg)
         if (list_len(other) > n) n = list_len(other);
         cfg->ndev = n > SIM_MAX_DEVICES ? SIM_MAX_DEVICES + 1 : n;
         if (cfg->ndev > SIM_MAX_DEVICES)
-            ERR("CGPU_SIM_DEVICES", "more than %d devices listed", SIM_MAX_DEVICES);
+            ERR(CGPU_ENV_SIM_DEVICES, "more than %d devices listed", SIM_MAX_DEVICES);
     }
     int ndev = cfg->ndev;
 
     if (mem && ndev) {
-        if (size_list("CGPU_SIM_MEMORY", mem, ndev, cfg->memory))
+        if (size_list(CGPU_ENV_SIM_MEMORY, mem, ndev, cfg->memory))
             return -1;
         for (int i = 0; i < ndev; i++)
             if (!cfg->memory[i])
-                ERR("CGPU_SIM_MEMORY", "device memory must be > 0 ('%s')", mem);
+                ERR(CGPU_ENV_SIM_MEMORY, "device memory must be > 0 ('%s')", mem);
     } else {
         for (int i = 0; i < ndev; i++)
             cfg->memory[i] = 16ULL << 30;
     }
 
     if (other && ndev) {
-        if (size_list("CGPU_SIM_OTHER_USED", other, ndev, cfg->other_used))
+        if (size_list(CGPU_ENV_SIM_OTHER_USED, other, ndev, cfg->other_used))
             return -1;
         for (int i = 0; i < ndev; i++)
             if (cfg->other_used[i] > cfg->memory[i])
-                ERR("CGPU_SIM_OTHER_USED", "device %d: %llu bytes used by others exceeds its %llu bytes",
+                ERR(CGPU_ENV_SIM_OTHER_USED, "device %d: %llu bytes used by others exceeds its %llu bytes",
                     i, cfg->other_used[i], cfg->memory[i]);
     }
 
@@ -326,16 +326,16 @@ int sim_config_load(struct sim_config *cfg)
         char (*items)[SIM_PATH_LEN] = list_buf();
         int n = split_list(uuids, items);
         if (n < 0)
-            ERR("CGPU_SIM_UUIDS", "malformed list '%s'", uuids);
+            ERR(CGPU_ENV_SIM_UUIDS, "malformed list '%s'", uuids);
         if (n != ndev)
-            ERR("CGPU_SIM_UUIDS", "%d UUIDs for %d devices", n, ndev);
+            ERR(CGPU_ENV_SIM_UUIDS, "%d UUIDs for %d devices", n, ndev);
         for (int i = 0; i < ndev; i++) {
             if (sim_parse_uuid(items[i], cfg->uuid_bytes[i]))
-                ERR("CGPU_SIM_UUIDS",
+                ERR(CGPU_ENV_SIM_UUIDS,
                     "invalid UUID '%s' (expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", items[i]);
             for (int j = 0; j < i; j++)
                 if (!memcmp(cfg->uuid_bytes[i], cfg->uuid_bytes[j], 16))
-                    ERR("CGPU_SIM_UUIDS", "duplicate UUID '%s'", items[i]);
+                    ERR(CGPU_ENV_SIM_UUIDS, "duplicate UUID '%s'", items[i]);
         }
     } else {
         for (int i = 0; i < ndev; i++) {
@@ -352,82 +352,82 @@ int sim_config_load(struct sim_config *cfg)
                  b[15]);
     }
 
-    if ((v = getenv("CGPU_SIM_NAME"))) {
+    if ((v = getenv(CGPU_ENV_SIM_NAME))) {
         if (!*v || strlen(v) >= SIM_NAME_LEN)
-            ERR("CGPU_SIM_NAME", "name must be 1..%d characters", SIM_NAME_LEN - 1);
+            ERR(CGPU_ENV_SIM_NAME, "name must be 1..%d characters", SIM_NAME_LEN - 1);
         strcpy(cfg->name, v);
     } else {
         strcpy(cfg->name, "cgpu Simulated GPU");
     }
 
-    if ((v = getenv("CGPU_SIM_CTX_OVERHEAD"))) {
+    if ((v = getenv(CGPU_ENV_SIM_CTX_OVERHEAD))) {
         if (sim_parse_size(v, &cfg->ctx_overhead))
-            ERR("CGPU_SIM_CTX_OVERHEAD", "invalid size '%s'", v);
+            ERR(CGPU_ENV_SIM_CTX_OVERHEAD, "invalid size '%s'", v);
     }
 
     cfg->granularity = 2ULL << 20;
-    if ((v = getenv("CGPU_SIM_GRANULARITY"))) {
+    if ((v = getenv(CGPU_ENV_SIM_GRANULARITY))) {
         unsigned long long g;
         if (sim_parse_size(v, &g) || !g || (g & (g - 1)))
-            ERR("CGPU_SIM_GRANULARITY", "invalid granularity '%s' (a power of two, bytes or suffix)", v);
+            ERR(CGPU_ENV_SIM_GRANULARITY, "invalid granularity '%s' (a power of two, bytes or suffix)", v);
         cfg->granularity = g;
     }
 
     cfg->driver_version = 13000;
-    if ((v = getenv("CGPU_SIM_DRIVER_VERSION"))) {
+    if ((v = getenv(CGPU_ENV_SIM_DRIVER_VERSION))) {
         long dv;
         if (parse_int(v, 1000, 999990, &dv))
-            ERR("CGPU_SIM_DRIVER_VERSION", "invalid version '%s' (e.g. 12040 for CUDA 12.4)", v);
+            ERR(CGPU_ENV_SIM_DRIVER_VERSION, "invalid version '%s' (e.g. 12040 for CUDA 12.4)", v);
         cfg->driver_version = (int)dv;
     }
 
-    if ((v = getenv("CGPU_SIM_DRIVER_RELEASE"))) {
+    if ((v = getenv(CGPU_ENV_SIM_DRIVER_RELEASE))) {
         if (parse_release(v))
-            ERR("CGPU_SIM_DRIVER_RELEASE", "invalid release '%s' (e.g. 535.261.03 or 580.65.06)", v);
+            ERR(CGPU_ENV_SIM_DRIVER_RELEASE, "invalid release '%s' (e.g. 535.261.03 or 580.65.06)", v);
         strcpy(cfg->driver_release, v);
     } else {
         strcpy(cfg->driver_release, default_release(cfg->driver_version));
     }
 
-    if ((v = getenv("CGPU_SIM_FAULTS"))) {
+    if ((v = getenv(CGPU_ENV_SIM_FAULTS))) {
         if (!*v || strlen(v) >= SIM_PATH_LEN)
-            ERR("CGPU_SIM_FAULTS", "invalid path '%s'", v);
+            ERR(CGPU_ENV_SIM_FAULTS, "invalid path '%s'", v);
         strcpy(cfg->faults, v);
     }
-    if ((v = getenv("CGPU_SIM_STATE"))) {
+    if ((v = getenv(CGPU_ENV_SIM_STATE))) {
         if (!*v || strlen(v) >= SIM_PATH_LEN)
-            ERR("CGPU_SIM_STATE", "invalid path '%s'", v);
+            ERR(CGPU_ENV_SIM_STATE, "invalid path '%s'", v);
         strcpy(cfg->state, v);
     }
 
-    if (env_ns("CGPU_SIM_KERNEL_NS", "duration", 0, (long)SIM_TL_MAX_KERNEL_NS, &cfg->kernel_ns))
+    if (env_ns(CGPU_ENV_SIM_KERNEL_NS, "duration", 0, (long)SIM_TL_MAX_KERNEL_NS, &cfg->kernel_ns))
         return -1;
     cfg->timeslice_ns = 10000000;
-    if (env_ns("CGPU_SIM_TIMESLICE_NS", "time slice", 0, 1000000000L, &cfg->timeslice_ns))
+    if (env_ns(CGPU_ENV_SIM_TIMESLICE_NS, "time slice", 0, 1000000000L, &cfg->timeslice_ns))
         return -1;
     /* The context timeslice and switch cost: native/sim/README.md, "Time-slicing", has the
      * sources for the defaults. */
     cfg->slice_ns = 2000000;
-    if (env_ns("CGPU_SIM_SLICE_NS", "timeslice", 1000, 1000000000L, &cfg->slice_ns))
+    if (env_ns(CGPU_ENV_SIM_SLICE_NS, "timeslice", 1000, 1000000000L, &cfg->slice_ns))
         return -1;
     cfg->switch_ns = 50000;
-    if (env_ns("CGPU_SIM_SWITCH_NS", "context switch", 0, 100000000L, &cfg->switch_ns))
+    if (env_ns(CGPU_ENV_SIM_SWITCH_NS, "context switch", 0, 100000000L, &cfg->switch_ns))
         return -1;
     cfg->util_period_ns = 166666667;
-    if (env_ns("CGPU_SIM_UTIL_PERIOD_NS", "period", 10000000L, 10000000000L, &cfg->util_period_ns))
+    if (env_ns(CGPU_ENV_SIM_UTIL_PERIOD_NS, "period", 10000000L, 10000000000L, &cfg->util_period_ns))
         return -1;
     cfg->util_exact = 0;
-    if ((v = getenv("CGPU_SIM_UTIL_ATTRIBUTION"))) {
+    if ((v = getenv(CGPU_ENV_SIM_UTIL_ATTRIBUTION))) {
         if (strcmp(v, "exact") == 0)
             cfg->util_exact = 1;
         else if (strcmp(v, "sampled") != 0)
-            ERR("CGPU_SIM_UTIL_ATTRIBUTION", "invalid attribution '%s' (sampled or exact)", v);
+            ERR(CGPU_ENV_SIM_UTIL_ATTRIBUTION, "invalid attribution '%s' (sampled or exact)", v);
     }
     cfg->queue_depth = 1024;
-    if ((v = getenv("CGPU_SIM_QUEUE_DEPTH"))) {
+    if ((v = getenv(CGPU_ENV_SIM_QUEUE_DEPTH))) {
         long q;
         if (parse_int(v, 1, 65536, &q))
-            ERR("CGPU_SIM_QUEUE_DEPTH", "invalid depth '%s' (1..65536)", v);
+            ERR(CGPU_ENV_SIM_QUEUE_DEPTH, "invalid depth '%s' (1..65536)", v);
         cfg->queue_depth = (unsigned)q;
     }
     return 0;

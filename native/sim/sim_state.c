@@ -69,7 +69,7 @@ int sim_tl_dev_init(struct sim_tl_dev *d)
 static struct sim_state *replaced(const char *path, int fd, void *map, size_t size)
 {
     static _Thread_local int depth;
-    fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: %s is of another simulator's layout; starting a new one\n", path);
+    fprintf(stderr, "cgpu-sim: " CGPU_ENV_SIM_STATE ": %s is of another simulator's layout; starting a new one\n", path);
     if (map)
         munmap(map, size);
     int gone = depth == 0 && unlink(path) == 0;
@@ -93,13 +93,13 @@ struct sim_state *sim_state_open(const char *path)
         created = fd >= 0;
     }
     if (fd < 0) {
-        fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: cannot open %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "cgpu-sim: " CGPU_ENV_SIM_STATE ": cannot open %s: %s\n", path, strerror(errno));
         return NULL;
     }
     if (created)
         (void)fchmod(fd, 0666); /* shared by every user of the simulator */
     if (flock(fd, LOCK_EX) != 0) {
-        fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: cannot lock %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "cgpu-sim: " CGPU_ENV_SIM_STATE ": cannot lock %s: %s\n", path, strerror(errno));
         close(fd);
         return NULL;
     }
@@ -140,7 +140,7 @@ struct sim_state *sim_state_open(const char *path)
     return st;
 
 io_error:
-    fprintf(stderr, "cgpu-sim: CGPU_SIM_STATE: %s: %s\n", path, strerror(errno));
+    fprintf(stderr, "cgpu-sim: " CGPU_ENV_SIM_STATE ": %s: %s\n", path, strerror(errno));
     flock(fd, LOCK_UN);
     close(fd);
     return NULL;

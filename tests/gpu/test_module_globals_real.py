@@ -1,7 +1,7 @@
 """Module globals on a real GPU: what the shim charges at a load against what the driver takes.
 
 The shim reads a cubin's globals from its sections, and from a fatbin those of the cubin the
-driver loads for the device (native/include/cgpu_fatbin.h). Here the driver's own per-process
+driver loads for the device (native/common/cgpu_fatbin.c). Here the driver's own per-process
 figure (NVML) is the judge: the charge is never less than what a load takes (over, never
 under), and not more than what rounding explains.
 """

@@ -1,9 +1,10 @@
-/* Prints what native/include/cgpu_ptx.h reads of each PTX file named: the total of its globals,
+/* Prints what native/common/cgpu_ptx.c reads of each PTX file named: the total of its globals,
  * then a line per variable (name, offset, size, alignment), for tests/shim/test_ptx_globals.py
  * to check against ptxas's own layout. */
 #include "cgpu_ptx.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 int main(int argc, char **argv)
 {

@@ -1,5 +1,5 @@
 """PTX modules' globals: the driver compiles PTX with ptxas and allocates the globals of the
-module ptxas makes, so the shim charges them as ptxas lays them out (native/include/cgpu_ptx.h).
+module ptxas makes, so the shim charges them as ptxas lays them out (native/common/cgpu_ptx.c).
 
 The reader is checked against NVIDIA's ptxas itself on modules it has never seen (random ones,
 and nvcc's own output), then the shim's charge end to end on the simulator: PTX text from a
@@ -19,7 +19,7 @@ from ptx_modules import CubinGlobals, cubin_globals, ptxas, random_module
 
 MiB = 1 << 20
 DATA = Path(__file__).with_name("data")
-NATIVE_INCLUDE = Path(__file__).parents[2] / "native" / "include"
+NATIVE_COMMON = Path(__file__).parents[2] / "native" / "common"
 # globals.cu's globals as ptxas lays them out for sm_90: 64 MiB zero-filled, 16 bytes
 # initialised, 1 KiB of constants and 16 bytes of their addresses (the sm_90 cubin's sections).
 GLOBALS = pages(64 * MiB + 1056)
@@ -27,11 +27,12 @@ GLOBALS = pages(64 * MiB + 1056)
 
 @pytest.fixture(scope="module")
 def reader(tmp_path_factory: pytest.TempPathFactory, cc: str) -> Path:
-    """tests/shim/ptx_globals.c, built with the header the shim and the simulator include."""
+    """tests/shim/ptx_globals.c, built with the reader the shim and the simulator link."""
     out = tmp_path_factory.mktemp("ptx") / "ptx_globals"
     subprocess.run(
-        [cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I", str(NATIVE_INCLUDE),
-         str(Path(__file__).with_name("ptx_globals.c")), "-o", str(out)],
+        [cc, "-std=c11", "-O1", "-Wall", "-Wextra", "-Werror", "-I", str(NATIVE_COMMON),
+         str(Path(__file__).with_name("ptx_globals.c")), str(NATIVE_COMMON / "cgpu_ptx.c"),
+         "-o", str(out)],
         check=True,
     )  # fmt: skip
     return out

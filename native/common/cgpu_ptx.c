@@ -1,64 +1,17 @@
-/* PTX modules' globals, read alike by the shim (to charge them before the driver compiles and
- * loads the module) and the simulator (to allocate them as the driver does).
- *
- * The driver compiles PTX (a text image handed to cuModuleLoadData, cuModuleLoad of a .ptx
- * file, cuLibraryLoadData, or a fatbin's PTX entry where it has no cubin for the device) with
- * ptxas and loads the cubin.  The globals are the module-scope variables of state spaces
- * .global (with `.attribute(.managed)` too) and .const, .extern ones included (compiling a
- * whole program, ptxas defines an extern that nothing resolves), laid out as ptxas lays them
- * out (checked against ptxas: tests/shim/test_ptx_globals.py):
- *   - .nv.global (no initialiser) and .nv.global.init (with one): the variables by alignment,
- *     largest first, and by size, smallest first, among equal alignments;
- *   - .nv.constant3: the .const variables in the order they are declared, those other modules
- *     may see (.visible, .weak, .common, .extern) first;
- *   - .nv.constant4: the address of each .global variable and of each function the module
- *     calls in the driver (`.extern .func`: vprintf, malloc, __assertfail), 8 bytes each (none
- *     in a debug build: `.target sm_90, debug`; one the JIT is asked for by option is not
- *     seen, and is charged the bank: over, never under);
- * the two banks first (in an order that follows the code ptxas generates: the one of the two
- * that makes the larger total is taken), then .nv.global.init, then .nv.global, each aligned
- * to its largest variable (the address bank to 8).  A variable's size is its type's (times
- * .v2/.v4/.v8) times its dimensions; `[]` takes its count from the initialiser.  Its
- * alignment is `.align N`, else its element's size.
- *
- * What the compiler adds itself (its own constants, in bank 2) cannot be read from the text and
- * is not counted.  A type this reader does not know counts 16 bytes an element (over, never
- * under).  Off every hot path: loads only. */
-#ifndef CGPU_PTX_H
-#define CGPU_PTX_H
+/* PTX modules' globals: the reader the shim and the simulator share (cgpu_ptx.h says how ptxas
+ * lays them out). */
+#include "cgpu_ptx.h"
 
-#include <stddef.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define CGPU_PTX_MAX (1ULL << 40) /* a variable or module larger than this is taken as this */
-
-enum cgpu_ptx_space { CGPU_PTX_GLOBAL = 0, CGPU_PTX_GLOBAL_INIT, CGPU_PTX_CONST, CGPU_PTX_SPACES };
-
-struct cgpu_ptx_var {
-    const char *name; /* in the text, not terminated */
-    uint32_t name_len;
-    uint32_t order; /* declaration order */
-    unsigned space; /* enum cgpu_ptx_space */
-    unsigned linked; /* .visible, .weak, .common or .extern: seen by other modules */
-    uint64_t size, align;
-    uint64_t offset; /* from the start of the module's globals, set by cgpu_ptx_layout */
-};
-
-/* What else of a module decides its layout. */
-struct cgpu_ptx_info {
-    int debug;               /* its target asks for a debug build (`.target sm_90, debug`) */
-    uint64_t extern_funcs;   /* functions it calls in the driver (`.extern .func`: vprintf, ...) */
-};
-
-struct cgpu_ptx_lex {
+struct ptx_lex {
     const char *p, *end;
     const char *tok; /* the current token: [tok, tok + len) */
     size_t len;
 };
 
-static inline int cgpu_ptx_word_char(char c)
+static int ptx_word_char(char c)
 {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '$' ||
            c == '%' || c == '.';
@@ -66,7 +19,7 @@ static inline int cgpu_ptx_word_char(char c)
 
 /* The next token (a word, a directive, a number, or one character), past spaces, comments
  * and strings; 0 at the end. */
-static inline int cgpu_ptx_next(struct cgpu_ptx_lex *lx)
+static int ptx_next(struct ptx_lex *lx)
 {
     const char *p = lx->p, *end = lx->end;
     for (;;) {
@@ -97,22 +50,22 @@ static inline int cgpu_ptx_next(struct cgpu_ptx_lex *lx)
         return 0;
     }
     const char *q = p + 1;
-    if (cgpu_ptx_word_char(*p))
-        while (q < end && cgpu_ptx_word_char(*q))
+    if (ptx_word_char(*p))
+        while (q < end && ptx_word_char(*q))
             q++;
     lx->len = (size_t)(q - p);
     lx->p = q;
     return 1;
 }
 
-static inline int cgpu_ptx_is(const struct cgpu_ptx_lex *lx, const char *word)
+static int ptx_is(const struct ptx_lex *lx, const char *word)
 {
     size_t n = strlen(word);
     return lx->len == n && !memcmp(lx->tok, word, n);
 }
 
 /* An unsigned number token (decimal, 0x hexadecimal, 0 octal), or `fail` if it is none. */
-static inline uint64_t cgpu_ptx_number(const struct cgpu_ptx_lex *lx, uint64_t fail)
+static uint64_t ptx_number(const struct ptx_lex *lx, uint64_t fail)
 {
     const char *p = lx->tok, *end = lx->tok + lx->len;
     unsigned base = 10;
@@ -141,7 +94,7 @@ static inline uint64_t cgpu_ptx_number(const struct cgpu_ptx_lex *lx, uint64_t f
 
 /* The bytes of a fundamental type's element, 0 if the token is not a type, 16 for a type this
  * reader does not know (a directive of 2 to 8 letters past a known type's prefix). */
-static inline uint64_t cgpu_ptx_type_size(const struct cgpu_ptx_lex *lx)
+static uint64_t ptx_type_size(const struct ptx_lex *lx)
 {
     static const struct {
         const char *name;
@@ -153,7 +106,7 @@ static inline uint64_t cgpu_ptx_type_size(const struct cgpu_ptx_lex *lx)
         {".u64", 8},    {".s64", 8},    {".f64", 8},      {".b128", 16},    {".pred", 1},
     };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
-        if (cgpu_ptx_is(lx, types[i].name))
+        if (ptx_is(lx, types[i].name))
             return types[i].size;
     if (lx->len >= 3 && lx->tok[0] == '.' &&
         (lx->tok[1] == 'b' || lx->tok[1] == 'u' || lx->tok[1] == 's' || lx->tok[1] == 'f' || lx->tok[1] == 'e') &&
@@ -162,16 +115,16 @@ static inline uint64_t cgpu_ptx_type_size(const struct cgpu_ptx_lex *lx)
     return 0;
 }
 
-static inline uint64_t cgpu_ptx_mul(uint64_t a, uint64_t b)
+static uint64_t ptx_mul(uint64_t a, uint64_t b)
 {
     return a && b > CGPU_PTX_MAX / a ? CGPU_PTX_MAX : a * b;
 }
 
 /* Skip a bracketed run whose opening token is current: to past its matching close. */
-static inline void cgpu_ptx_skip_block(struct cgpu_ptx_lex *lx, char open, char close)
+static void ptx_skip_block(struct ptx_lex *lx, char open, char close)
 {
     unsigned depth = 1;
-    while (depth && cgpu_ptx_next(lx)) {
+    while (depth && ptx_next(lx)) {
         if (lx->len == 1 && lx->tok[0] == open)
             depth++;
         else if (lx->len == 1 && lx->tok[0] == close)
@@ -182,13 +135,13 @@ static inline void cgpu_ptx_skip_block(struct cgpu_ptx_lex *lx, char open, char 
 /* An initialiser, the `=` current: to its end (the `,` or `;` after it, current then).  Counts
  * its elements: *items its scalars (a scalar starts after `{` or `,`), *outer those at its
  * top level (a brace within counts one), and *nested whether it has braces within. */
-static inline void cgpu_ptx_initialiser(struct cgpu_ptx_lex *lx, uint64_t *items, uint64_t *outer, int *nested)
+static void ptx_initialiser(struct ptx_lex *lx, uint64_t *items, uint64_t *outer, int *nested)
 {
     unsigned depth = 0;
     char prev = '=';
     *items = *outer = 0;
     *nested = 0;
-    while (cgpu_ptx_next(lx)) {
+    while (ptx_next(lx)) {
         char c = lx->len == 1 ? lx->tok[0] : 'a';
         if (!depth && (c == ',' || c == ';'))
             return;
@@ -209,64 +162,64 @@ static inline void cgpu_ptx_initialiser(struct cgpu_ptx_lex *lx, uint64_t *items
 
 /* The variables of the declaration whose state space (.global or .const) is current: each is
  * written to out[n..] while n < cap; returns the new n. */
-static inline size_t cgpu_ptx_declaration(struct cgpu_ptx_lex *lx, int is_const, int linked,
-                                          struct cgpu_ptx_var *out, size_t cap, size_t n)
+static size_t ptx_declaration(struct ptx_lex *lx, int is_const, int linked, struct cgpu_ptx_var *out, size_t cap,
+                              size_t n)
 {
     uint64_t align = 0, elem = 0, vec = 1;
     int started = 0;
-    while (cgpu_ptx_next(lx)) {
-        if (cgpu_ptx_is(lx, ";"))
+    while (ptx_next(lx)) {
+        if (ptx_is(lx, ";"))
             return n;
-        if (cgpu_ptx_is(lx, ".align")) {
-            if (cgpu_ptx_next(lx))
-                align = cgpu_ptx_number(lx, 0);
-        } else if (cgpu_ptx_is(lx, ".attribute")) {
-            if (cgpu_ptx_next(lx) && cgpu_ptx_is(lx, "("))
-                cgpu_ptx_skip_block(lx, '(', ')');
-        } else if (cgpu_ptx_is(lx, ".v2") || cgpu_ptx_is(lx, ".v4") || cgpu_ptx_is(lx, ".v8")) {
+        if (ptx_is(lx, ".align")) {
+            if (ptx_next(lx))
+                align = ptx_number(lx, 0);
+        } else if (ptx_is(lx, ".attribute")) {
+            if (ptx_next(lx) && ptx_is(lx, "("))
+                ptx_skip_block(lx, '(', ')');
+        } else if (ptx_is(lx, ".v2") || ptx_is(lx, ".v4") || ptx_is(lx, ".v8")) {
             vec = (uint64_t)(lx->tok[2] - '0');
         } else if (!started && lx->tok[0] == '.' && lx->len > 1) {
-            uint64_t t = cgpu_ptx_type_size(lx);
+            uint64_t t = ptx_type_size(lx);
             if (t)
                 elem = t;
-        } else if (lx->tok[0] != '.' && !(lx->tok[0] >= '0' && lx->tok[0] <= '9') && cgpu_ptx_word_char(lx->tok[0])) {
+        } else if (lx->tok[0] != '.' && !(lx->tok[0] >= '0' && lx->tok[0] <= '9') && ptx_word_char(lx->tok[0])) {
             /* a declarator: name, dimensions, initialiser */
             started = 1;
             struct cgpu_ptx_var v = {lx->tok, (uint32_t)(lx->len < 0xffffffffu ? lx->len : 0xffffffffu), 0, 0,
                                      (unsigned)linked, 0, 0, 0};
-            uint64_t unit = cgpu_ptx_mul(elem ? elem : 16, vec), dims = 1, inner = 1;
+            uint64_t unit = ptx_mul(elem ? elem : 16, vec), dims = 1, inner = 1;
             int open_dim = 0, has_init = 0, ended = 0;
             uint64_t items = 0, outer = 0;
             int nested = 0;
-            while (cgpu_ptx_next(lx)) {
-                if (cgpu_ptx_is(lx, "[")) {
+            while (ptx_next(lx)) {
+                if (ptx_is(lx, "[")) {
                     uint64_t d = 0;
                     int have = 0;
-                    while (cgpu_ptx_next(lx) && !cgpu_ptx_is(lx, "]"))
-                        d = cgpu_ptx_number(lx, CGPU_PTX_MAX), have = 1;
+                    while (ptx_next(lx) && !ptx_is(lx, "]"))
+                        d = ptx_number(lx, CGPU_PTX_MAX), have = 1;
                     if (!have && dims == 1 && !open_dim)
                         open_dim = 1;
                     else if (open_dim)
-                        inner = cgpu_ptx_mul(inner, d);
+                        inner = ptx_mul(inner, d);
                     else
-                        dims = cgpu_ptx_mul(dims, d);
-                } else if (cgpu_ptx_is(lx, "=")) {
+                        dims = ptx_mul(dims, d);
+                } else if (ptx_is(lx, "=")) {
                     has_init = 1;
-                    cgpu_ptx_initialiser(lx, &items, &outer, &nested);
-                    ended = cgpu_ptx_is(lx, ";");
+                    ptx_initialiser(lx, &items, &outer, &nested);
+                    ended = ptx_is(lx, ";");
                     break;
-                } else if (cgpu_ptx_is(lx, "<")) {
-                    cgpu_ptx_skip_block(lx, '<', '>'); /* a parameterised name: registers only */
-                } else if (cgpu_ptx_is(lx, ",") || cgpu_ptx_is(lx, ";")) {
-                    ended = cgpu_ptx_is(lx, ";");
+                } else if (ptx_is(lx, "<")) {
+                    ptx_skip_block(lx, '<', '>'); /* a parameterised name: registers only */
+                } else if (ptx_is(lx, ",") || ptx_is(lx, ";")) {
+                    ended = ptx_is(lx, ";");
                     break;
                 }
             }
             if (open_dim) {
                 uint64_t count = nested ? outer : (inner ? (items + inner - 1) / inner : 0);
-                dims = cgpu_ptx_mul(count, inner);
+                dims = ptx_mul(count, inner);
             }
-            v.size = cgpu_ptx_mul(unit, dims);
+            v.size = ptx_mul(unit, dims);
             v.align = align ? align : unit;
             if (v.align & (v.align - 1) || v.align > 4096) /* not a power of two: the next one */
                 for (uint64_t a = 1;; a <<= 1)
@@ -286,59 +239,51 @@ static inline size_t cgpu_ptx_declaration(struct cgpu_ptx_lex *lx, int is_const,
     return n;
 }
 
-/* Whether an image of unknown length may be PTX text, worth reading up to its NUL: its first
- * byte starts a comment, a directive or a blank (PTX from nvcc, Triton and fatbins starts with
- * `//`, blank lines or .version).  The shim and the simulator tell images apart alike by it. */
-static inline int cgpu_ptx_may_be_text(const unsigned char *img)
+int cgpu_ptx_may_be_text(const unsigned char *img)
 {
     return img && (img[0] == '/' || img[0] == '.' || img[0] == '\n' || img[0] == '\r' || img[0] == ' ' ||
                    img[0] == '\t');
 }
 
-/* Whether `text` is PTX: its first token (past comments) is .version. */
-static inline int cgpu_ptx_text(const char *text, size_t len)
+int cgpu_ptx_text(const char *text, size_t len)
 {
-    struct cgpu_ptx_lex lx = {text, text + len, text, 0};
-    return text && cgpu_ptx_next(&lx) && cgpu_ptx_is(&lx, ".version");
+    struct ptx_lex lx = {text, text + len, text, 0};
+    return text && ptx_next(&lx) && ptx_is(&lx, ".version");
 }
 
-/* The module-scope variables PTX `text` (`len` bytes) defines, in order: at most `cap` written
- * to `out`; returns how many there are (call with cap 0 to count).  The rest of what decides
- * the layout in *info. */
-static inline size_t cgpu_ptx_vars(const char *text, size_t len, struct cgpu_ptx_var *out, size_t cap,
-                                   struct cgpu_ptx_info *info)
+size_t cgpu_ptx_vars(const char *text, size_t len, struct cgpu_ptx_var *out, size_t cap, struct cgpu_ptx_info *info)
 {
     info->debug = 0;
     info->extern_funcs = 0;
     if (!cgpu_ptx_text(text, len))
         return 0;
-    struct cgpu_ptx_lex lx = {text, text + len, text, 0};
+    struct ptx_lex lx = {text, text + len, text, 0};
     size_t n = 0;
     int linked = 0;
-    while (cgpu_ptx_next(&lx)) {
-        if (cgpu_ptx_is(&lx, ".target")) {
+    while (ptx_next(&lx)) {
+        if (ptx_is(&lx, ".target")) {
             /* its options: words and commas, up to the next directive (left for the loop) */
-            struct cgpu_ptx_lex at = lx;
-            while (cgpu_ptx_next(&lx) &&
-                   (cgpu_ptx_is(&lx, ",") || (lx.tok[0] != '.' && cgpu_ptx_word_char(lx.tok[0])))) {
-                if (cgpu_ptx_is(&lx, "debug"))
+            struct ptx_lex at = lx;
+            while (ptx_next(&lx) &&
+                   (ptx_is(&lx, ",") || (lx.tok[0] != '.' && ptx_word_char(lx.tok[0])))) {
+                if (ptx_is(&lx, "debug"))
                     info->debug = 1;
                 at = lx;
             }
             lx = at;
             linked = 0;
-        } else if (cgpu_ptx_is(&lx, "{")) {
-            cgpu_ptx_skip_block(&lx, '{', '}'); /* a function's body, or a .section's data */
+        } else if (ptx_is(&lx, "{")) {
+            ptx_skip_block(&lx, '{', '}'); /* a function's body, or a .section's data */
             linked = 0;
-        } else if (cgpu_ptx_is(&lx, ".extern")) {
+        } else if (ptx_is(&lx, ".extern")) {
             linked = 2;
-        } else if (cgpu_ptx_is(&lx, ".visible") || cgpu_ptx_is(&lx, ".weak") || cgpu_ptx_is(&lx, ".common")) {
+        } else if (ptx_is(&lx, ".visible") || ptx_is(&lx, ".weak") || ptx_is(&lx, ".common")) {
             linked = linked ? linked : 1;
-        } else if (cgpu_ptx_is(&lx, ".func")) {
+        } else if (ptx_is(&lx, ".func")) {
             info->extern_funcs += linked == 2;
             linked = 0;
-        } else if (cgpu_ptx_is(&lx, ".global") || cgpu_ptx_is(&lx, ".const")) {
-            n = cgpu_ptx_declaration(&lx, cgpu_ptx_is(&lx, ".const"), linked != 0, out, cap, n);
+        } else if (ptx_is(&lx, ".global") || ptx_is(&lx, ".const")) {
+            n = ptx_declaration(&lx, ptx_is(&lx, ".const"), linked != 0, out, cap, n);
             linked = 0;
         } else {
             linked = 0;
@@ -347,7 +292,7 @@ static inline size_t cgpu_ptx_vars(const char *text, size_t len, struct cgpu_ptx
     return n;
 }
 
-static inline int cgpu_ptx_packing_order(const void *a, const void *b)
+static int ptx_packing_order(const void *a, const void *b)
 {
     const struct cgpu_ptx_var *x = a, *y = b;
     if (x->space != y->space)
@@ -363,28 +308,25 @@ static inline int cgpu_ptx_packing_order(const void *a, const void *b)
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
-static inline int cgpu_ptx_declared_order(const void *a, const void *b)
+static int ptx_declared_order(const void *a, const void *b)
 {
     const struct cgpu_ptx_var *x = a, *y = b;
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
-static inline uint64_t cgpu_ptx_align_up(uint64_t v, uint64_t a)
+static uint64_t ptx_align_up(uint64_t v, uint64_t a)
 {
     return v >= CGPU_PTX_MAX ? CGPU_PTX_MAX : (v + a - 1) & ~(a - 1);
 }
 
-/* Lay out `n` variables of a module as ptxas does: each one's offset from the start of the
- * module's globals; returns their total (the sections', each aligned, as the shim reads a
- * cubin's).  The array is left in declaration order. */
-static inline uint64_t cgpu_ptx_layout(struct cgpu_ptx_var *vars, size_t n, const struct cgpu_ptx_info *info)
+uint64_t cgpu_ptx_layout(struct cgpu_ptx_var *vars, size_t n, const struct cgpu_ptx_info *info)
 {
-    qsort(vars, n, sizeof *vars, cgpu_ptx_packing_order);
+    qsort(vars, n, sizeof *vars, ptx_packing_order);
     uint64_t size[CGPU_PTX_SPACES] = {0}, align[CGPU_PTX_SPACES] = {1, 1, 1};
     size_t globals = 0;
     for (size_t i = 0; i < n; i++) {
         struct cgpu_ptx_var *v = &vars[i];
-        v->offset = cgpu_ptx_align_up(size[v->space], v->align);
+        v->offset = ptx_align_up(size[v->space], v->align);
         size[v->space] = v->offset + v->size > CGPU_PTX_MAX ? CGPU_PTX_MAX : v->offset + v->size;
         if (v->align > align[v->space])
             align[v->space] = v->align;
@@ -395,7 +337,7 @@ static inline uint64_t cgpu_ptx_layout(struct cgpu_ptx_var *vars, size_t n, cons
      * zero-filled.  Which bank comes first follows the code ptxas generates, not the text: the
      * order that makes the larger total is taken (over by less than bank 3's alignment, never
      * under). */
-    const uint64_t addresses = info->debug ? 0 : cgpu_ptx_mul(globals + info->extern_funcs, 8);
+    const uint64_t addresses = info->debug ? 0 : ptx_mul(globals + info->extern_funcs, 8);
     uint64_t total = 0, base[CGPU_PTX_SPACES] = {0};
     for (int addresses_first = 0; addresses_first < 2; addresses_first++) {
         uint64_t at = addresses_first ? addresses : 0, where[CGPU_PTX_SPACES];
@@ -403,8 +345,8 @@ static inline uint64_t cgpu_ptx_layout(struct cgpu_ptx_var *vars, size_t n, cons
         for (size_t k = 0; k < 3; k++) {
             unsigned s = order[k];
             if (k == 1 && !addresses_first && addresses)
-                at = cgpu_ptx_align_up(at, 8) + addresses;
-            where[s] = size[s] ? cgpu_ptx_align_up(at, align[s]) : at;
+                at = ptx_align_up(at, 8) + addresses;
+            where[s] = size[s] ? ptx_align_up(at, align[s]) : at;
             at = where[s] + size[s] > CGPU_PTX_MAX ? CGPU_PTX_MAX : where[s] + size[s];
         }
         if (at > total || !addresses_first) {
@@ -414,12 +356,11 @@ static inline uint64_t cgpu_ptx_layout(struct cgpu_ptx_var *vars, size_t n, cons
     }
     for (size_t i = 0; i < n; i++)
         vars[i].offset += base[vars[i].space];
-    qsort(vars, n, sizeof *vars, cgpu_ptx_declared_order);
+    qsort(vars, n, sizeof *vars, ptx_declared_order);
     return total;
 }
 
-/* The total of PTX `text`'s globals (0 if it is not PTX, or declares none). */
-static inline uint64_t cgpu_ptx_globals(const char *text, size_t len)
+uint64_t cgpu_ptx_globals(const char *text, size_t len)
 {
     struct cgpu_ptx_info info;
     size_t n = cgpu_ptx_vars(text, len, NULL, 0, &info);
@@ -432,5 +373,3 @@ static inline uint64_t cgpu_ptx_globals(const char *text, size_t len)
     free(vars);
     return total;
 }
-
-#endif
