@@ -14,13 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from cgpu.core.files import atomic_write
-from cgpu.core.layout import CONFIG_NAME, UUID_RE
+from cgpu.core.layout import (
+    CONF_COMPUTE,
+    CONF_CONTEXT,
+    CONF_DEVICE,
+    CONF_VERSION,
+    CONFIG_NAME,
+    POLICY_FIXED,
+    POLICY_SHARE,
+    UUID_RE,
+)
 from cgpu.core.native import load
 
 MAX_DEVICES = 16
 MAX_COMPUTE_PERCENT = 100
 MAX_CONTEXT_BYTES = 1 << 30  # CGPU_CONFIG_MAX_CONTEXT
-POLICIES = ("fixed", "share")  # CGPU_COMPUTE_FIXED = 1, CGPU_COMPUTE_SHARE = 2
+POLICIES = (POLICY_FIXED, POLICY_SHARE)  # CGPU_COMPUTE_FIXED = 1, CGPU_COMPUTE_SHARE = 2
 ComputeShare = int | tuple[int, str]  # a percent, or (percent, policy)
 
 
@@ -58,11 +67,11 @@ def render_config(
     """
     if not limits or len(limits) > MAX_DEVICES:
         raise ConfigError(f"a config needs 1 to {MAX_DEVICES} devices, got {len(limits)}")
-    lines = ["# cgpu container config", "version 1"]
+    lines = ["# cgpu container config", f"{CONF_VERSION} 1"]
     for uuid, limit in limits.items():
         if limit <= 0:
             raise ConfigError(f"invalid slice {limit} for {uuid}")
-        lines.append(f"device {validate_uuid(uuid)} {int(limit)}")
+        lines.append(f"{CONF_DEVICE} {validate_uuid(uuid)} {int(limit)}")
         if compute and uuid in compute:
             lines.append(_compute_line(uuid, compute[uuid]))
         if contexts and uuid in contexts:
@@ -79,17 +88,17 @@ def _compute_line(uuid: str, share: ComputeShare) -> str:
     if isinstance(percent, bool) or not 1 <= int(percent) <= MAX_COMPUTE_PERCENT:
         raise ConfigError(f"invalid compute share {percent!r} for {uuid}: 1 to 100 percent")
     if policy is None:
-        return f"compute {uuid} {int(percent)}"
+        return f"{CONF_COMPUTE} {uuid} {int(percent)}"
     if policy not in POLICIES:
         raise ConfigError(f"invalid compute policy {policy!r} for {uuid}: fixed or share")
-    return f"compute {uuid} {int(percent)} {policy}"
+    return f"{CONF_COMPUTE} {uuid} {int(percent)} {policy}"
 
 
 def _context_line(uuid: str, size: int) -> str:
     """One `context <uuid> <bytes>` line, or a ConfigError."""
     if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_CONTEXT_BYTES:
         raise ConfigError(f"invalid context cost {size!r} for {uuid}: 0 to 1 GiB in bytes")
-    return f"context {uuid} {size}"
+    return f"{CONF_CONTEXT} {uuid} {size}"
 
 
 def write_config(

@@ -2,7 +2,9 @@
 
 Every name another program (the kubelet, a scheduler, the shim, an operator's manifests) knows
 cgpu by is defined here and imported everywhere else; `tests/core/test_contract_names.py`
-fails when one of these values appears as a literal in any other module.
+fails when one of these values appears as a literal in any other module. The C side's names are
+in native/include/cgpu_names.h, each `CGPU_<name>` for a `<name>` here with the same value
+(`tests/core/test_c_names.py`).
 """
 
 from __future__ import annotations
@@ -51,12 +53,36 @@ ENV_VOLCANO_ALLOCATED = "VOLCANO_GPU_ALLOCATED"  # this container's MiB
 ENV_VOLCANO_TOTAL = "VOLCANO_GPU_MEMORY_TOTAL"  # the card's MiB
 ENV_LEDGER_DIR = "CGPU_LEDGER_DIR"
 ENV_COMPUTE_LIMIT = "CGPU_COMPUTE_LIMIT"
+ENV_MEM_LIMIT = "CGPU_MEM_LIMIT"  # a slice on every GPU (CGPU_MEM_LIMIT_<i>: on ordinal i)
+ENV_COMPUTE_POLICY = "CGPU_COMPUTE_POLICY"  # POLICY_FIXED or POLICY_SHARE
+ENV_DISABLE = "CGPU_DISABLE"  # true, 1 or yes: the shim stays out of the way
+ENV_CONTEXT_OVERHEAD = "CGPU_CONTEXT_OVERHEAD"  # a context's cost where cgpu.conf gives none
+ENV_COMPUTE_TRACE = "CGPU_COMPUTE_TRACE"  # a directory for the compute controller's trace
 ENV_NATIVE_DIR = "CGPU_NATIVE_DIR"  # development builds: where the built libraries are
 ENV_CDI_DEVICE_PREFIX = "CGPU_CDI_DEVICE_"  # CGPU_CDI_DEVICE_<index>=<uuid>, from `cgpu cdi`
 # Prefixes of the variable families the limit parser and the context measurement look at.
 ENV_PREFIX = "CGPU_"
 ENV_SIM_PREFIX = "CGPU_SIM_"  # the simulator's own
 ENV_SIM_STATE = "CGPU_SIM_STATE"  # the simulated GPU's state file, shared by its processes
+# The simulator's other variables (native/sim/README.md says what each takes).
+ENV_SIM_DEVICES = "CGPU_SIM_DEVICES"
+ENV_SIM_MEMORY = "CGPU_SIM_MEMORY"
+ENV_SIM_UUIDS = "CGPU_SIM_UUIDS"
+ENV_SIM_OTHER_USED = "CGPU_SIM_OTHER_USED"
+ENV_SIM_NAME = "CGPU_SIM_NAME"
+ENV_SIM_CTX_OVERHEAD = "CGPU_SIM_CTX_OVERHEAD"
+ENV_SIM_GRANULARITY = "CGPU_SIM_GRANULARITY"
+ENV_SIM_DRIVER_VERSION = "CGPU_SIM_DRIVER_VERSION"
+ENV_SIM_DRIVER_RELEASE = "CGPU_SIM_DRIVER_RELEASE"
+ENV_SIM_FAULTS = "CGPU_SIM_FAULTS"
+ENV_SIM_KERNEL_NS = "CGPU_SIM_KERNEL_NS"
+ENV_SIM_TIMESLICE_NS = "CGPU_SIM_TIMESLICE_NS"
+ENV_SIM_SLICE_NS = "CGPU_SIM_SLICE_NS"
+ENV_SIM_SWITCH_NS = "CGPU_SIM_SWITCH_NS"
+ENV_SIM_UTIL_PERIOD_NS = "CGPU_SIM_UTIL_PERIOD_NS"
+ENV_SIM_UTIL_ATTRIBUTION = "CGPU_SIM_UTIL_ATTRIBUTION"
+ENV_SIM_QUEUE_DEPTH = "CGPU_SIM_QUEUE_DEPTH"
+ENV_SIM_TRACE = "CGPU_SIM_TRACE"
 SIM_STATE_FILE = "sim-gpu.state"  # `cgpu run`'s, in the state dir
 ENV_GPU_MEM_PREFIX = "ALIYUN_COM_GPU_MEM_"
 ENV_VOLCANO_PREFIX = "VOLCANO_GPU_"
@@ -88,6 +114,14 @@ LEDGER_NAME = "cgpu.ledger"
 META_NAME = "meta.json"
 COMPUTE_SOCKET_NAME = "compute.sock"  # the compute arbiter's, for the container's processes
 PRELOAD_NAME = "ld.so.preload"  # the hook's merged copy of the image's file
+# cgpu.conf's keywords: `version 1`, then per GPU `device <uuid> <bytes>`, with an optional
+# `compute <uuid> <percent> [fixed|share]` and `context <uuid> <bytes>` after it.
+CONF_VERSION = "version"
+CONF_DEVICE = "device"
+CONF_COMPUTE = "compute"
+CONF_CONTEXT = "context"
+POLICY_FIXED = "fixed"
+POLICY_SHARE = "share"
 
 # Who made a container directory: meta.json's "source".
 SOURCE_DEVICE_PLUGIN = "device-plugin"

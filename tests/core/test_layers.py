@@ -1,5 +1,6 @@
 """The package's layers: cgpu.core at the bottom, then the parts, then the CLI on top; and the
-C files' layers (native/shim, from the entry points down) with no circle in native/ at all.
+C files' layers (native/shim, from the entry points down; native/common below the shim and the
+simulator) with no circle in native/ at all.
 
 - `cgpu.core` (and `cgpu` itself) imports nothing else of cgpu;
 - a part (`cgpu.deviceplugin`, `cgpu.hooks`, `cgpu.exporter`, and any other subpackage)
@@ -232,6 +233,46 @@ def test_the_simulator_files_have_no_circle() -> None:
     graph = c_graph.edges(c_graph.parse_dir(NATIVE / "sim"))
     assert "cuda_core" in graph["cuda_memory"]
     assert c_graph.circles(graph) == []
+
+
+def test_the_common_files_sit_below_the_shim_and_the_simulator() -> None:
+    """native/common holds what the shim and the simulator must compute alike: it includes and
+    calls nothing of either (a bottom layer for both), has no circle, and both use it."""
+    common = c_graph.parse_dir(NATIVE / "common")
+    shim = c_graph.parse_dir(NATIVE / "shim")
+    sim = c_graph.parse_dir(NATIVE / "sim")
+    graph = c_graph.edges([*common, *shim, *sim])
+
+    def units(files: list[c_graph.CFile]) -> set[str]:
+        return {c_graph.unit(f.name) for f in files if f.name.endswith((".c", ".h"))}
+
+    below = units(common)
+    assert {"cgpu_image", "cgpu_ptx", "cgpu_fatbin", "cgpu_sizes", "cgpu_procstat"} <= below
+    assert not below & (units(shim) | units(sim))
+    # The shim's dlsym stands in for libc's (entry.c): calling it is calling libc.
+    upward = sorted(
+        why
+        for u in below
+        for t, why in graph[u].items()
+        if t not in below and not why.endswith(" calls dlsym()")
+    )
+    assert upward == []
+    assert c_graph.circles({u: graph[u] for u in below}) == []
+    for side in (shim, sim):
+        assert any(t in below for u in units(side) for t in graph[u]), "no side of its own"
+
+
+def test_shared_headers_only_declare() -> None:
+    """The headers of native/include and native/common define no function: the code they
+    declare is compiled once, in native/common (no reader in a header, with static state in
+    every file that includes it)."""
+    bodies = {
+        path.relative_to(NATIVE).as_posix(): sorted(parsed.defines | parsed.statics)
+        for folder in ("include", "common")
+        for path in sorted((NATIVE / folder).glob("*.h"))
+        if (parsed := c_graph.parse(path.name, path.read_text())).defines | parsed.statics
+    }
+    assert bodies == {}
 
 
 def test_helper_macros_are_defined_once() -> None:
