@@ -30,11 +30,15 @@ static void say(int fd, uint32_t type, uint64_t a, uint64_t b, const char *text)
 static void *worker(void *unused)
 {
     (void)unused;
+    /* thread-self: once the main thread has exited, /proc/self/fd is empty */
     int dfd = open(dir, O_RDONLY | O_DIRECTORY);
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
-    snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/self/fd/%d/compute.sock", dfd);
+    snprintf(addr.sun_path, sizeof addr.sun_path, "/proc/thread-self/fd/%d/compute.sock", dfd);
     int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
-    if (dfd < 0 || fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) exit(2);
+    if (dfd < 0 || fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        perror("mainexit: connect");
+        exit(2);
+    }
     say(fd, 1, 1, (uint64_t)getpid(), NULL);
     say(fd, 2, 0, 0, uuid);
     say(fd, 3, 0, 0, NULL);

@@ -163,8 +163,11 @@ def _start_mainexit(binary: Path, directory: Path, drain_ms: int) -> subprocess.
         [str(binary), str(directory), UUID, str(drain_ms)], stdout=subprocess.PIPE, text=True
     )
     deadline = time.monotonic() + 5
-    while process_state(proc.pid) != "Z":
-        assert proc.poll() is None and time.monotonic() < deadline, "mainexit did not start"
+    task = Path(f"/proc/{proc.pid}/task")
+    # its main thread has exited (a zombie), its worker runs
+    while process_state(proc.pid) != "Z" or len(list(task.iterdir())) != 2:
+        assert proc.poll() is None, f"mainexit exited {proc.returncode}"
+        assert time.monotonic() < deadline, "mainexit did not start"
         time.sleep(0.01)
     return proc
 
@@ -229,7 +232,8 @@ def test_a_stopped_process_whose_main_thread_exited_is_passed_over(
     try:
         assert proc.stdout is not None
         assert select.select([proc.stdout], [], [], 5)[0], "mainexit was never granted"
-        assert proc.stdout.readline().startswith("G ")
+        line = proc.stdout.readline()
+        assert line.startswith("G "), (line, proc.poll(), arbiter.log.read_text()[-2000:])
         proc.send_signal(signal.SIGSTOP)
         for task in Path(f"/proc/{proc.pid}/task").iterdir():
             while process_state_of(task) not in "TZ":
