@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 from dataclasses import dataclass
@@ -33,9 +34,35 @@ def peer_of(sock: socket.socket) -> Peer | None:
 
 
 def halted(peer: Peer) -> bool:
-    """Whether the process is stopped, dead or gone (its pid now someone else's counts)."""
+    """Whether the process is stopped, dead or gone (its pid now someone else's counts).
+
+    Judged from every thread: a process whose main thread has exited (a zombie thread) while
+    its workers still run, or whose main thread alone is stopped, is not halted.
+    """
     stat = state_and_start_time(peer.pid)
     if stat is None:
         return True
     state, start_time = stat
-    return state in _HALTED or (peer.start_time is not None and start_time != peer.start_time)
+    if peer.start_time is not None and start_time != peer.start_time:
+        return True
+    if state not in _HALTED:
+        return False
+    return all(thread_state(peer.pid, tid) in _HALTED for tid in _threads(peer.pid))
+
+
+def _threads(pid: int) -> list[int]:
+    """The thread ids of a process (none when it has gone)."""
+    try:
+        return [int(name) for name in os.listdir(f"/proc/{pid}/task") if name.isdigit()]
+    except OSError:
+        return []
+
+
+def thread_state(pid: int, tid: int) -> int:
+    """The state letter (a byte value) of one thread; X when it has gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
+            line = stat.read(4096)
+        return line[line.rindex(b")") + 2]
+    except (OSError, ValueError, IndexError):
+        return ord("X")

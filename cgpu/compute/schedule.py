@@ -494,8 +494,22 @@ class GpuSchedule(Generic[Conn]):
         links = [self._links[c] for c in self._tenants[token.holder].conns]
         draining = token.phase is Phase.REVOKING
         busy = max(1, sum(link.owes_done if draining else link.active for link in links))
-        late = sum(1 for link in self._links.values() if link.late_epoch)
+        late = self._late_containers(token.holder)
         return min(1.0, max(MIN_FRACTION, busy / (busy + self._load + late)))
+
+    def _late_containers(self, besides: str) -> int:
+        """How many other containers still drain a hold that was forced to end, each counted
+        for no longer than a drain can last (a connection that never answers is not a load)."""
+        now = self._last_step
+        return len(
+            {
+                link.container
+                for link in self._links.values()
+                if link.late_epoch
+                and link.container != besides
+                and now - link.late_since < self.drain_cap_ns
+            }
+        )
 
     def _pending_charge(self, token: _Token, now: int) -> float:
         """What the holder would be charged for its hold since the last charge."""
@@ -560,6 +574,52 @@ class GpuSchedule(Generic[Conn]):
     def epoch(self) -> int:
         """The epoch of the latest grant (0 before the first)."""
         return self._epoch
+
+    def next_deadline(self, now: int) -> int | None:
+        """The earliest time after `now` at which `step` may act though no event comes (a
+        quantum ends, an idle holder's release, a revoke's deadline, a `fixed` container's
+        credit, a probe's gap), or None when only an event can change anything. Called after
+        `step(now)`; the arbiter sleeps until then."""
+        if self._probe_ns:
+            return now
+        times: list[float] = []
+        token = self._token
+        holder = token.holder if token else None
+        if self._paused_until > now:
+            times.append(self._paused_until)
+        for name, tenant in self._tenants.items():
+            if tenant.policy == FIXED and name != holder and self._wants(tenant):
+                need = self.quantum_ns if tenant.refilling else 1.0
+                if tenant.credit_ns < need:
+                    times.append(now + (need - tenant.credit_ns) * 100 / tenant.percent)
+        if token and token.phase is Phase.REVOKING:
+            times.append(token.t_revoke + self.revoke_deadline_ns())
+        elif token:
+            times += self._hold_deadlines(token, now)
+        later = [t for t in times if t > now]  # what is due at `now` was done by `step`
+        return math.ceil(min(later)) if later else None
+
+    def _hold_deadlines(self, token: _Token, now: int) -> list[float]:
+        """When a rule of `_revoke_reason` may end the current hold, or its charge is due."""
+        tenant = self._tenants[token.holder]
+        links = [self._links[c] for c in tenant.conns]
+        times: list[float] = [token.t_mark + self.quantum_ns, token.t_grant + self.quantum_ns]
+        if token.queued_until > now:
+            times.append(token.queued_until)
+        if links and all(link.idle for link in links):
+            times.append(max(link.idle_since for link in links) + self.idle_release_ns)
+        f = self._fraction(token)
+        owed = self._pending_charge(token, now) + self._queued_charge(token, now)
+        if tenant.policy == FIXED:
+            gap, rate = tenant.credit_ns - owed, f - tenant.percent / 100
+            if rate > 0:  # the credit earned while holding does not keep up with the charge
+                times.append(now + max(0.0, gap) / rate)
+        waiters = [t for n, t in self._tenants.items() if n != token.holder and self._eligible(t)]
+        level = [t.vtime for t in waiters if _rank(t) == _rank(tenant)]
+        if level:  # when the holder's virtual time reaches the least waiter's
+            lead = (min(level) - tenant.vtime) * tenant.percent - owed
+            times.append(now + max(0.0, lead) / f)
+        return times
 
     def draining(self) -> list[Conn]:
         """The connections that owe a DONE for the current REVOKE."""
@@ -643,11 +703,13 @@ class GpuSchedule(Generic[Conn]):
         tenant = self._tenants.get(container)
         if tenant is None or now <= since:
             return
-        others = self._load + sum(1 for other in self._links.values() if other.late_epoch)
+        others = self._load + self._late_containers(container)
         token = self._token
         if token and token.holder != container:
             others += sum(self._links[c].active for c in self._tenants[token.holder].conns)
-        charged = (now - since) / (1 + others)
+        # A drain lasts no longer than the drain cap: what a silent connection did after that
+        # is for the host's view of out-of-turn work to find.
+        charged = (min(now, since + self.drain_cap_ns) - since) / (1 + others)
         tenant.vtime += charged / tenant.percent
         if tenant.policy == FIXED:
             tenant.credit_ns = max(tenant.credit_ns - charged, DEBT_FLOOR_NS)

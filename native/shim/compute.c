@@ -663,7 +663,7 @@ static void *controller(void *arg)
     int measurable = -1;
     for (;;) {
         /* Where the host runs the arbiter, it decides; without one (or once it has gone), NVML's
-         * samples, looking for the arbiter's socket again every second. */
+         * samples, looking for the arbiter's socket again every 100 ms. */
         token_run();
         __atomic_store_n(&g_token.mode, TOKEN_OFF, __ATOMIC_RELEASE);
         __atomic_fetch_add(&g_token.seq, 1, __ATOMIC_RELEASE);
@@ -676,7 +676,7 @@ static void *controller(void *arg)
             open_trace();
         }
         int leading = 0;
-        for (unsigned n = 1; n % 100 || !token_socket_present(); n++) { /* ticks; a look a second */
+        for (unsigned n = 1; n % 10 || !token_socket_present(); n++) { /* ticks; a look each 100 ms */
             uint64_t start = mono_ns();
             if (!leading && measurable && lead()) {
                 leading = 1;

@@ -19,9 +19,11 @@
  * A launcher that finds the gate closed sends WANT itself (once per grant) and sleeps on a futex
  * until a GRANT.
  *
- * If the arbiter goes away, the gates close and the thread reconnects; after RECONNECT_NS without
- * one, token_run returns and the NVML controller takes over (compute.c), so no launch waits
- * forever on a daemon that is not there. */
+ * If the arbiter goes away, the gates close and the thread tries to reconnect every
+ * RECONNECT_EVERY_NS; after RECONNECT_NS without one, token_run returns and the NVML controller
+ * takes over (compute.c), so no launch waits long on a daemon that is not there: a restart idles
+ * the GPU for RECONNECT_NS at most. The controller looks for a new socket every 100 ms (a socket
+ * file that refused a connection is not looked at again until it is replaced). */
 #include "token.h"
 
 #include <errno.h>
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <time.h>
@@ -40,7 +43,8 @@
 #define PROTOCOL_VERSION 1
 #define IDLE_NS 1000000LL          /* no launch this long while holding: IDLE */
 #define POLL_MS 1                  /* the thread's tick while it holds a GPU */
-#define RECONNECT_NS 1000000000LL  /* without the arbiter this long: back to the NVML controller */
+#define RECONNECT_NS 150000000LL   /* without the arbiter this long: back to the NVML controller */
+#define RECONNECT_EVERY_NS 10000000L /* a reconnection attempt this often until then */
 #define MAX_CTX 8                  /* contexts remembered per device */
 #define WANT_AGAIN_MS 50u          /* a WANT unanswered this long is sent again */
 #define MAX_BUDGET_LAUNCHES 8      /* a budget of more launches than this: none (the quantum rules) */
@@ -225,10 +229,27 @@ static int sock_path(char *out, size_t n)
     return g_shim.dir[0] && snprintf(out, n, "%s/%s", g_shim.dir, TOKEN_SOCKET) < (int)n ? 0 : -1;
 }
 
+/* The socket file that last refused a connection (a dead arbiter's): not worth another try
+ * until a new arbiter replaces it. Written and read by the compute thread only. */
+static dev_t refused_dev;
+static ino_t refused_ino;
+
 int token_socket_present(void)
 {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
-    return sock_path(path, sizeof path) == 0 && access(path, F_OK) == 0;
+    struct stat st;
+    if (sock_path(path, sizeof path) != 0 || stat(path, &st) != 0)
+        return 0;
+    return st.st_ino != refused_ino || st.st_dev != refused_dev;
+}
+
+static void note_refused(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) == 0) {
+        refused_dev = st.st_dev;
+        refused_ino = st.st_ino;
+    }
 }
 
 /* Connect and introduce this process: its pid and the GPUs it has a compute limit on. */
@@ -241,6 +262,8 @@ static int connect_arbiter(void)
     if (fd < 0)
         return -1;
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0) {
+        if (errno == ECONNREFUSED)
+            note_refused(addr.sun_path);
         close(fd);
         return -1;
     }
@@ -436,7 +459,7 @@ int token_run(void)
                                 "samples\n");
                 return 1;
             }
-            struct timespec t = {0, 20000000};
+            struct timespec t = {0, RECONNECT_EVERY_NS};
             nanosleep(&t, NULL);
         }
     }
@@ -449,6 +472,8 @@ void token_forget_process(void)
     memset(&g_token, 0, sizeof g_token);
     memset(&tk, 0, sizeof tk); /* the driver's functions are looked up again by token_run */
     tk.fd = -1;
+    refused_dev = 0;
+    refused_ino = 0;
     pthread_mutex_init(&tk.send_lock, NULL);
     pthread_mutex_init(&tk.ctx_lock, NULL);
 }

@@ -550,3 +550,69 @@ def test_a_drain_is_charged_for_the_processes_still_draining() -> None:
     charged = gpu.usage(revoked_at + 41 * MS)["a"].charged_ns
     expected = (revoked_at + 1 * MS) * 2 / 3 + 40 * MS / 2
     assert charged == pytest.approx(expected, rel=0.02)
+
+
+class DeadlineSim(Sim):
+    """The same, but stepped only at `next_deadline` (as the arbiter sleeps), never a tick."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.wakeups = 0
+
+    def run(self, seconds: float) -> None:
+        end = self.now + round(seconds * SECOND)
+        while self.now < end:
+            self.settle()
+            self.wakeups += 1
+            deadline = self.gpu.next_deadline(self.now)
+            assert deadline is None or deadline >= self.now
+            step_to = end if deadline is None else min(end, max(deadline, self.now + 1))
+            self.held[self.gpu.holder] += (step_to - self.now) / MS
+            self.now = step_to
+        self.settle()
+
+
+MIXES = {
+    "share 30/70": [("a", 30, "share"), ("b", 70, "share")],
+    "fixed 30/30": [("a", 30, "fixed"), ("b", 30, "fixed")],
+    "fixed 20 + share 40": [("a", 20, "fixed"), ("b", 40, "share")],
+    "fixed 60 alone": [("a", 60, "fixed")],
+}
+
+
+@pytest.mark.parametrize("mix", list(MIXES))
+def test_stepping_at_the_deadlines_gives_what_a_tick_gives(mix: str) -> None:
+    ticked, woken = Sim(), DeadlineSim()
+    for sim in (ticked, woken):
+        for name, percent, policy in MIXES[mix]:
+            sim.add(name, percent, policy, conns=2)
+        sim.run(5)
+    for name, _, _ in MIXES[mix]:
+        assert woken.charged_s(name) == pytest.approx(ticked.charged_s(name), abs=0.05)
+    # a wake-up per turn or so, not one a millisecond
+    assert woken.wakeups < 5000 / 4
+
+
+def test_a_quiet_holder_is_released_at_its_deadline() -> None:
+    sim = DeadlineSim()
+    (a,) = sim.add("a", 50, "share")
+    sim.saturating.discard(a)
+    sim.settle()
+    sim.gpu.idle(a, sim.now)
+    idle_at = sim.now
+    assert sim.gpu.next_deadline(sim.now) == idle_at + 2 * MS
+    sim.run(0.003)
+    assert revoke_time(sim, a) == idle_at + 2 * MS
+    # it does not answer: the next thing due is the revoke's deadline
+    assert sim.gpu.next_deadline(sim.now) == idle_at + 2 * MS + 40 * MS
+    sim.gpu.done(a, sim.orders_to(a, "revoke")[0].epoch, sim.now)
+    sim.settle()
+    assert sim.gpu.holder is None and sim.gpu.next_deadline(sim.now) is None
+
+
+def test_a_fixed_container_without_credit_is_woken_when_it_has_some() -> None:
+    sim = DeadlineSim()
+    sim.add("a", 10, "fixed")
+    sim.run(2)
+    # 10 % of the time, in turns whenever the credit allows: never more, never starved
+    assert sim.charged_s("a") == pytest.approx(0.2, abs=0.03)
