@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from . import protocol
 from .discovery import Limits
+from .guard import ConnectionMeter
 from .peer import Peer
 from .schedule import GpuSchedule
 
@@ -29,6 +30,7 @@ class Client:
     closed: bool = False
     devs: dict[int, str] = field(default_factory=dict)  # ledger index -> uuid, accepted ones
     declared: set[str] = field(default_factory=set)  # every uuid it sent DEV for
+    meter: ConnectionMeter = field(default_factory=ConnectionMeter)  # its packets a second
 
     def fileno(self) -> int:
         """The socket's descriptor (for selectors)."""

@@ -6,6 +6,7 @@ counted, and read as having no compute lines; nothing here raises for what a fil
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
@@ -32,7 +33,8 @@ class Discovery:
         self._seen: dict[Path, tuple[Stamp, Limits]] = {}
 
     def scan(self) -> dict[Path, Limits]:
-        """{container directory: its compute limits}, for those with at least one."""
+        """{container directory: its compute limits}, for those with at least one. OSError
+        when a root cannot be listed for a reason other than its absence."""
         directories = list(self._directories())
         for gone in set(self._seen) - set(directories):
             del self._seen[gone]
@@ -44,9 +46,11 @@ class Discovery:
         for root in self.roots:
             try:
                 entries = sorted(os.scandir(root), key=lambda e: e.name)
-            except OSError as err:
-                log.debug("cannot list %s: %s", root, err)
+            except (FileNotFoundError, NotADirectoryError) as err:
+                log.debug("cannot list %s: %s", root, err)  # no containers there (yet)
                 continue
+            # Any other error (EMFILE, EIO) says nothing of the containers: it reaches scan's
+            # caller, which keeps what it knows rather than dropping every container.
             for entry in entries:
                 if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
                     yield Path(entry.path)
@@ -56,24 +60,39 @@ class Discovery:
         path = directory / CONFIG_NAME
         try:
             info = os.stat(path, follow_symlinks=False)
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             self._seen.pop(directory, None)
             return {}
+        except OSError:  # a transient failure: what was known stands
+            cached = self._seen.get(directory)
+            return cached[1] if cached else {}
         stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
         cached = self._seen.get(directory)
         if cached and cached[0] == stamp:
             return cached[1]
-        limits = self._parse(path) if stat.S_ISREG(info.st_mode) else self._bad(path, "not a file")
+        try:
+            regular = stat.S_ISREG(info.st_mode)
+            limits = self._parse(path) if regular else self._bad(path, "not a file")
+        except OSError:  # cannot be read now (EMFILE): what was known stands
+            return cached[1] if cached else {}
         self._seen[directory] = (stamp, limits)
         return limits
 
     def _parse(self, path: Path) -> Limits:
-        """The compute lines of one config (the shim's parser); {} and counted if malformed."""
+        """The compute lines of one config (the shim's parser); {} and counted if malformed.
+        OSError when the file cannot be opened now for a passing reason (EMFILE, EIO)."""
         try:
+            os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW))  # open it can
             limits = load_compute(path)
             for percent, policy in limits.values():
                 check_limit(percent, policy)
-        except (ConfigError, OSError, ValueError) as err:
+        except FileNotFoundError:
+            return {}
+        except OSError as err:
+            if err.errno != errno.ELOOP:
+                raise
+            return self._bad(path, "a symbolic link")
+        except (ConfigError, ValueError) as err:
             return self._bad(path, str(err))
         return limits
 

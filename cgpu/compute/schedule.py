@@ -494,8 +494,10 @@ class GpuSchedule(Generic[Conn]):
         links = [self._links[c] for c in self._tenants[token.holder].conns]
         draining = token.phase is Phase.REVOKING
         busy = max(1, sum(link.owes_done if draining else link.active for link in links))
-        late = self._late_containers(token.holder)
-        return min(1.0, max(MIN_FRACTION, busy / (busy + self._load + late)))
+        # A container still draining a hold that was forced to end is not counted: it may run
+        # nothing (a connection that never answers), and a neighbour charged less for it would
+        # take a third container's turns. Its late work is its own charge when it answers.
+        return min(1.0, max(MIN_FRACTION, busy / (busy + self._load)))
 
     def _late_containers(self, besides: str) -> int:
         """How many other containers still drain a hold that was forced to end, each counted

@@ -109,11 +109,12 @@ def test_a_stopped_holder_is_passed_over_at_once(root: Path, start) -> None:
 
 
 def test_a_killed_holder_hands_the_gpu_over_at_once(root: Path, start) -> None:
-    _, a_dir, b_dir = _pair(root, start, "--drain-cap-ms", "5000")
+    # a quantum of 200 ms: the revoke's deadline (two quanta) is 0.4 s after the quantum's end
+    _, a_dir, b_dir = _pair(root, start, "--drain-cap-ms", "5000", "--quantum-ms", "200")
     holder = start_holder(a_dir)
     b = Client(b_dir).hello((0, UUID))
     b.send(WANT, 0)
-    assert b.silent(0.2)  # revoked, but the holder does not answer
+    assert b.silent(0.3)  # revoked, but the holder does not answer
     killed = time.monotonic()
     holder.kill()
     holder.wait()
@@ -176,7 +177,7 @@ def test_garbage_closes_only_its_connection(root: Path, start) -> None:
 
 
 def test_done_for_another_epoch_is_ignored_and_keeps_the_connection(root: Path, start) -> None:
-    arbiter, a_dir, b_dir = _pair(root, start)
+    arbiter, a_dir, b_dir = _pair(root, start, "--quantum-ms", "200")  # a 0.4 s deadline
     a = Client(a_dir).hello((0, UUID))
     b = Client(b_dir).hello((0, UUID))
     a.send(WANT, 0)

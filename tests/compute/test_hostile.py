@@ -144,7 +144,7 @@ def test_a_silent_holder_costs_its_neighbours_nothing(root: Path, start) -> None
     print(f"\nsilent: {counts}; forced revokes {status[str(s)]['forced_revokes']}")
     assert counts["grants"] >= 3, counts  # it was granted, and went silent, again and again
     fa = _judge("fixed 30", holds_a, t0 + 1, seconds - 1, 30)
-    fb = _judge("share 70", holds_b, t0 + 1, seconds - 1, 60)
+    fb = _judge("share 70", holds_b, t0 + 1, seconds - 1, 60, at_least=True)
     print(f"fixed 30: {fa}\nshare 70: {fb}")
 
 
