@@ -43,6 +43,19 @@ def containers_root(state_dir: str | os.PathLike[str]) -> Path:
     return Path(state_dir) / CONTAINERS_SUBDIR
 
 
+ROOT_MODE = 0o700  # only its owner passes through: a container reaches its own directory
+# through the bind mount alone, and no other host user reaches a ledger or compute.sock
+
+
+def make_private_root(root: Path) -> None:
+    """Create the containers root with ROOT_MODE, or take group and other access away from
+    one that exists and is ours (an older install made it 0755). OSError if it cannot be."""
+    root.mkdir(mode=ROOT_MODE, parents=True, exist_ok=True)
+    info = os.stat(root, follow_symlinks=False)
+    if info.st_mode & 0o077 and info.st_uid == os.geteuid():
+        os.chmod(root, ROOT_MODE, follow_symlinks=False)
+
+
 def create_container_dir(
     state_dir: str | os.PathLike[str],
     key: str,
@@ -60,7 +73,7 @@ def create_container_dir(
     never leaves a half-made container behind.
     """
     root = containers_root(state_dir)
-    root.mkdir(parents=True, exist_ok=True)
+    make_private_root(root)
     final = root / validate_key(key)
     staging = root / f".staging-{key}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)

@@ -14,6 +14,7 @@ sanitizer runs of scripts/test.sh do not repeat.
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 import select
 import signal
@@ -393,3 +394,40 @@ def test_out_of_file_descriptors_the_arbiter_neither_spins_nor_starves(root: Pat
     print(f"fixed 30: {fa}\nshare 70: {fb}")
     assert cpu <= FLOOD_CPU, f"the arbiter used {cpu:.0%} of a core out of descriptors"
     assert arbiter.proc.poll() is None
+
+
+def test_no_other_host_user_reaches_a_container_socket(root: Path, start) -> None:
+    """The containers root is closed to other users (an old 0755 one is closed by the arbiter):
+    an unprivileged host user can neither connect to a container's compute.sock nor open its
+    ledger; root, as the device plugin and exporter run, still can."""
+    root.mkdir(parents=True, exist_ok=True)
+    os.chmod(root, 0o755)
+    a = make_container(root, "a", {UUID: (30, "fixed")})
+    arbiter = start()
+    _ready(arbiter, a)
+    assert os.stat(root).st_mode & 0o077 == 0
+    sock = str(a / "compute.sock")
+    assert _connect_as(65534, sock) == "refused"  # nobody
+    assert _connect_as(0, sock) == "connected"  # root, as the shim's tests connect
+
+
+def _connect_as(uid: int, path: str) -> str:
+    """Try to connect to `path` from a forked child running as `uid`."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            if uid:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            try:
+                s.connect(path)
+                code = 0
+            except PermissionError:
+                code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return {0: "connected", 3: "refused"}.get(os.waitstatus_to_exitcode(status), "failed")
