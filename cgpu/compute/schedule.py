@@ -133,6 +133,7 @@ class _Token:
     drained_at: int = 0  # when the last connection that owed DONE stopped owing it
     spent: bool = False  # revoked because a fixed holder's budget was spent
     queued_until: int = 0  # when the work its clients said they queued (SPENT) should end
+    budget_ns: int = 0  # the work its latest grant admitted (the most SPENT may stretch a drain)
 
 
 def _after(segment: tuple[int, int, float], start: int) -> float:
@@ -325,6 +326,9 @@ class GpuSchedule(Generic[Conn]):
             self.probe_ns += self._paused_until - now
         if self._token is None and now >= self._paused_until:
             self._grant_next(now)
+        token = self._token
+        if token and any(order.kind == "grant" for _, order in self._outbox):
+            token.budget_ns = max(token.budget_ns, self.grant_work_ns())
         out, self._outbox = self._outbox, []
         return out
 
@@ -432,16 +436,22 @@ class GpuSchedule(Generic[Conn]):
                 link.owes_done = True
                 self._outbox.append((conn, Order("revoke", token.epoch)))
 
-    def revoke_deadline_ns(self) -> int:
-        """How long a REVOKE waits for DONE before the token moves on: two quanta, or the drain
-        cap if that is shorter. A connection that drains later is charged its late drain."""
-        return min(self.drain_cap_ns, REVOKE_DEADLINE_QUANTA * self.quantum_ns)
+    def revoke_deadline_ns(self, token: _Token | None = None) -> int:
+        """How long a REVOKE waits for DONE before the token moves on: two quanta, plus the
+        work the holder said it queued (SPENT) that had not run at the REVOKE, no more than its
+        grant admitted; never past the drain cap. A connection that drains later is charged its
+        late drain; one that never answers (and never said SPENT) loses the GPU two quanta
+        after the REVOKE."""
+        wait = REVOKE_DEADLINE_QUANTA * self.quantum_ns
+        if token is not None:
+            wait += min(max(0, token.queued_until - token.t_revoke), token.budget_ns)
+        return min(self.drain_cap_ns, wait)
 
     def _finish_revoke(self, token: _Token, now: int) -> None:
         """End the hold once every connection has drained, or force it at the deadline."""
         if not self.draining():
             self._end_hold(token.drained_at, forced=False)
-        elif now - token.t_revoke >= self.revoke_deadline_ns():
+        elif now - token.t_revoke >= self.revoke_deadline_ns(token):
             self._end_hold(now, forced=True)
 
     def _end_hold(self, end: int, forced: bool) -> None:
@@ -595,7 +605,7 @@ class GpuSchedule(Generic[Conn]):
                 if tenant.credit_ns < need:
                     times.append(now + (need - tenant.credit_ns) * 100 / tenant.percent)
         if token and token.phase is Phase.REVOKING:
-            times.append(token.t_revoke + self.revoke_deadline_ns())
+            times.append(token.t_revoke + self.revoke_deadline_ns(token))
         elif token:
             times += self._hold_deadlines(token, now)
         later = [t for t in times if t > now]  # what is due at `now` was done by `step`
