@@ -1,17 +1,18 @@
 """The per-container config file (`cgpu.conf`): slices per device UUID, compute limits and
 context costs.
 
-A `compute <uuid> <percent> [fixed|share]` line gives a device listed above it a compute limit
-(percent of the GPU's time, 1-100; policy `fixed` by default). A `context <uuid> <bytes>` line
-gives what one CUDA context takes on that device, measured on the host (0 to 1 GiB): the shim
-charges it to each process's first context there instead of measuring it."""
+A `compute <uuid> <percent> [fixed|share] [high|normal|low]` line gives a device listed above it
+a compute limit (percent of the GPU's time, 1-100; policy `fixed` by default) and the priority of
+its turns (`normal` by default; a priority needs the policy before it). A `context <uuid>
+<bytes>` line gives what one CUDA context takes on that device, measured on the host (0 to
+1 GiB): the shim charges it to each process's first context there instead of measuring it."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cgpu.core.files import atomic_write
 from cgpu.core.layout import (
@@ -22,6 +23,9 @@ from cgpu.core.layout import (
     CONFIG_NAME,
     POLICY_FIXED,
     POLICY_SHARE,
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
     UUID_RE,
 )
 from cgpu.core.native import load
@@ -30,7 +34,17 @@ MAX_DEVICES = 16
 MAX_COMPUTE_PERCENT = 100
 MAX_CONTEXT_BYTES = 1 << 30  # CGPU_CONFIG_MAX_CONTEXT
 POLICIES = (POLICY_FIXED, POLICY_SHARE)  # CGPU_COMPUTE_FIXED = 1, CGPU_COMPUTE_SHARE = 2
-ComputeShare = int | tuple[int, str]  # a percent, or (percent, policy)
+# CGPU_COMPUTE_HIGH = 1, CGPU_COMPUTE_NORMAL = 2, CGPU_COMPUTE_LOW = 3 (0: the default, normal)
+PRIORITIES = (PRIORITY_HIGH, PRIORITY_NORMAL, PRIORITY_LOW)
+ComputeShare = int | tuple[int, str] | tuple[int, str, str]  # percent[, policy[, priority]]
+
+
+class ComputeLine(NamedTuple):
+    """One `compute` line: percent of the GPU's time, policy and priority."""
+
+    percent: int
+    policy: str
+    priority: str = PRIORITY_NORMAL
 
 
 class ConfigError(ValueError):
@@ -58,8 +72,9 @@ def render_config(
     compute: Mapping[str, ComputeShare] | None = None,
     contexts: Mapping[str, int] | None = None,
 ) -> str:
-    """The text of a config file for {uuid: bytes}, compute shares {uuid: percent} or
-    {uuid: (percent, policy)}, and context costs {uuid: bytes}.
+    """The text of a config file for {uuid: bytes}, compute shares {uuid: percent},
+    {uuid: (percent, policy)} or {uuid: (percent, policy, priority)}, and context costs
+    {uuid: bytes}.
 
     Each device's lines come in the order `device`, `compute`, `context`; a compute line
     without a policy takes the shim's default (`fixed`). Context costs of devices without a
@@ -83,15 +98,18 @@ def render_config(
 
 
 def _compute_line(uuid: str, share: ComputeShare) -> str:
-    """One `compute <uuid> <percent> [policy]` line, or a ConfigError."""
-    percent, policy = share if isinstance(share, tuple) else (share, None)
+    """One `compute <uuid> <percent> [policy [priority]]` line, or a ConfigError."""
+    fields = share if isinstance(share, tuple) else (share,)
+    percent, words = fields[0], [str(word) for word in fields[1:]]
     if isinstance(percent, bool) or not 1 <= int(percent) <= MAX_COMPUTE_PERCENT:
         raise ConfigError(f"invalid compute share {percent!r} for {uuid}: 1 to 100 percent")
-    if policy is None:
-        return f"{CONF_COMPUTE} {uuid} {int(percent)}"
-    if policy not in POLICIES:
-        raise ConfigError(f"invalid compute policy {policy!r} for {uuid}: fixed or share")
-    return f"{CONF_COMPUTE} {uuid} {int(percent)} {policy}"
+    if len(words) > 2:
+        raise ConfigError(f"invalid compute share {share!r} for {uuid}: too many fields")
+    if words and words[0] not in POLICIES:
+        raise ConfigError(f"invalid compute policy {words[0]!r} for {uuid}: fixed or share")
+    if len(words) == 2 and words[1] not in PRIORITIES:
+        raise ConfigError(f"invalid compute priority {words[1]!r} for {uuid}: high, normal or low")
+    return " ".join([CONF_COMPUTE, uuid, str(int(percent)), *words])
 
 
 def _context_line(uuid: str, size: int) -> str:
@@ -129,16 +147,23 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, int]:
     }
 
 
-def load_compute(path: str | os.PathLike[str]) -> dict[str, tuple[int, str]]:
-    """The compute lines of a config file (shim's parser): {uuid: (percent, policy)}."""
+def load_compute_lines(path: str | os.PathLike[str]) -> dict[str, ComputeLine]:
+    """The compute lines of a config file (shim's parser): {uuid: ComputeLine}."""
     ffi, cfg = _load(path)
     out = {}
     for i in range(cfg.nentries):
         entry = cfg.entries[i]
         if entry.compute:
             policy = POLICIES[1] if entry.compute_policy == 2 else POLICIES[0]
-            out[ffi.string(entry.uuid).decode()] = (int(entry.compute), policy)
+            priority = PRIORITIES[entry.compute_priority - 1] if entry.compute_priority else None
+            line = ComputeLine(int(entry.compute), policy, priority or PRIORITY_NORMAL)
+            out[ffi.string(entry.uuid).decode()] = line
     return out
+
+
+def load_compute(path: str | os.PathLike[str]) -> dict[str, tuple[int, str]]:
+    """The compute lines of a config file (shim's parser): {uuid: (percent, policy)}."""
+    return {uuid: (line.percent, line.policy) for uuid, line in load_compute_lines(path).items()}
 
 
 def load_contexts(path: str | os.PathLike[str]) -> dict[str, int]:

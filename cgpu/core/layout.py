@@ -34,6 +34,7 @@ VOLCANO_UNHEALTHY_IDS = "volcano.sh/gpu-unhealthy-ids"  # a node annotation
 KEY_ANNOTATION = "cgpu.io/container-key"  # on a container the device plugin gave a slice
 NODE_POLICY_ANNOTATION = "cgpu.io/node-policy"  # a pod's binpack|spread over nodes
 GPU_POLICY_ANNOTATION = "cgpu.io/gpu-policy"  # a pod's binpack|spread over GPUs
+COMPUTE_PRIORITY_ANNOTATION = "cgpu.io/compute-priority"  # a pod's high|normal|low compute turns
 
 # The CRI annotations that name a container, per label: CRI-O's (and the kubelet's) first,
 # then containerd's.
@@ -55,6 +56,7 @@ ENV_LEDGER_DIR = "CGPU_LEDGER_DIR"
 ENV_COMPUTE_LIMIT = "CGPU_COMPUTE_LIMIT"
 ENV_MEM_LIMIT = "CGPU_MEM_LIMIT"  # a slice on every GPU (CGPU_MEM_LIMIT_<i>: on ordinal i)
 ENV_COMPUTE_POLICY = "CGPU_COMPUTE_POLICY"  # POLICY_FIXED or POLICY_SHARE
+ENV_COMPUTE_PRIORITY = "CGPU_COMPUTE_PRIORITY"  # PRIORITY_HIGH, PRIORITY_NORMAL or PRIORITY_LOW
 ENV_DISABLE = "CGPU_DISABLE"  # true, 1 or yes: the shim stays out of the way
 ENV_CONTEXT_OVERHEAD = "CGPU_CONTEXT_OVERHEAD"  # a context's cost where cgpu.conf gives none
 ENV_COMPUTE_TRACE = "CGPU_COMPUTE_TRACE"  # a directory for the compute controller's trace
@@ -115,13 +117,16 @@ META_NAME = "meta.json"
 COMPUTE_SOCKET_NAME = "compute.sock"  # the compute arbiter's, for the container's processes
 PRELOAD_NAME = "ld.so.preload"  # the hook's merged copy of the image's file
 # cgpu.conf's keywords: `version 1`, then per GPU `device <uuid> <bytes>`, with an optional
-# `compute <uuid> <percent> [fixed|share]` and `context <uuid> <bytes>` after it.
+# `compute <uuid> <percent> [fixed|share] [high|normal|low]` and `context <uuid> <bytes>` after it.
 CONF_VERSION = "version"
 CONF_DEVICE = "device"
 CONF_COMPUTE = "compute"
 CONF_CONTEXT = "context"
 POLICY_FIXED = "fixed"
 POLICY_SHARE = "share"
+PRIORITY_HIGH = "high"
+PRIORITY_NORMAL = "normal"  # the default
+PRIORITY_LOW = "low"
 
 # Who made a container directory: meta.json's "source".
 SOURCE_DEVICE_PLUGIN = "device-plugin"

@@ -12,7 +12,8 @@ The rules (documented next to `struct cgpu_request` in cgpu_api.h):
   `VOLCANO_GPU_MEMORY_TOTAL`), slice = floor(total x units / of), else no slice.
 - Compute (`parse_compute_env`): `CGPU_COMPUTE_LIMIT_<i>` over `CGPU_COMPUTE_LIMIT`, a whole
   percent 1-100 of one GPU's time (an optional `%`); `CGPU_COMPUTE_POLICY` is `fixed` (the
-  default) or `share`. Malformed ones are a LimitError like the memory variables.
+  default) or `share`; `CGPU_COMPUTE_PRIORITY` is `high`, `normal` (the default) or `low`.
+  Malformed ones are a LimitError like the memory variables.
 """
 
 from __future__ import annotations
@@ -69,11 +70,13 @@ Request = Disabled | NoLimit | Fixed | Share
 
 @dataclass(frozen=True)
 class Compute:
-    """A compute limit: percent of one GPU's time per device ordinal, and the policy."""
+    """A compute limit: percent of one GPU's time per device ordinal, the policy and the
+    priority of its turns."""
 
     default: int | None
     by_ordinal: Mapping[int, int] = field(default_factory=dict)
     policy: str = "fixed"
+    priority: str = "normal"
 
     def percent(self, ordinal: int) -> int | None:
         """The limit of device `ordinal`, or None when it has none."""
@@ -132,7 +135,8 @@ def parse_compute_env(env: Mapping[str, str]) -> Compute | None:
     if req.kind == _KIND_DISABLED or not (req.compute_default or by_ordinal):
         return None
     policy = "share" if req.compute_policy == 2 else "fixed"
-    return Compute(int(req.compute_default) or None, by_ordinal, policy)
+    priority = {1: "high", 3: "low"}.get(req.compute_priority, "normal")
+    return Compute(int(req.compute_default) or None, by_ordinal, policy, priority)
 
 
 def _to_c(ffi: Any, request: Request) -> Any:

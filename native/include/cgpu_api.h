@@ -69,6 +69,7 @@ struct cgpu_config_entry {
     unsigned long long limit;
     unsigned int compute;         /* `compute <uuid> <percent> [policy]`: 1-100, 0 = no compute line */
     unsigned int compute_policy;  /* CGPU_COMPUTE_FIXED or CGPU_COMPUTE_SHARE (0 = the default, fixed) */
+    unsigned int compute_priority;/* CGPU_COMPUTE_HIGH, _NORMAL or _LOW (0 = the default, normal) */
     unsigned int has_context;     /* 1 where a `context <uuid> <size>` line is present */
     unsigned long long context;   /* what one CUDA context takes on this device, measured on the host */
 };
@@ -139,9 +140,14 @@ enum { CGPU_REQ_NONE = 0, CGPU_REQ_FIXED = 1, CGPU_REQ_SHARE = 2, CGPU_REQ_DISAB
  * - CGPU_COMPUTE_POLICY: "fixed" (a hard cap, even on an idle GPU; the default) or "share"
  *   (work-conserving: at least the percent when the container wants it, idle time beyond it),
  *   any case.  Anything else is malformed, even with no compute limit set.
+ * - CGPU_COMPUTE_PRIORITY: "high" (the GPU within a quantum of asking, "low" work blocked while
+ *   it runs), "normal" (the default) or "low", any case.  Anything else is malformed, even with no
+ *   compute limit set.
  * The compute limit does not change the memory slice (kind); a device with a compute limit and
  * no memory slice is tracked at its whole memory. */
 enum { CGPU_COMPUTE_DEFAULT = 0, CGPU_COMPUTE_FIXED = 1, CGPU_COMPUTE_SHARE = 2 };
+/* A compute priority (0: the default, normal). */
+enum { CGPU_COMPUTE_HIGH = 1, CGPU_COMPUTE_NORMAL = 2, CGPU_COMPUTE_LOW = 3 };
 
 struct cgpu_request {
     int kind;                                  /* CGPU_REQ_*: FIXED when any fixed size is set */
@@ -151,6 +157,7 @@ struct cgpu_request {
     unsigned int compute_default;              /* CGPU_COMPUTE_LIMIT, 0 = unset */
     unsigned int compute_by_ordinal[16];       /* CGPU_COMPUTE_LIMIT_<i>, 0 = unset */
     unsigned int compute_policy;               /* CGPU_COMPUTE_FIXED or _SHARE (FIXED when unset) */
+    unsigned int compute_priority;             /* CGPU_COMPUTE_HIGH, _NORMAL or _LOW (NORMAL when unset) */
     char variable[64];                         /* on error: the variable at fault */
     char error[256];                           /* on error: one line naming it */
 };

@@ -100,24 +100,42 @@ unsigned cgpu_compute_policy_parse(const char *v)
     return 0;
 }
 
-/* `compute <uuid> <percent> [fixed|share]`: the device must be listed above. */
-static int compute_line(struct cgpu_config *cfg, const char *origin, int line_no, int n, const char *uuid,
-                        const char *percent, const char *policy)
+unsigned cgpu_compute_priority_parse(const char *v)
 {
-    unsigned pct, pol = CGPU_COMPUTE_FIXED;
+    static const char *const names[] = {CGPU_PRIORITY_HIGH, CGPU_PRIORITY_NORMAL, CGPU_PRIORITY_LOW};
+    while (blank(*v))
+        v++;
+    size_t n = strlen(v);
+    while (n && blank(v[n - 1]))
+        n--;
+    for (unsigned i = 0; i < 3; i++)
+        if (strlen(names[i]) == n && strncasecmp(v, names[i], n) == 0)
+            return i + 1;
+    return 0;
+}
+
+/* `compute <uuid> <percent> [fixed|share] [high|normal|low]`: the device must be listed above
+ * (a priority needs the policy before it). */
+static int compute_line(struct cgpu_config *cfg, const char *origin, int line_no, int n, const char *uuid,
+                        const char *percent, const char *policy, const char *priority)
+{
+    unsigned pct, pol = CGPU_COMPUTE_FIXED, pri = CGPU_COMPUTE_NORMAL;
     struct cgpu_config_entry *e = NULL;
     for (unsigned i = 0; i < cfg->nentries; i++)
         if (strcmp(cfg->entries[i].uuid, uuid) == 0)
             e = &cfg->entries[i];
-    if (n < 3 || n > 4 || !e || config_parse_percent(percent, &pct) != 0 ||
-        (n == 4 && !(pol = cgpu_compute_policy_parse(policy))) || e->compute) {
+    if (n < 3 || n > 5 || !e || config_parse_percent(percent, &pct) != 0 ||
+        (n >= 4 && !(pol = cgpu_compute_policy_parse(policy))) ||
+        (n == 5 && !(pri = cgpu_compute_priority_parse(priority))) || e->compute) {
         snprintf(cfg->error, sizeof cfg->error,
-                 "%s:%d: expected 'compute <uuid> <percent 1-100> [fixed|share]' once, after the device's line",
+                 "%s:%d: expected 'compute <uuid> <percent 1-100> [fixed|share] [high|normal|low]' once, "
+                 "after the device's line",
                  origin, line_no);
         return CGPU_ERR_PARSE;
     }
     e->compute = pct;
     e->compute_policy = pol;
+    e->compute_priority = pri;
     return CGPU_OK;
 }
 
@@ -165,8 +183,10 @@ int config_parse_text(const char *text, const char *origin, struct cgpu_config *
             s++;
         if (*s == 0 || *s == '#' || *s == '\r')
             continue;
-        char kw[16], a[CGPU_UUID_LEN + 8], b[64], extra[8], more[8];
-        int n = sscanf(s, "%15s %103s %63s %7s %7s", kw, a, b, extra, more);
+        /* Each field is read whole or spills into the next, so a field too long for its
+         * buffer, or one field too many, makes n larger than any line allows. */
+        char kw[16], a[CGPU_UUID_LEN + 8], b[64], extra[8], more[8], rest[8];
+        int n = sscanf(s, "%15s %103s %63s %7s %7s %7s", kw, a, b, extra, more, rest);
         if (!have_version) {
             if (n == 2 && strcmp(kw, CGPU_CONF_VERSION) == 0 && strcmp(a, "1") == 0) {
                 have_version = 1;
@@ -182,7 +202,7 @@ int config_parse_text(const char *text, const char *origin, struct cgpu_config *
             continue;
         }
         if (n >= 1 && strcmp(kw, CGPU_CONF_COMPUTE) == 0) {
-            if (compute_line(cfg, origin, line_no, n, a, b, extra) != CGPU_OK)
+            if (compute_line(cfg, origin, line_no, n, a, b, extra, more) != CGPU_OK)
                 return CGPU_ERR_PARSE;
             continue;
         }
@@ -262,10 +282,15 @@ int config_write_atomic(const char *dir, const struct cgpu_config *cfg)
     {
         len += snprintf(text + len, sizeof text - (size_t)len, "device %s %llu\n", cfg->entries[i].uuid,
                         cfg->entries[i].limit);
-        if (cfg->entries[i].compute && len < (int)sizeof text)
-            len += snprintf(text + len, sizeof text - (size_t)len, "compute %s %u %s\n", cfg->entries[i].uuid,
+        if (cfg->entries[i].compute && len < (int)sizeof text) {
+            unsigned pri = cfg->entries[i].compute_priority;
+            len += snprintf(text + len, sizeof text - (size_t)len, "compute %s %u %s %s\n", cfg->entries[i].uuid,
                             cfg->entries[i].compute,
-                            cfg->entries[i].compute_policy == CGPU_COMPUTE_SHARE ? CGPU_POLICY_SHARE : CGPU_POLICY_FIXED);
+                            cfg->entries[i].compute_policy == CGPU_COMPUTE_SHARE ? CGPU_POLICY_SHARE : CGPU_POLICY_FIXED,
+                            pri == CGPU_COMPUTE_HIGH  ? CGPU_PRIORITY_HIGH
+                            : pri == CGPU_COMPUTE_LOW ? CGPU_PRIORITY_LOW
+                                                       : CGPU_PRIORITY_NORMAL);
+        }
     }
     int ok = len < (int)sizeof text && write(fd, text, (size_t)len) == len;
     ok = close(fd) == 0 && ok;

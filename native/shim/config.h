@@ -18,6 +18,9 @@ int config_uuid_ok(const char *s);
 /* CGPU_COMPUTE_FIXED or CGPU_COMPUTE_SHARE for "fixed"/"share" (any case, surrounding
  * whitespace ignored), 0 for anything else. */
 unsigned cgpu_compute_policy_parse(const char *text);
+/* CGPU_COMPUTE_HIGH, _NORMAL or _LOW for "high"/"normal"/"low" (any case, surrounding
+ * whitespace ignored), 0 for anything else. */
+unsigned cgpu_compute_priority_parse(const char *text);
 /* A whole percent 1-100: digits, an optional '%', surrounding whitespace ignored; 0 or -1. */
 int config_parse_percent(const char *text, unsigned *out);
 

@@ -151,7 +151,7 @@ static int by_ordinal(const char *const *envp, struct cgpu_request *out, const c
     return CGPU_OK;
 }
 
-/* CGPU_COMPUTE_LIMIT(_<i>) and CGPU_COMPUTE_POLICY. */
+/* CGPU_COMPUTE_LIMIT(_<i>), CGPU_COMPUTE_POLICY and CGPU_COMPUTE_PRIORITY. */
 static int compute_vars(const char *const *envp, struct cgpu_request *out)
 {
     int rc = by_ordinal(envp, out, COMPUTE_PREFIX, 1);
@@ -166,6 +166,17 @@ static int compute_vars(const char *const *envp, struct cgpu_request *out)
             char v[48];
             shown(pol, v);
             rc = fail(out, CGPU_ENV_COMPUTE_POLICY, CGPU_ENV_COMPUTE_POLICY "=%s is malformed: expected fixed or share", v);
+        }
+    }
+    const char *pri = lookup(envp, CGPU_ENV_COMPUTE_PRIORITY);
+    out->compute_priority = CGPU_COMPUTE_NORMAL;
+    if (rc == CGPU_OK && pri) {
+        out->compute_priority = cgpu_compute_priority_parse(pri);
+        if (!out->compute_priority) {
+            char v[48];
+            shown(pri, v);
+            rc = fail(out, CGPU_ENV_COMPUTE_PRIORITY,
+                      CGPU_ENV_COMPUTE_PRIORITY "=%s is malformed: expected high, normal or low", v);
         }
     }
     return rc;

@@ -36,7 +36,7 @@ void shim_fail_line(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "cgpu: %s; refusing to run without a GPU memory limit\n", msg);
+    fprintf(stderr, "cgpu: %s; refusing to run without the GPU limits it was given\n", msg);
 }
 
 /* ---- device enumeration, through CUDA or NVML ------------------------------- */
@@ -323,6 +323,7 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
             memcpy(cfg.entries[cfg.nentries].uuid, devs[i].uuid, CGPU_UUID_LEN);
             cfg.entries[cfg.nentries].compute = compute;
             cfg.entries[cfg.nentries].compute_policy = compute ? req.compute_policy : 0;
+            cfg.entries[cfg.nentries].compute_priority = compute ? req.compute_priority : 0;
             cfg.entries[cfg.nentries++].limit = slice;
         }
         if (cfg.nentries == 0)

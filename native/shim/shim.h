@@ -81,7 +81,7 @@ void shim_forget_process(void);
  * sources as the slices: cgpu.conf, else the environment).  Launch entry points are
  * hooked only when it does. */
 int compute_enabled(void);
-/* One line on stderr: "cgpu: <message>; refusing to run without a GPU memory limit". */
+/* One line on stderr: "cgpu: <message>; refusing to run without the GPU limits it was given". */
 __attribute__((format(printf, 1, 2))) void shim_fail_line(const char *fmt, ...);
 
 /* SHIM_LIMITED, SHIM_PASSTHROUGH, SHIM_FAILED, or SHIM_UNINIT while a limit

@@ -28,6 +28,7 @@ class LimitCase:
     totals: tuple[int, ...] = field(default=(DEVICE,))
     compute: tuple[int | None, ...] = ()  # expected compute percent per ordinal (() = none)
     policy: str = "fixed"
+    priority: str = "normal"
 
 
 def _aliyun(units: str, of: str) -> dict[str, str]:
@@ -190,6 +191,7 @@ def _compute(
     env: dict[str, str],
     *compute: int | None,
     policy: str = "fixed",
+    priority: str = "normal",
     slices: tuple[int | None, ...] | None = None,
     totals: tuple[int, ...] = (DEVICE,),
 ):
@@ -200,6 +202,7 @@ def _compute(
         totals=totals,
         compute=compute,
         policy=policy,
+        priority=priority,
     )
 
 
@@ -229,7 +232,30 @@ COMPUTE_VALID: list[LimitCase] = [
         40,
         slices=(GiB,),
     ),
+    _compute(
+        "compute-priority-high",
+        {"CGPU_COMPUTE_LIMIT": "40", "CGPU_COMPUTE_PRIORITY": "high"},
+        40,
+        priority="high",
+    ),
+    _compute(
+        "compute-priority-low-any-case",
+        {
+            "CGPU_COMPUTE_LIMIT": "60",
+            "CGPU_COMPUTE_POLICY": "share",
+            "CGPU_COMPUTE_PRIORITY": " LOW\n",
+        },
+        60,
+        policy="share",
+        priority="low",
+    ),
+    _compute(
+        "compute-priority-normal",
+        {"CGPU_COMPUTE_LIMIT": "30", "CGPU_COMPUTE_PRIORITY": "Normal"},
+        30,
+    ),
     _ok("compute-policy-alone", {"CGPU_COMPUTE_POLICY": "share"}, None),
+    _ok("compute-priority-alone", {"CGPU_COMPUTE_PRIORITY": "high"}, None),
     _ok("compute-disabled", {"CGPU_DISABLE": "yes", "CGPU_COMPUTE_LIMIT": "junk"}, None),
 ]
 
@@ -259,6 +285,26 @@ COMPUTE_MALFORMED: list[LimitCase] = [
         "CGPU_COMPUTE_POLICY",
     ),
     _bad("compute-policy-empty", {"CGPU_COMPUTE_POLICY": ""}, "CGPU_COMPUTE_POLICY"),
+    *(
+        _bad(
+            f"compute-priority-{k}",
+            {"CGPU_COMPUTE_LIMIT": "30", "CGPU_COMPUTE_PRIORITY": v},
+            "CGPU_COMPUTE_PRIORITY",
+        )
+        for k, v in {
+            "word": "urgent",
+            "empty": "",
+            "number": "1",
+            "prefix": "hi",
+            "longer": "highest",
+            "two": "high low",
+        }.items()
+    ),
+    _bad(
+        "compute-priority-alone-still-checked",
+        {"CGPU_COMPUTE_PRIORITY": "max"},
+        "CGPU_COMPUTE_PRIORITY",
+    ),
     _bad(
         "compute-overridden-default-still-checked",
         {"CGPU_COMPUTE_LIMIT_0": "30", "CGPU_COMPUTE_LIMIT": "x"},

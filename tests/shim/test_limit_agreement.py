@@ -69,6 +69,7 @@ def test_shim_and_parse_env_agree(limit_probe, shim_env, ledger_dir, case: Limit
     assert python_compute == list(case.compute if want else ())
     if want:
         assert compute is not None and compute.policy == case.policy
+        assert compute.priority == case.priority
         shown = read_ledger(ledger_dir / "cgpu.ledger").devices
         assert sorted(d.compute_limit for d in shown if d.compute_limit) == sorted(want)
         assert {d.compute_policy for d in shown if d.compute_limit} == {case.policy}
