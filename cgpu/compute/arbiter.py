@@ -234,11 +234,11 @@ class Arbiter:
                 del self._gpus[uuid]
                 self._loads.pop(uuid, None)
                 self._unmanaged.forget(uuid)
-        for uuid, (percent, policy) in limits.items():
+        for uuid, (percent, policy, priority) in limits.items():
             gpu = self._gpus.get(uuid)
             if gpu is None:
                 gpu = self._gpus[uuid] = self._new_gpu(now)
-            gpu.set_limit(container.name, percent, policy)
+            gpu.set_limit(container.name, percent, policy, priority)
         container.limits = dict(limits)
 
     def _new_gpu(self, now: int) -> GpuSchedule[Client]:

@@ -13,14 +13,14 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from cgpu.core.config import ConfigError, load_compute
+from cgpu.core.config import ConfigError, load_compute_lines
 from cgpu.core.layout import CONFIG_NAME
 
 from .schedule import check_limit
 
 log = logging.getLogger(__name__)
 
-Limits = dict[str, tuple[int, str]]  # {GPU uuid: (percent, policy)}
+Limits = dict[str, tuple[int, str, str]]  # {GPU uuid: (percent, policy, priority)}
 Stamp = tuple[int, int, int, int]  # (device, inode, mtime ns, size) of a config file
 
 
@@ -83,9 +83,10 @@ class Discovery:
         OSError when the file cannot be opened now for a passing reason (EMFILE, EIO)."""
         try:
             os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW))  # open it can
-            limits = load_compute(path)
-            for percent, policy in limits.values():
-                check_limit(percent, policy)
+            lines = load_compute_lines(path).items()
+            limits = {uuid: (line.percent, line.policy, line.priority) for uuid, line in lines}
+            for percent, policy, priority in limits.values():
+                check_limit(percent, policy, priority)
         except FileNotFoundError:
             return {}
         except OSError as err:

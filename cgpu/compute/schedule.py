@@ -44,6 +44,10 @@ FULL = 10_000  # a share of 100 %, in 1/100 percent
 GRANT_WORK_QUANTA = 2  # the work a grant admits while another container waits, in quanta
 ALONE_WORK_QUANTA = 20  # and while none does (a renewal then costs two messages, no wait)
 REVOKE_DEADLINE_QUANTA = 2  # a holder that has not drained this long after REVOKE loses the token
+HIGH, NORMAL, LOW = "high", "normal", "low"
+PRIORITIES = (HIGH, NORMAL, LOW)  # served in this order (see _rank)
+PREEMPT_DEADLINE_QUANTA = 1  # a holder revoked for a `high` waiter loses the token this soon
+PREEMPTIBLE_WORK_DIVISOR = 10  # beside a `high` container a grant admits a tenth of a quantum
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Usage:
     charged_ns: int
     forced_revokes: int
     out_of_turn_ns: int = 0  # charged for work the host saw outside its turns
+    priority: str = NORMAL
 
 
 class Hold(NamedTuple):
@@ -109,6 +114,7 @@ class _Tenant(Generic[Conn]):
     percent: int
     policy: str
     credit_ns: float  # fixed only: earned at percent of wall time, spent by holding
+    priority: str = NORMAL  # high, normal or low: the order of the classes (see _rank)
     vtime: float = 0.0  # charged ns / percent
     refilling: bool = False  # fixed: spent its budget; eligible again at full credit
     active: bool = False  # eligible or holding at the last step
@@ -134,6 +140,7 @@ class _Token:
     spent: bool = False  # revoked because a fixed holder's budget was spent
     queued_until: int = 0  # when the work its clients said they queued (SPENT) should end
     budget_ns: int = 0  # the work its latest grant admitted (the most SPENT may stretch a drain)
+    preempted: bool = False  # revoked for a `high` waiter: it has PREEMPT_DEADLINE_QUANTA to drain
 
 
 def _after(segment: tuple[int, int, float], start: int) -> float:
@@ -142,17 +149,21 @@ def _after(segment: tuple[int, int, float], start: int) -> float:
     return charged if begin >= start else charged * max(0, end - start) / (end - begin)
 
 
-def _rank(tenant: _Tenant[Conn]) -> int:
-    """Which class a container is served in: 0 for `fixed` (a reservation), 1 for `share`."""
-    return 0 if tenant.policy == FIXED else 1
+def _rank(tenant: _Tenant[Conn]) -> tuple[int, int]:
+    """Which class a container is served in: its priority (high, normal, low), then 0 for
+    `fixed` (a reservation), 1 for `share`."""
+    return PRIORITIES.index(tenant.priority), 0 if tenant.policy == FIXED else 1
 
 
-def check_limit(percent: int, policy: str) -> None:
-    """ValueError unless `percent` is 1-100 and `policy` is fixed or share."""
+def check_limit(percent: int, policy: str, priority: str = NORMAL) -> None:
+    """ValueError unless `percent` is 1-100, `policy` fixed or share and `priority` high,
+    normal or low."""
     if isinstance(percent, bool) or not 1 <= percent <= 100:
         raise ValueError(f"compute percent {percent!r}: 1 to 100")
     if policy not in POLICIES:
         raise ValueError(f"compute policy {policy!r}: fixed or share")
+    if priority not in PRIORITIES:
+        raise ValueError(f"compute priority {priority!r}: high, normal or low")
 
 
 class GpuSchedule(Generic[Conn]):
@@ -177,14 +188,16 @@ class GpuSchedule(Generic[Conn]):
 
     # --- containers ----------------------------------------------------------------------
 
-    def set_limit(self, container: str, percent: int, policy: str) -> None:
-        """Add a container, or change its limit (a holder's change applies from its next
-        charge: the hold's end or the next quantum boundary)."""
-        check_limit(percent, policy)
+    def set_limit(self, container: str, percent: int, policy: str, priority: str = NORMAL) -> None:
+        """Add a container, or change its limit (a holder's change of percent or policy applies
+        from its next charge: the hold's end or the next quantum boundary; of priority, at once)."""
+        check_limit(percent, policy, priority)
         tenant = self._tenants.get(container)
         if tenant is None:
-            self._tenants[container] = _Tenant(percent, policy, credit_ns=self.quantum_ns)
-        elif self.holder == container:
+            self._tenants[container] = _Tenant(percent, policy, self.quantum_ns, priority)
+            return
+        tenant.priority = priority
+        if self.holder == container:
             tenant.next_limit = (percent, policy)
         else:
             tenant.percent, tenant.policy = percent, policy
@@ -352,10 +365,37 @@ class GpuSchedule(Generic[Conn]):
         return any(self._links[c].wanting for c in tenant.conns)
 
     def _eligible(self, tenant: _Tenant[Conn]) -> bool:
-        """Some connection wants, and (fixed) the container has credit to spend."""
+        """Some connection wants, and (fixed) the container has credit to spend, and (low) no
+        `high` container has work."""
         if not self._wants(tenant):
             return False
+        if tenant.priority == LOW and self._high_busy():
+            return False
         return tenant.policy == SHARE or (tenant.credit_ns > 0 and not tenant.refilling)
+
+    def _high_busy(self) -> bool:
+        """A `high` container has work: it holds the token and is not idle, or it waits with
+        credit to spend (one that spent its `fixed` credit blocks nobody: the GPU would idle)."""
+        holder = self.holder
+        for name, tenant in self._tenants.items():
+            if tenant.priority != HIGH:
+                continue
+            if name == holder:
+                if not all(self._links[c].idle for c in tenant.conns):
+                    return True
+            elif self._eligible(tenant):
+                return True
+        return False
+
+    def _preempting(self, token: _Token) -> bool:
+        """Whether a `high` container waits, with credit, while one of lower priority holds."""
+        if self._tenants[token.holder].priority == HIGH:
+            return False
+        return any(
+            t.priority == HIGH and self._eligible(t)
+            for n, t in self._tenants.items()
+            if n != token.holder
+        )
 
     def _track_eligibility(self) -> None:
         """A container that becomes eligible again starts no lower than the least virtual time
@@ -378,6 +418,7 @@ class GpuSchedule(Generic[Conn]):
         reason = self._revoke_reason(token, now)
         if reason:
             self._revoke(token, now, spent=reason == "budget")
+            token.preempted = reason == "preempt"
             return
         if now - token.t_mark >= self.quantum_ns:
             self._charge(token, now)
@@ -403,10 +444,20 @@ class GpuSchedule(Generic[Conn]):
         used = spent and all(link.spent or link.idle for link in links)  # every busy grant
         if tenant.policy == FIXED and tenant.credit_ns <= owed:
             return "budget"
+        if self._preempting(token):  # at once, not at the end of the turn
+            return "preempt"
         waiters = [t for n, t in self._tenants.items() if n != token.holder and self._eligible(t)]
         waiting = bool(waiters)
         turn_over = used or now - token.t_grant >= self.quantum_ns
         if waiting and turn_over and self._behind(waiters, token, now):
+            return "quantum"
+        # A `high` holder that only lower classes want the GPU from (`low` ones blocked) still
+        # ends its turn at the quantum: with work it wants again and comes first, and one that
+        # stopped without a word (SIGSTOP) is passed over as it fails to drain.
+        others = [t for n, t in self._tenants.items() if n != token.holder and self._wants(t)]
+        lower = all(_rank(t)[0] > _rank(tenant)[0] for t in waiters)
+        over = now - token.t_grant >= self.quantum_ns
+        if tenant.priority == HIGH and others and lower and over:
             return "quantum"
         if not all(link.idle for link in links):
             return None
@@ -442,13 +493,17 @@ class GpuSchedule(Generic[Conn]):
         grant admitted; never past the drain cap. A connection that drains later is charged its
         late drain; one that never answers (and never said SPENT) loses the GPU two quanta
         after the REVOKE."""
-        wait = REVOKE_DEADLINE_QUANTA * self.quantum_ns
+        quanta = PREEMPT_DEADLINE_QUANTA if token and token.preempted else REVOKE_DEADLINE_QUANTA
+        wait = quanta * self.quantum_ns
         if token is not None:
             wait += min(max(0, token.queued_until - token.t_revoke), token.budget_ns)
         return min(self.drain_cap_ns, wait)
 
     def _finish_revoke(self, token: _Token, now: int) -> None:
-        """End the hold once every connection has drained, or force it at the deadline."""
+        """End the hold once every connection has drained, or force it at the deadline (sooner
+        once a `high` container waits for it)."""
+        if not token.preempted and self._preempting(token):
+            token.preempted = True
         if not self.draining():
             self._end_hold(token.drained_at, forced=False)
         elif now - token.t_revoke >= self.revoke_deadline_ns(token):
@@ -562,7 +617,14 @@ class GpuSchedule(Generic[Conn]):
         tenant = self._tenants.get(holder) if holder else None
         if tenant and tenant.policy == FIXED:
             work = min(work, max(GRANT_WORK_QUANTA * self.quantum_ns, int(tenant.credit_ns)))
+        if tenant and tenant.priority != HIGH and self._high_present(holder):
+            # A `high` container may ask at any moment: keep what must drain before it short.
+            work = min(work, self.quantum_ns // PREEMPTIBLE_WORK_DIVISOR)
         return work
+
+    def _high_present(self, besides: str | None) -> bool:
+        """Some `high` container other than `besides` has a connection on this GPU."""
+        return any(t.priority == HIGH and t.conns for n, t in self._tenants.items() if n != besides)
 
     def sharers(self) -> int:
         """How many busy processes (connections) the holder has: with several, each counts a
@@ -651,6 +713,7 @@ class GpuSchedule(Generic[Conn]):
                 int(t.charged_ns),
                 t.forced_revokes,
                 int(t.out_of_turn_ns),
+                t.priority,
             )
             for name, t in self._tenants.items()
         }

@@ -36,6 +36,7 @@ def render(
                     name: {
                         "limit": usage.percent,
                         "policy": usage.policy,
+                        "priority": usage.priority,
                         "share_percent": usage.share * 100 / FULL,
                         "charged_ns": usage.charged_ns,
                         "forced_revokes": usage.forced_revokes,

@@ -246,6 +246,7 @@ def test_the_status_file_reports_limits_shares_and_charges(root: Path, start) ->
     assert gpu["containers"][str(b_dir)] == {
         "limit": 70,
         "policy": "share",
+        "priority": "normal",
         "share_percent": 0,
         "charged_ns": 0,
         "forced_revokes": 0,

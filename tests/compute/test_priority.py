@@ -1,0 +1,322 @@
+"""Compute priorities (`high`, `normal`, `low`) in the per-GPU scheduler, in simulated time.
+
+What a user relies on: a `high` container gets the GPU within a quantum of asking (the holder is
+revoked at once), never more than its `fixed` limit, and `low` work waits while `high` work
+runs; a stopped `high` process blocks nobody; `normal` is the scheduler without priorities.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_schedule import MS, SECOND, DeadlineSim, Sim, revoke_time  # tests/compute on sys.path
+
+from cgpu.compute import status
+from cgpu.compute.discovery import Discovery
+from cgpu.compute.schedule import GpuSchedule, check_limit
+from cgpu.core.config import write_config
+
+
+def add(sim: Sim, name: str, percent: int, policy: str, priority: str, conns: int = 1) -> list[str]:
+    """A container of saturating connections with a priority."""
+    made = sim.add(name, percent, policy, conns)
+    sim.gpu.set_limit(name, percent, policy, priority)
+    return made
+
+
+class Requests:
+    """An inference container: each request wants the GPU, runs `work_ms` once granted, then
+    its connection goes idle (and is released as the shim's IDLE makes it)."""
+
+    def __init__(self, sim: Sim, name: str, percent: int, policy: str, priority: str) -> None:
+        self.sim = sim
+        sim.gpu.set_limit(name, percent, policy, priority)
+        self.conn = f"{name}/0"
+        sim.gpu.connect(self.conn, name, sim.now)
+        self.asked: list[int] = []  # arrival times not yet served
+        self.latencies: list[int] = []  # arrival to the end of its work, ns
+        self.running_until: int | None = None
+        self.busy_ns = 0
+        self.read = 0  # how much of sim.sent it has seen
+
+    def arrive(self) -> None:
+        self.asked.append(self.sim.now)
+        if self.running_until is None and self.sim.gpu.holder != self.conn.split("/")[0]:
+            self.sim.gpu.want(self.conn, self.sim.now)
+
+    def tick(self, work_ms: int) -> None:
+        """Called every simulated ms after the schedule has settled."""
+        gpu, now = self.sim.gpu, self.sim.now
+        for _, conn, order in self.sim.sent[self.read :]:
+            if conn == self.conn and order.kind == "revoke":
+                gpu.done(self.conn, order.epoch, now)  # its request's work drains at once
+        self.read = len(self.sim.sent)
+        self.sim.settle()
+        holds = gpu.holder == self.conn.split("/")[0]
+        if self.running_until is not None and now >= self.running_until:
+            self.latencies.append(now - self.asked.pop(0))
+            self.running_until = None
+            if not self.asked:
+                gpu.idle(self.conn, now)
+        if self.running_until is None and self.asked and holds:
+            gpu.busy(self.conn)
+            self.running_until = now + work_ms * MS
+        elif self.running_until is None and self.asked and not holds:
+            gpu.want(self.conn, now)
+        if self.running_until is not None:
+            self.busy_ns += MS
+
+
+def serve(sim: Sim, inference: Requests, seconds: float, rate: float, work_ms: int) -> None:
+    """Poisson arrivals at `rate` per second for `seconds`, stepped every millisecond."""
+    rng = random.Random(35)
+    arrivals = set()
+    t = 0.0
+    while t < seconds:
+        t += rng.expovariate(rate)
+        arrivals.add(round(t * 1000))
+    for ms in range(round(seconds * 1000)):
+        if ms in arrivals:
+            inference.arrive()
+        sim.settle()
+        inference.tick(work_ms)
+        sim.settle()
+        sim.held[sim.gpu.holder] += 1
+        sim.now += MS
+
+
+def p99(values: list[int]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] / MS
+
+
+def test_a_high_waiter_revokes_a_low_holder_at_once() -> None:
+    sim = Sim()
+    (low,) = add(sim, "low", 90, "share", "low")
+    sim.run(0.005)
+    assert sim.gpu.holder == "low"
+    inference = Requests(sim, "high", 10, "fixed", "high")
+    inference.arrive()
+    asked = sim.now
+    sim.settle()
+    assert revoke_time(sim, low) == asked  # not at the end of its turn
+    assert sim.gpu.holder == "high"
+
+
+def test_a_normal_waiter_waits_for_the_low_holders_quantum() -> None:
+    sim = Sim()
+    (low,) = add(sim, "low", 50, "share", "low")
+    sim.run(0.005)
+    add(sim, "normal", 50, "share", "normal")
+    sim.run(0.030)
+    assert revoke_time(sim, low) == 20 * MS  # the quantum rules, as without priorities
+
+
+def test_the_old_two_argument_limit_is_normal() -> None:
+    gpu: GpuSchedule[str] = GpuSchedule(20 * MS, SECOND, 2 * MS, now=0)
+    gpu.set_limit("a", 30, "fixed")
+    assert gpu.usage(0)["a"].priority == "normal"
+    gpu.set_limit("a", 30, "fixed", "high")
+    assert gpu.usage(0)["a"].priority == "high"
+
+
+@pytest.mark.parametrize("priority", ["urgent", "", "HIGH", None])
+def test_an_unknown_priority_is_refused(priority) -> None:
+    with pytest.raises(ValueError, match="priority"):
+        check_limit(30, "fixed", priority)
+
+
+def test_low_is_never_granted_while_high_work_runs() -> None:
+    sim = Sim()
+    add(sim, "high", 50, "share", "high")
+    add(sim, "low", 50, "share", "low")
+    sim.run(3)
+    assert sim.held["low"] == 0
+    assert sim.held["high"] >= 2990
+
+
+def test_a_hostile_high_container_gets_no_more_than_its_fixed_limit() -> None:
+    sim = Sim()
+    add(sim, "high", 30, "fixed", "high", conns=2)  # never idles
+    add(sim, "low", 100, "share", "low")
+    sim.run(10)
+    assert sim.charged_s("high") == pytest.approx(3.0, abs=0.1)
+    assert sim.charged_s("high") <= 3.05
+    # low runs whenever high has no credit: the GPU is not left idle for it
+    assert sim.charged_s("low") == pytest.approx(7.0, abs=0.15)
+
+
+def test_a_normal_container_beside_high_and_low_keeps_its_place() -> None:
+    sim = Sim()
+    add(sim, "high", 20, "fixed", "high")
+    add(sim, "normal", 40, "share", "normal")
+    add(sim, "low", 40, "share", "low")
+    sim.run(10)
+    assert sim.charged_s("high") == pytest.approx(2.0, abs=0.1)
+    assert sim.charged_s("normal") == pytest.approx(8.0, abs=0.15)  # all high leaves
+    assert sim.charged_s("low") < 0.1  # normal saturates: low gets what normal leaves
+
+
+@pytest.mark.parametrize(("percent", "policy"), [(30, "fixed"), (20, "share")])
+def test_high_inference_beside_a_low_trainer(percent: int, policy: str) -> None:
+    """2 ms requests at 50/s, Poisson: the GPU within a quantum of asking, the trainer keeps
+    what the requests leave. (A `fixed` 20 for this 10-15 % load runs out of credit in bursts:
+    a `fixed` container saves at most a quantum while idle.)"""
+    sim = Sim()
+    add(sim, "trainer", 80, "share", "low")
+    inference = Requests(sim, "high", percent, policy, "high")
+    serve(sim, inference, 10, 50, 2)
+    waits = [lat - 2 * MS for lat in inference.latencies]
+    assert len(waits) > 400
+    # every request starts within a quantum of its arrival (here the holder drains at once; a
+    # request that came while another ran waits for it)
+    assert max(waits) < 20 * MS
+    assert p99(inference.latencies) <= 8
+    left = 10_000 - sim.held["high"]
+    assert sim.held["trainer"] >= 0.95 * left
+
+
+def test_normal_inference_beside_a_normal_trainer_waits_for_turns() -> None:
+    """The baseline the priority is judged against: a request waits for the trainer's turn."""
+    sim = Sim()
+    add(sim, "trainer", 80, "share", "normal")
+    inference = Requests(sim, "infer", 20, "share", "normal")
+    serve(sim, inference, 10, 50, 2)
+    assert p99(inference.latencies) > 10
+
+
+def test_a_stopped_high_waiter_blocks_nobody() -> None:
+    sim = Sim()
+    add(sim, "low", 100, "share", "low")
+    sim.run(0.01)
+    gpu = sim.gpu
+    gpu.set_limit("high", 50, "share", "high")
+    gpu.connect("high/0", "high", sim.now)
+    gpu.want("high/0", sim.now)  # then SIGSTOPped: it never launches, never answers
+    stopped_at = sim.now
+    sim.settle()
+    assert gpu.holder == "high"
+    for _ in range(40):
+        sim.run(0.001)
+        if gpu.draining() == ["high/0"]:
+            gpu.stopped("high/0", sim.now)  # the arbiter's check of peers that owe DONE
+    assert gpu.holder == "low"
+    assert revoke_time(sim, "high/0") == stopped_at + 20 * MS  # its quantum
+    sim.run(1)
+    assert sim.held["low"] >= 1000  # and it does not come back: it wants nothing
+
+
+def test_a_holder_revoked_for_high_has_one_quantum_to_drain() -> None:
+    sim = Sim()
+    (low,) = add(sim, "low", 100, "share", "low")
+    sim.run(0.005)
+    sim.saturating.discard(low)  # it will not answer the REVOKE
+    inference = Requests(sim, "high", 10, "fixed", "high")
+    inference.arrive()
+    asked = sim.now
+    sim.run(0.030)
+    assert revoke_time(sim, low) == asked
+    assert sim.gpu.holder == "high"
+    granted = next(t for t, c, o in sim.sent if c == inference.conn and o.kind == "grant")
+    assert granted == asked + 20 * MS
+    assert sim.gpu.usage(sim.now)["low"].forced_revokes == 1
+
+
+def test_a_quantum_revoke_under_way_is_cut_short_for_a_high_waiter() -> None:
+    sim = Sim()
+    (low,) = add(sim, "low", 50, "share", "low")
+    sim.run(0.005)
+    add(sim, "normal", 50, "share", "normal")
+    sim.saturating.discard(low)
+    sim.run(0.025)  # low's quantum ended at 20 ms; it has not drained
+    revoked = revoke_time(sim, low)
+    assert revoked == 20 * MS
+    assert sim.gpu.holder == "low"
+    Requests(sim, "high", 10, "fixed", "high").arrive()
+    sim.run(0.030)
+    forced = [t for t, c, o in sim.sent if c == "high/0" and o.kind == "grant"]
+    assert forced and forced[0] == revoked + 20 * MS  # one quantum, not two
+
+
+def test_grants_beside_a_high_container_admit_a_tenth_of_a_quantum() -> None:
+    sim = Sim()
+    add(sim, "low", 50, "share", "low")
+    sim.run(0.005)
+    assert sim.gpu.grant_work_ns() == 20 * 20 * MS  # alone: twenty quanta
+    inference = Requests(sim, "high", 10, "fixed", "high")  # connected, idle
+    assert sim.gpu.holder == "low"
+    assert sim.gpu.grant_work_ns() == 2 * MS
+    inference.arrive()
+    sim.settle()
+    assert sim.gpu.holder == "high"
+    assert sim.gpu.grant_work_ns() > 2 * MS  # the high holder's own grants are not cut
+
+
+def test_the_status_file_shows_the_priority() -> None:
+    sim = Sim()
+    add(sim, "a", 30, "fixed", "high")
+    add(sim, "b", 70, "share", "low")
+    sim.run(0.1)
+    rendered = status.render({"GPU-x": sim.gpu}, {}, sim.now, 0, 0)
+    containers = rendered["gpus"]["GPU-x"]["containers"]
+    assert containers["a"]["priority"] == "high"
+    assert containers["b"]["priority"] == "low"
+
+
+PRIORITY_MIXES = {
+    "high fixed 30 + low share 70": [("a", 30, "fixed", "high"), ("b", 70, "share", "low")],
+    "high fixed 10 + normal share 50 + low share 40": [
+        ("a", 10, "fixed", "high"),
+        ("b", 50, "share", "normal"),
+        ("c", 40, "share", "low"),
+    ],
+    "high share 40 + high fixed 20 + low": [
+        ("a", 40, "share", "high"),
+        ("b", 20, "fixed", "high"),
+        ("c", 40, "share", "low"),
+    ],
+    "normal fixed 20 + low share 60": [("a", 20, "fixed", "normal"), ("b", 60, "share", "low")],
+}
+
+
+@pytest.mark.parametrize("mix", list(PRIORITY_MIXES))
+def test_stepping_at_the_deadlines_gives_what_a_tick_gives_with_priorities(mix: str) -> None:
+    ticked, woken = Sim(), DeadlineSim()
+    for sim in (ticked, woken):
+        for name, percent, policy, priority in PRIORITY_MIXES[mix]:
+            add(sim, name, percent, policy, priority, conns=2)
+        sim.run(5)
+    for name, *_ in PRIORITY_MIXES[mix]:
+        assert woken.charged_s(name) == pytest.approx(ticked.charged_s(name), abs=0.05)
+    assert woken.wakeups < 5000 / 4
+
+
+def test_a_stopped_high_holder_is_revoked_at_its_quantum_deadline() -> None:
+    sim = DeadlineSim()
+    add(sim, "low", 100, "share", "low")
+    sim.run(0.01)
+    gpu = sim.gpu
+    gpu.set_limit("high", 50, "share", "high")
+    gpu.connect("high/0", "high", sim.now)
+    gpu.want("high/0", sim.now)
+    sim.settle()
+    granted = sim.now
+    assert gpu.holder == "high"
+    # no event comes: the arbiter must still wake at the quantum's end to revoke it
+    assert gpu.next_deadline(sim.now) == granted + 20 * MS
+
+
+def test_discovery_gives_the_arbiter_each_containers_priority(tmp_path) -> None:
+    uuid = "GPU-5eed0000-0000-4000-8000-000000000000"
+    for name, share in {"old": (30, "share"), "new": (40, "fixed", "high")}.items():
+        write_config(tmp_path / name, {uuid: 1 << 30}, {uuid: share})
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "cgpu.conf").write_text(f"version 1\ndevice {uuid} 1GiB\ncompute {uuid} 30 fixed top\n")
+    found = Discovery([tmp_path])
+    assert found.scan() == {
+        tmp_path / "old": {uuid: (30, "share", "normal")},
+        tmp_path / "new": {uuid: (40, "fixed", "high")},
+    }
+    assert found.bad_configs == 1  # read as no compute line: fails closed, counted
