@@ -40,13 +40,16 @@ _COMMANDS_0_1 = (
 )  # fmt: skip
 
 RELEASES: dict[str, Pins] = {
-    # What shipped until commit e69dd6b (tests/core/test_upgrade.py builds its shim).
+    # What shipped until commit e69dd6b.
     "0.1.0": Pins(3, 3, 40064, "9b0337e838a9", _COMMANDS_0_1),
     # Readers take layout 2 as well, and longer headers; cgpu_ledger_layouts; cgpu --version.
+    # Shipped until commit f12b16b.
     "0.2.0": Pins(3, 2, 40064, "af27fe5ef3ff", _COMMANDS_0_1),
+    # `cgpu webhook`; compute priority in the one config parser (cgpu_api.h).
+    "0.3.0": Pins(3, 2, 40064, "5b31a6f67f95", tuple(sorted((*_COMMANDS_0_1, "webhook")))),
 }
 PREVIOUS, CURRENT = list(RELEASES)[-2:]
-PREVIOUS_COMMIT = "e69dd6b"  # the last commit of PREVIOUS
+PREVIOUS_COMMIT = "f12b16b"  # the last commit of PREVIOUS
 
 
 def api_fingerprint(header: str) -> str:
