@@ -10,11 +10,11 @@ import re
 import shutil
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cgpu.core.config import write_config
+from cgpu.core.config import ComputeShare, write_config
 from cgpu.core.files import atomic_write
 from cgpu.core.layout import CONTAINERS_SUBDIR, DEFAULT_STATE_DIR, LEDGER_NAME, META_NAME
 from cgpu.core.ledger import init_ledger
@@ -61,13 +61,14 @@ def create_container_dir(
     key: str,
     limits: dict[str, int],
     meta: dict[str, Any],
-    compute: dict[str, int] | None = None,
+    compute: Mapping[str, ComputeShare] | None = None,
     contexts: dict[str, int] | None = None,
 ) -> Path:
     """Make `<state>/containers/<key>/` with its config, an empty ledger and meta.json.
 
-    `compute` ({uuid: percent}) adds the compute shares to the config, and `contexts`
-    ({uuid: bytes}, `cgpu.core.context_cost`) what a CUDA context costs on each device.
+    `compute` ({uuid: percent}, or (percent, policy[, priority]) tuples) adds the compute
+    shares to the config, and `contexts` ({uuid: bytes}, `cgpu.core.context_cost`) what a CUDA
+    context costs on each device.
 
     The directory is built under a temporary name and renamed into place, so a failure
     never leaves a half-made container behind.

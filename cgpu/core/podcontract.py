@@ -8,7 +8,8 @@ gives it: a mapping with camelCase keys) becomes one frozen `PodContract`:
   read by Kubernetes' rules for an extended resource (`parse_extended_quantity`);
 - the label `aliyun.com/gpu-count` (the GPUs each container spreads over, default 1);
 - gpushare's annotations (GPU indexes, the pod's and one GPU's units, the assigned flag, the
-  assume time), Volcano's (GPU index, predicate time, assigned flag) and cgpu's policies.
+  assume time), Volcano's (GPU index, predicate time, assigned flag) and cgpu's policies and
+  compute priority (`cgpu.io/compute-priority`: high, normal or low).
 
 Units: `aliyun.com/gpu-mem` counts the device plugin's unit (`--memory-unit`: GiB by default,
 or MiB; `MEMORY_UNIT_MIB`); `volcano.sh/gpu-memory` counts MiB. The contract holds the counts;
@@ -30,6 +31,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cgpu.core.layout import (
+    COMPUTE_PRIORITY_ANNOTATION,
     GPU_CORE,
     GPU_COUNT,
     GPU_MEM,
@@ -51,6 +53,7 @@ RESOURCES = (GPU_MEM, VOLCANO_GPU_MEMORY, GPU_CORE)  # the resources a container
 MEMORY_UNIT_MIB = {"GiB": 1024, "MiB": 1}  # aliyun.com/gpu-mem's unit, per --memory-unit
 VOLCANO_UNIT = "MiB"  # volcano.sh/gpu-memory's unit
 POLICIES = ("binpack", "spread")  # cgpu.io/node-policy and cgpu.io/gpu-policy
+PRIORITIES = ("high", "normal", "low")  # cgpu.io/compute-priority
 UINT64_MAX = (1 << 64) - 1  # Volcano's predicate time is a Go uint64
 
 
@@ -127,6 +130,7 @@ class PodContract:
     volcano_assigned: bool = False  # volcano.sh/gpu-assigned present and not "false"
     node_policy: str | None = None  # cgpu.io/node-policy
     gpu_policy: str | None = None  # cgpu.io/gpu-policy
+    compute_priority: str | None = None  # cgpu.io/compute-priority (None: absent, so normal)
     problems: Mapping[str, str] = field(default_factory=_empty)  # label/annotation -> why
 
     @property
@@ -255,12 +259,12 @@ class _Reader:
             self.bad(VOLCANO_GPU_INDEX, "annotation", detail)
         return value
 
-    def policy(self, key: str) -> str | None:
+    def policy(self, key: str, allowed: tuple[str, ...] = POLICIES) -> str | None:
         raw = self.annotations.get(key)
         if raw is None:
             return None
-        if raw not in POLICIES:
-            self.bad(key, "annotation", f"is not one of {', '.join(POLICIES)}")
+        if raw not in allowed:
+            self.bad(key, "annotation", f"is not one of {', '.join(allowed)}")
             return None
         return raw
 
@@ -306,6 +310,7 @@ def read_pod(pod: Mapping[str, Any], resources: Iterable[str] = RESOURCES) -> Po
         volcano_assigned=annotations.get(VOLCANO_GPU_ASSIGNED, "false") != "false",
         node_policy=reader.policy(NODE_POLICY_ANNOTATION),
         gpu_policy=reader.policy(GPU_POLICY_ANNOTATION),
+        compute_priority=reader.policy(COMPUTE_PRIORITY_ANNOTATION, PRIORITIES),
         problems=MappingProxyType(reader.problems),
     )
 
@@ -318,6 +323,7 @@ def read_annotations(annotations: Mapping[str, str]) -> PodContract:
 __all__ = [
     "MEMORY_UNIT_MIB",
     "POLICIES",
+    "PRIORITIES",
     "RESOURCES",
     "VOLCANO_UNIT",
     "ContainerContract",

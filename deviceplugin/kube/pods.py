@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from cgpu.core.layout import GPU_COUNT, GPU_MEM_IDX
+from cgpu.core.layout import COMPUTE_PRIORITY_ANNOTATION, GPU_COUNT, GPU_MEM_IDX
 from cgpu.core.podcontract import PodContract, PodContractError, read_pod
 
 
@@ -58,6 +58,13 @@ class PodInfo:
         """GPUs each container spreads over (label aliyun.com/gpu-count, default 1)."""
         self._checked(GPU_COUNT)
         return self.contract.gpu_count or 1
+
+    @property
+    def compute_priority(self) -> str:
+        """The priority of its compute turns (cgpu.io/compute-priority, default normal);
+        PodError when the annotation is not high, normal or low."""
+        self._checked(COMPUTE_PRIORITY_ANNOTATION)
+        return self.contract.compute_priority or "normal"
 
     @property
     def pinned(self) -> list[int]:

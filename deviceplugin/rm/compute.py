@@ -177,7 +177,7 @@ class ComputePolicy:
             if self.host.mps is not None:
                 self.host.mps.check_one_gpu(1)
             key, directory, entry = self.pairing.add_compute(
-                pod_container, gpu, percent, list(ids), self._meta(match)
+                pod_container, gpu, percent, list(ids), self._meta(match), _priority(match)
             )
             if match is not None:
                 self.assignments.add_compute(match, gpu.index)
@@ -200,3 +200,14 @@ class ComputePolicy:
     def rollback(self, key: str) -> None:
         """Undo this policy's part of a container directory (a failed Allocate)."""
         self.pairing.release(key, COMPUTE)
+
+
+def _priority(match: Match | None) -> str:
+    """The priority of the container's compute turns: its pod's `cgpu.io/compute-priority`
+    (normal standalone or without one); a malformed one fails the Allocate."""
+    if match is None:
+        return "normal"
+    try:
+        return match[0].compute_priority
+    except PodError as err:
+        raise AllocationError(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None

@@ -61,6 +61,7 @@ class Entry:
     created: float
     limits: dict[str, int] | None = None  # memory half: {uuid: bytes}
     compute: int | None = None  # compute half: percent of gpus[0]
+    priority: str = "normal"  # of the compute half's turns (cgpu.io/compute-priority)
     meta: dict[str, Any] = field(default_factory=dict)
     ids: dict[str, list[str]] = field(default_factory=dict)  # half -> device IDs
 
@@ -109,6 +110,7 @@ class Pairing:
                 created=0.0,
                 limits=meta.get("limits"),
                 compute=meta.get("compute_percent"),
+                priority=str(meta.get("compute_priority") or "normal"),
                 meta={k: v for k, v in meta.items() if k not in ("key", "created")},
             )
             self._entries[entry.key] = entry
@@ -197,8 +199,9 @@ class Pairing:
         percent: int,
         ids: list[str],
         meta: dict[str, Any],
+        priority: str = "normal",
     ) -> tuple[str, Path, Entry]:
-        """Record the compute half; returns (key, directory, entry)."""
+        """Record the compute half (`priority`: of its turns); returns (key, directory, entry)."""
         with self.lock:
             entry = self._partner(pod_container, COMPUTE, gpu.uuid)
             if entry is not None:
@@ -224,6 +227,7 @@ class Pairing:
             else:
                 entry = self._new(pod_container, [gpu])
             entry.compute = percent
+            entry.priority = priority
             entry.ids[COMPUTE] = list(ids)
             for key, value in meta.items():
                 entry.meta.setdefault(key, value)
@@ -261,7 +265,10 @@ class Pairing:
         """(Re)make the entry's directory with both halves."""
         uuid = entry.gpus[0].uuid
         limits = entry.limits or {uuid: entry.gpus[0].total_bytes}
-        compute = {uuid: entry.compute} if entry.compute is not None and not self.mps else None
+        share: int | tuple[int, str, str] | None = entry.compute
+        if entry.compute is not None and entry.priority != "normal":
+            share = (entry.compute, "fixed", entry.priority)  # the policy is the default's
+        compute = {uuid: share} if share is not None and not self.mps else None
         meta = dict(entry.meta)
         meta["device_ids"] = [i for half in (MEMORY, COMPUTE) for i in entry.ids.get(half, [])]
         meta["gpu_uuids"] = [g.uuid for g in entry.gpus]
@@ -269,6 +276,7 @@ class Pairing:
         meta["limits"] = entry.limits
         if entry.compute is not None:
             meta["compute_percent"] = entry.compute
+            meta["compute_priority"] = entry.priority
         try:
             directory = create_container_dir(
                 self.state_dir, entry.key, limits, meta, compute, self.contexts

@@ -362,3 +362,21 @@ def test_the_contract_is_frozen_and_a_non_mapping_is_an_error() -> None:
         contract.annotations["x"] = "y"  # type: ignore[index]
     with pytest.raises(PodContractError, match="JSON object"):
         read_pod(["not", "a", "pod"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [(None, None), ("high", "high"), ("normal", "normal"), ("low", "low")]
+)
+def test_the_compute_priority_annotation(raw: str | None, expected: str | None) -> None:
+    notes = {} if raw is None else {"cgpu.io/compute-priority": raw}
+    contract = read_pod({"metadata": {"annotations": notes}})
+    assert contract.compute_priority == expected
+    assert not contract.problems
+
+
+@pytest.mark.parametrize("raw", ["High", "urgent", "", " low"])
+def test_a_malformed_compute_priority_is_a_problem_naming_it(raw: str) -> None:
+    contract = read_pod({"metadata": {"annotations": {"cgpu.io/compute-priority": raw}}})
+    assert contract.compute_priority is None
+    with pytest.raises(PodContractError, match=r"cgpu\.io/compute-priority="):
+        contract.check("cgpu.io/compute-priority")

@@ -189,3 +189,34 @@ def test_the_second_half_finds_the_directory_after_a_plugin_restart(with_pods) -
     assert directory(c_resp) == directory(m_resp)
     assert conf(c_resp) == ["version 1", f"device {UUIDS[0]} {4 * GIB}", f"compute {UUIDS[0]} 50"]
     assert len(assigned_patches(server)) == 1
+
+
+@pytest.mark.parametrize("compute_first", [False, True], ids=["memory-first", "compute-first"])
+def test_the_pods_compute_priority_reaches_the_compute_line(with_pods, compute_first) -> None:
+    notes = {"cgpu.io/compute-priority": "high"}
+    plugin, _ = with_pods([pod("infer", "uid-infer", [container("main", 4, 30)], **notes)])
+    compute = plugin.client_for(COMPUTE)
+    if compute_first:
+        (resp,) = compute.allocate(core_ids(0, 30))
+        plugin.client.allocate(mem_ids(0, 4))
+    else:
+        plugin.client.allocate(mem_ids(0, 4))
+        (resp,) = compute.allocate(core_ids(0, 30))
+    assert conf(resp)[-1] == f"compute {UUIDS[0]} 30 fixed high"
+    from cgpu.core.config import load_compute_lines
+
+    (line,) = load_compute_lines(directory(resp) / "cgpu.conf").values()
+    assert line.priority == "high"
+
+
+def test_a_malformed_compute_priority_fails_the_allocate(with_pods) -> None:
+    notes = {"cgpu.io/compute-priority": "urgent"}
+    plugin, _ = with_pods([pod("infer", "uid-infer", [container("main", 0, 30)], **notes)])
+    with pytest.raises(grpc.RpcError) as err:
+        plugin.client_for(COMPUTE).allocate(core_ids(0, 30))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert (
+        "cgpu.io/compute-priority='urgent' is not one of high, normal, low" in err.value.details()
+    )
+    made = plugin.state_dir / "containers"
+    assert not made.exists() or not list(made.iterdir())
