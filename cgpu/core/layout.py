@@ -148,6 +148,7 @@ WEBHOOK_TEMPLATE_PREFIX = "cgpu-"  # the ResourceClaimTemplates it makes (shared
 # The opaque parameters a webhook-made claim carries to the DRA driver (cgpu.core.claimconfig).
 CLAIM_CONFIG_API_VERSION = "gpu.cgpu.io/v1alpha1"
 CLAIM_CONFIG_KIND = "DevicePluginContract"
+COMPUTE_CONFIG_KIND = "ComputeConfig"  # a claim's opaque compute parameters (its priority)
 CDI_KIND = "cgpu.io/gpu-mem"  # `cgpu cdi`'s devices (GPUs by index, UUID or `all`)
 
 # A GPU UUID as config files, the shim and the hook accept it.

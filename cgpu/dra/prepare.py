@@ -22,6 +22,7 @@ from cgpu.core.layout import SOURCE_DRA
 from cgpu.dra import cdi
 from cgpu.dra.checkpoint import Checkpoint, Prepared, PreparedDevice
 from cgpu.dra.claims import Allocation, ClaimError, parse_claim
+from cgpu.dra.computeconfig import claim_priority, compute_lines
 from cgpu.dra.inventory import Inventory
 
 log = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class Preparer:
             key,
             allocation.memory,
             _meta(ref, claim, allocation),
-            allocation.compute or None,
+            compute_lines(allocation.compute, claim_priority(claim)),
             dict(self.settings.contexts),
         )
         spec = cdi.build_spec(
