@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +52,13 @@ def build_spec(
     shim: Path,
     preload: Path,
     dev_dir: Path = Path("/dev"),
+    extra_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The spec for one claim."""
+    """The spec for one claim; `extra_env` adds (or overrides) variables."""
     env = {
         **injection.environment(),
         ENV_VISIBLE_DEVICES: ",".join(g.uuid for g in gpus),
+        **(extra_env or {}),
     }
     mounts = [
         {"hostPath": m.host_path, "containerPath": m.container_path, "options": m.options()}

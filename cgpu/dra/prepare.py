@@ -23,6 +23,7 @@ from cgpu.dra import cdi
 from cgpu.dra.checkpoint import Checkpoint, Prepared, PreparedDevice
 from cgpu.dra.claims import Allocation, ClaimError, parse_claim
 from cgpu.dra.computeconfig import claim_priority, compute_lines
+from cgpu.dra.contract import apply_contract
 from cgpu.dra.inventory import Inventory
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,7 @@ class Preparer:
     def _make(self, ref: ClaimRef, claim: dict[str, Any], allocation: Allocation) -> Prepared:
         key = container_key(ref.uid)
         gpus = [g for g in self.inventory.gpus if g.uuid in allocation.memory]
+        allocation, contract_env = apply_contract(claim, allocation, gpus)  # webhook's claims
         directory = create_container_dir(
             self.settings.state_dir,
             key,
@@ -118,6 +120,7 @@ class Preparer:
             self.settings.shim,
             self.settings.preload,
             self.settings.dev_dir,
+            contract_env,
         )
         cdi.write_spec(self.settings.cdi_dir, ref.uid, spec)
         devices = [

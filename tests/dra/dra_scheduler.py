@@ -130,9 +130,13 @@ class Scheduler:
             for _ in range(int(exactly.get("count", 1))):
                 result, node = self._place(request["name"], wanted, used, whole, node)
                 results.append(result)
+        devices: Obj = {"results": results}
+        configs = claim["spec"]["devices"].get("config") or []
+        if configs:  # the claim's configuration goes with its allocation, as kube-scheduler's
+            devices["config"] = [{"source": "FromClaim", **c} for c in configs]
         claim["status"] = {
             "allocation": {
-                "devices": {"results": results},
+                "devices": devices,
                 "nodeSelector": {
                     "nodeSelectorTerms": [
                         {
