@@ -10,7 +10,8 @@ from typing import Any
 
 from cgpu.core.files import atomic_write
 
-from .schedule import FULL, GpuSchedule
+from .sampler import HostFigures
+from .schedule import FULL, GpuSchedule, Usage
 
 
 def render(
@@ -19,8 +20,11 @@ def render(
     now: int,
     bad_messages: int,
     bad_configs: int,
+    host: Mapping[str, HostFigures] | None = None,
 ) -> dict[str, Any]:
-    """The status as a JSON-ready dict (shares in percent, over the last ~1 s)."""
+    """The status as a JSON-ready dict (shares in percent, over the last ~1 s); `host`: the
+    host view of compute (NVML's per-process samples), per GPU."""
+    host = host or {}
     return {
         "time": time.time(),
         "bad_messages": bad_messages,
@@ -40,12 +44,25 @@ def render(
                         "share_percent": usage.share * 100 / FULL,
                         "charged_ns": usage.charged_ns,
                         "forced_revokes": usage.forced_revokes,
+                        **_host_fields(host.get(uuid), name, usage),
                     }
                     for name, usage in gpu.usage(now).items()
                 },
+                "host_view": bool(host.get(uuid) and host[uuid].available),
             }
             for uuid, gpu in gpus.items()
         },
+    }
+
+
+def _host_fields(host: HostFigures | None, name: str, usage: Usage) -> dict[str, Any]:
+    """What the host sees of a container on a GPU: the share NVML's samples give it over the
+    last 10 s, the out-of-turn time charged, and whether it is flagged for out-of-turn work."""
+    verdict = host.containers.get(name) if host else None
+    return {
+        "host_percent": verdict.host_percent if verdict else 0.0,
+        "out_of_turn_s": round(usage.out_of_turn_ns / 1e9, 3),
+        "over_compute": bool(verdict and verdict.flagged),
     }
 
 

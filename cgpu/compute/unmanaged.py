@@ -66,6 +66,15 @@ class BusySource(Protocol):
         ...
 
 
+class ProcessSource(BusySource, Protocol):
+    """A BusySource that also names who ran (the host view of compute, outofturn.py)."""
+
+    def process_samples(self, uuid: str, after_us: int) -> list[tuple[int, int, int]]:
+        """(pid, end of its newest sample period in µs, busy percent: the mean of its samples)
+        for each process named in a period that ended after `after_us`."""
+        ...
+
+
 class DemandEstimate:
     """The unmanaged demand u of one GPU, fed with its busy samples as they come."""
 
@@ -228,3 +237,14 @@ class NvmlSource:
             raise
         found = [(int(s.timeStamp), int(s.sampleValue.uiVal)) for s in samples]
         return sorted(found)
+
+    def process_samples(self, uuid: str, after_us: int) -> list[tuple[int, int, int]]:
+        """(pid, end of its newest sample period in µs, SM busy percent: the mean of its samples
+        newer than `after_us`) for each process NVML named in a period after `after_us`."""
+        try:
+            found = self._nvml.nvmlDeviceGetProcessUtilization(self._handle(uuid), after_us)
+        except self._nvml.NVMLError as err:
+            if getattr(err, "value", None) == NVML_ERROR_NOT_FOUND:
+                return []
+            raise
+        return [(int(s.pid), int(s.timeStamp), int(s.smUtil)) for s in found]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 
 def start_time(pid: int) -> int | None:
@@ -33,3 +34,22 @@ def state_and_start_time(pid: int) -> tuple[int, int] | None:
         return fields[0][0], int(fields[19])
     except (OSError, ValueError, IndexError):  # no such pid (any more), or a pid out of range
         return None
+
+
+def signal_process(pid: int, started: int, signum: int) -> bool:
+    """Send `signum` to `pid` if it is still the process that started at `started` (through a
+    pidfd opened before the start time is checked, so a recycled pid is never hit); whether it
+    was sent."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:  # gone already
+        return False
+    try:
+        if start_time(pid) != started:
+            return False
+        signal.pidfd_send_signal(fd, signum)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

@@ -11,14 +11,13 @@ process placed only by a container's own ledger never is.
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from cgpu.core.procfs import start_time
+from cgpu.core.procfs import signal_process
 from cgpu.exporter.hostview import HostView
 from cgpu.exporter.scan import ContainerUsage
 
@@ -29,19 +28,7 @@ KillLabels = tuple[str, str, str, str, str]  # namespace, pod, container, gpu_uu
 
 def kill_process(pid: int, started: int) -> bool:
     """SIGKILL `pid` if it is still the process that started at `started`; whether it was sent."""
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:  # gone already
-        return False
-    try:
-        if start_time(pid) != started:
-            return False
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
+    return signal_process(pid, started, signal.SIGKILL)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,10 @@ directory by these rules, strongest first:
    claims it. A container can use it to claim someone else's process, which only adds to its
    own figures: it can never move a process away from the container the host rules name.
 
+A caller that knows some processes for sure (the compute arbiter: the peers that connected to a
+container's own socket, `SO_PEERCRED`) passes them as `anchors`: they are placed first, trusted,
+and anchor their pid namespaces as rule 1's processes do.
+
 A process no rule places is unattributed (a GPU-level figure). Enforcement acts only on trusted
 attributions (see `cgpu.exporter.enforce`).
 """
@@ -137,13 +141,16 @@ class Attributor:
         self,
         containers: list[ContainerUsage],
         gpu_processes: Mapping[str, list[GpuProcess]],
+        anchors: Mapping[int, str] | None = None,
     ) -> HostView:
-        """Split every GPU's processes between `containers` (and unattributed)."""
+        """Split every GPU's processes between `containers` (and unattributed); `anchors`:
+        {host pid: container key} known for sure (they need not hold the GPU)."""
         view = HostView(gpus=set(gpu_processes))
-        pids = {p.pid for procs in gpu_processes.values() for p in procs}
+        anchors = anchors or {}
+        pids = {p.pid for procs in gpu_processes.values() for p in procs} | set(anchors)
         facts = {pid: f for pid in pids if (f := self._procs.get(pid)) is not None}
         self._procs.retain(pids)
-        owner = self._owners(containers, facts)
+        owner = self._owners(containers, facts, anchors)
         for uuid, procs in gpu_processes.items():
             for proc in procs:
                 fact = facts.get(proc.pid)
@@ -158,7 +165,10 @@ class Attributor:
         return view
 
     def _owners(
-        self, containers: list[ContainerUsage], facts: Mapping[int, HostProcess]
+        self,
+        containers: list[ContainerUsage],
+        facts: Mapping[int, HostProcess],
+        anchors: Mapping[int, str],
     ) -> dict[int, tuple[str, bool]]:
         """{host pid: (container key, trusted)} for the processes some rule places."""
         by_ledger = _unique((c.ledger_id, c.key) for c in containers if c.ledger_id is not None)
@@ -167,9 +177,13 @@ class Attributor:
             for c in containers
             if isinstance(cid := c.meta.get("container_id"), str) and _CONTAINER_ID_RE.match(cid)
         )
-        owner: dict[int, tuple[str, bool]] = {}
+        owner: dict[int, tuple[str, bool]] = {
+            pid: (key, True) for pid, key in anchors.items() if pid in facts
+        }
         # Rule 1: the process's own mounts and cgroup.
         for pid, fact in facts.items():
+            if pid in owner:
+                continue
             keys = set()
             if fact.ledger_id is not None and fact.ledger_id in by_ledger:
                 keys.add(by_ledger[fact.ledger_id])

@@ -1,0 +1,71 @@
+"""Which container each GPU process belongs to, as the host sees it, for the compute host view.
+
+The arbiter's connected peers (`SO_PEERCRED` on a container's own socket) are placed first; every
+other process NVML lists is placed by the memory host view's rules (`cgpu.exporter.hostview`):
+its pid namespace (that of a peer, or of the init process meta.json records), its cgroup (the
+container ID meta.json records) or the ledger file it sees. All of these are host evidence
+(trusted). The ledger's own slots (the container's word) are not used here: a process placed only
+by them would be judged, charged and stopped on its container's say.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from cgpu.core.containers import MetaError
+from cgpu.core.layout import LEDGER_NAME
+from cgpu.exporter.hostview import Attributor
+from cgpu.exporter.nvml import GpuProcess
+from cgpu.exporter.scan import ContainerUsage, MetaCache
+
+log = logging.getLogger(__name__)
+
+Owner = tuple[str, int]  # (container directory, the process's start time)
+
+
+class ComputeAttributor:
+    """{host pid: (container, start time)} for the processes on each GPU; trusted only."""
+
+    def __init__(self, attributor: Attributor | None = None) -> None:
+        self._attributor = attributor or Attributor()
+        self._meta = MetaCache()
+
+    def attribute(
+        self,
+        containers: Iterable[str],
+        running: Mapping[str, set[int]],
+        peers: Mapping[int, str],
+    ) -> dict[int, Owner]:
+        """Place the pids `running` on each GPU and the connected `peers` ({pid: container})."""
+        dirs = sorted(set(containers))
+        usage = [self._usage(d) for d in dirs]
+        self._meta.retain(dirs)
+        gpu_processes = {
+            uuid: [GpuProcess(pid, 0) for pid in sorted(pids)] for uuid, pids in running.items()
+        }
+        # The peers' GPU is not needed to place them: list them on a GPU of their own.
+        gpu_processes[""] = [GpuProcess(pid, 0) for pid in sorted(peers)]
+        view = self._attributor.attribute(usage, gpu_processes, anchors=peers)
+        owners: dict[int, Owner] = {}
+        for (key, _uuid), procs in view.processes.items():
+            for proc in procs:
+                if proc.trusted:
+                    owners[proc.pid] = (key, proc.start_time)
+        return owners
+
+    def _usage(self, container_dir: str) -> ContainerUsage:
+        """The container as the host rules need it: its meta.json and its ledger file's id."""
+        try:
+            meta = self._meta.get(container_dir) or {}
+        except (MetaError, OSError) as err:
+            log.debug("%s: meta.json not used: %s", container_dir, err)
+            meta = {}
+        try:
+            st = os.stat(Path(container_dir, LEDGER_NAME))
+            ledger_id: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            ledger_id = None
+        return ContainerUsage(key=container_dir, meta=meta, devices=(), ledger_id=ledger_id)

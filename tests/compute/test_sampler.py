@@ -1,0 +1,171 @@
+"""The arbiter's NVML thread (sampler.py) and the levers (levers.py)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from arbiter_kit import UUID, Client, make_container
+
+from cgpu.compute.arbiter import Arbiter, ArbiterConfig
+from cgpu.compute.levers import Levers
+from cgpu.compute.sampler import GpuSnapshot, Sampler, Snapshot
+from cgpu.compute.schedule import Hold
+
+MS = 1_000_000
+PERIOD_US = 166_667
+
+
+class HangingSource:
+    """An NVML whose calls never return once `hang` is set (a GPU fallen off the bus)."""
+
+    def __init__(self) -> None:
+        self.hang = threading.Event()
+        self.release = threading.Event()
+        self.calls = 0
+
+    def _maybe_hang(self) -> None:
+        self.calls += 1
+        if self.hang.is_set():
+            self.release.wait()
+
+    def running_pids(self, uuid: str) -> set[int]:
+        self._maybe_hang()
+        return {999_999}
+
+    def busy_samples(self, uuid: str, after_us: int) -> list[tuple[int, int]]:
+        self._maybe_hang()
+        return []
+
+
+class ScriptedSource:
+    """NVML periods on a fixed grid, each naming `named(k)` -> {pid: percent}."""
+
+    def __init__(self, named) -> None:
+        self.named = named
+        self.now_us = 0
+
+    def running_pids(self, uuid: str) -> set[int]:
+        return {1, 2}
+
+    def _ends(self, after_us: int) -> list[int]:
+        last = self.now_us // PERIOD_US
+        return [k * PERIOD_US for k in range(1, last + 1) if k * PERIOD_US > after_us]
+
+    def busy_samples(self, uuid: str, after_us: int) -> list[tuple[int, int]]:
+        return [(end, 100) for end in self._ends(after_us)]
+
+    def process_samples(self, uuid: str, after_us: int) -> list[tuple[int, int, int]]:
+        found: dict[int, tuple[int, int, int]] = {}
+        for end in self._ends(after_us):
+            for pid, percent in self.named(end // PERIOD_US).items():
+                found[pid] = (pid, end, percent)  # one period read at a time: no mean needed
+        return list(found.values())
+
+
+class FixedAttributor:
+    def __init__(self, owners: dict[int, tuple[str, int]]) -> None:
+        self.owners = owners
+
+    def attribute(self, containers, running, peers):
+        return dict(self.owners)
+
+
+def test_the_arbiter_hands_out_turns_while_nvml_hangs(tmp_path):
+    # Two containers take turns on a GPU whose NVML hangs: the arbiter's thread never waits
+    # for it, so turns keep changing hands and both get their grants (a 5 ms quantum: about
+    # 100 turns each in the second).
+
+    root = tmp_path / "containers"
+    a_dir = make_container(root, "a", {UUID: (50, "share")})
+    b_dir = make_container(root, "b", {UUID: (50, "share")})
+    source = HangingSource()
+    arbiter = Arbiter(ArbiterConfig(roots=(root,), quantum_ns=5 * MS), busy_source=source)
+    runner = threading.Thread(target=arbiter.run, daemon=True)
+    runner.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not (a_dir / "compute.sock").exists() or not (b_dir / "compute.sock").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.3)  # the NVML thread has polled
+        assert source.calls > 0
+        source.hang.set()
+        time.sleep(0.3)  # and is stuck now
+        stop = threading.Event()
+        clients = [Client(d).hello((0, UUID)) for d in (a_dir, b_dir)]
+        with ThreadPoolExecutor(2) as pool:
+            counts = [pool.submit(c.saturate, 0, stop) for c in clients]
+            time.sleep(1.0)
+            stop.set()
+            grants = {"a": counts[0].result(), "b": counts[1].result()}
+        assert grants["a"] >= 20 and grants["b"] >= 20, grants
+        assert abs(grants["a"] - grants["b"]) <= max(grants.values()) / 3, grants
+        assert runner.is_alive()
+    finally:
+        arbiter.stop()
+        runner.join(5)
+        source.release.set()
+    assert not runner.is_alive()
+
+
+def test_out_of_turn_work_is_judged_charged_and_reported_from_the_nvml_thread():
+    # "off" holds nothing and its pid is named in every period; "n" holds throughout.
+    source = ScriptedSource(lambda k: {1: 100})
+    owners = {1: ("off", 11), 2: ("n", 22)}
+    sampler = Sampler(source, FixedAttributor(owners), tolerance_ns=0)
+    offset = 0
+    reports = []
+    for step in range(1, 40):
+        source.now_us = step * 100_000
+        now = source.now_us * 1000
+        holds = (Hold("n", 0, None, now),)
+        gpu = GpuSnapshot(holds, frozenset({2}), ("off", "n"))
+        snap = Snapshot(now, offset, 0, {UUID: gpu}, {2: "n"})
+        reports.append(sampler.cycle(snap))
+    charged = sum(ns for r in reports for _, name, ns in r.charges if name == "off")
+    assert not any(name == "n" for r in reports for _, name, _ in r.charges)
+    assert 2.5e9 < charged < 4e9, charged  # 3.7 s of periods, all of it out of turn
+    last = reports[-1]
+    assert last.host[UUID].available
+    assert last.host[UUID].containers["off"].flagged
+    assert last.host[UUID].containers["off"].host_percent == 100.0
+    assert not last.host[UUID].containers["n"].flagged
+    assert last.targets == {"off": ((1, 11),)}
+
+
+def test_a_source_without_process_samples_has_no_host_view():
+    sampler = Sampler(HangingSource(), FixedAttributor({}))
+    gpu = GpuSnapshot((), frozenset(), ("a",))
+    report = sampler.cycle(Snapshot(10**9, 0, 0, {UUID: gpu}, {}))
+    assert report.host[UUID].available is False
+
+
+def test_levers_stop_a_flagged_container_outside_its_turns_and_only_it():
+    sent: list[tuple[int, int]] = []
+    levers = Levers(send=lambda pid, started, sig: sent.append((pid, sig)) or True)
+    assert levers.set_targets({"off": [(10, 1), (11, 1)]}) == []
+    assert levers.follow({"n"}) == ["off"]
+    assert sent == [(10, signal.SIGSTOP), (11, signal.SIGSTOP)]
+    sent.clear()
+    assert levers.follow({"n"}) == []  # already stopped
+    assert sent == []
+    levers.follow({"off"})  # its turn: continued
+    assert sent == [(10, signal.SIGCONT), (11, signal.SIGCONT)]
+    sent.clear()
+    levers.follow(set())
+    levers.release()
+    stop, cont = signal.SIGSTOP, signal.SIGCONT
+    assert sent == [(10, stop), (11, stop), (10, cont), (11, cont)]
+
+
+def test_enforce_kills_the_flagged_containers_processes_once():
+    sent: list[tuple[int, int]] = []
+    levers = Levers(enforce=True, send=lambda pid, started, sig: sent.append((pid, sig)) or True)
+    assert levers.set_targets({"off": [(10, 1)]}) == [10]
+    assert levers.set_targets({"off": [(10, 1), (12, 1)]}) == [12]
+    assert levers.follow(set()) == []
+    assert sent == [(10, signal.SIGKILL), (12, signal.SIGKILL)]
+    assert levers.kills == 2
