@@ -36,6 +36,7 @@ from cgpu.core.layout import COMPUTE_STATUS_NAME, UUID_RE
 STALE_AFTER = 5.0  # seconds; the arbiter writes every second
 MAX_BYTES = 8 << 20  # hundreds of containers on 8 GPUs take well under 1 MiB
 POLICIES = ("fixed", "share")
+PRIORITIES = ("high", "normal", "low")
 
 # What `read_status` found, in `ComputeStatus.state`.
 CURRENT = "current"  # a fresh file, its figures usable
@@ -59,6 +60,7 @@ class ContainerCompute:
 
     limit: int | None = None  # percent of the GPU's time
     policy: str | None = None  # "fixed" or "share"
+    priority: str | None = None  # "high", "normal" or "low"
     share_percent: float | None = None  # the turns the arbiter charged it, over ~1 s
     host_percent: float | None = None  # the GPU's time the host attributes to it, over 10 s
     out_of_turn_s: float | None = None  # GPU time it took outside its turns, in total
@@ -238,6 +240,9 @@ def _container(name: Any, raw: Any) -> tuple[ContainerCompute, int] | None:
     policy = raw.get("policy")
     if policy is not None and policy not in POLICIES:
         policy, wrong = None, wrong + 1
+    priority = raw.get("priority")
+    if priority is not None and priority not in PRIORITIES:
+        priority, wrong = None, wrong + 1
     seconds = raw.get("out_of_turn_s")
     out_of_turn = _number(seconds)
     if seconds is not None and (out_of_turn is None or out_of_turn < 0):
@@ -248,6 +253,7 @@ def _container(name: Any, raw: Any) -> tuple[ContainerCompute, int] | None:
     figures = ContainerCompute(
         limit=None if limit is None else int(limit),
         policy=policy,
+        priority=priority,
         share_percent=percent("share_percent"),
         host_percent=percent("host_percent"),
         out_of_turn_s=out_of_turn,

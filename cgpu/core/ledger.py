@@ -33,6 +33,7 @@ class DeviceUsage:
     compute_limit: int = 0  # percent of the GPU's time (cgpu.conf first), 0 = none
     compute_policy: str = ""  # "fixed" or "share" when compute_limit is set
     compute_used: float = 0.0  # the container's share of the GPU's time lately, percent
+    compute_priority: str = ""  # "high", "normal" or "low" from the host's cgpu.conf (exporter)
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ class _Slice:
     over: bool = False
     ledger_ok: bool = True  # False: a directory's ledger is damaged; no ledger figures
     compute_limit: int = 0  # percent of the GPU's time; 0: no compute limit
+    compute_kind: tuple[str, str] = ("", "")  # (policy, priority) from cgpu.conf
     compute_used: float = 0.0  # percent of the GPU's time lately, as the shim measured it
     # From the compute arbiter's status file (the host's); None where it has no figure.
     charged: float | None = None  # percent: the turns the arbiter charged, over ~1 s
@@ -214,6 +215,8 @@ class CgpuCollector(Collector):
                 s.processes += dev.processes
                 s.ledger_ok = s.ledger_ok and usage.ledger_ok
                 s.compute_limit = max(s.compute_limit, dev.compute_limit)
+                if dev.compute_limit:
+                    s.compute_kind = (dev.compute_policy, dev.compute_priority or "normal")
                 s.compute_used += dev.compute_used
                 figures = compute.get((usage.key, dev.uuid))
                 if figures is not None:
@@ -241,6 +244,7 @@ class CgpuCollector(Collector):
                 fam.processes.add(labels, s.processes)
                 if s.compute_limit:
                     fam.compute_limit.add(labels, s.compute_limit)
+                    fam.compute_info.add((*labels, *s.compute_kind), 1)
                     used = s.compute_used if s.charged is None else s.charged
                     fam.compute_used.add(labels, used)
             # The host's figures, whatever the container did to its own ledger.

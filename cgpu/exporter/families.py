@@ -74,6 +74,12 @@ COMPUTE_LIMIT = _gauge(
     "with a compute limit only).",
     CONTAINER_LABELS,
 )
+COMPUTE_INFO = _gauge(
+    "cgpu_container_gpu_compute_info",
+    "1 for a container with a compute limit on this GPU: its compute policy (fixed or share) "
+    "and the priority of its turns (high, normal or low), from its cgpu.conf.",
+    (*CONTAINER_LABELS, "policy", "priority"),
+)
 COMPUTE_USED = _gauge(
     "cgpu_container_gpu_compute_used_percent",
     "The container's use of this GPU's time over about the last second, in percent "
@@ -171,6 +177,7 @@ class Families:
         self.over_slice = Family(OVER_SLICE)
         self.gpu_unattributed = Family(GPU_UNATTRIBUTED)
         self.compute_limit = Family(COMPUTE_LIMIT)
+        self.compute_info = Family(COMPUTE_INFO)
         self.compute_used = Family(COMPUTE_USED)
         self.compute_host = Family(COMPUTE_HOST)
         self.out_of_turn = Family(OUT_OF_TURN)
@@ -186,6 +193,7 @@ class Families:
             self.peak,
             self.processes,
             self.compute_limit,
+            self.compute_info,
             self.compute_used,
             self.compute_host,
             self.out_of_turn,

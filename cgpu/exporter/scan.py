@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cgpu.core.config import ConfigError, load_compute, load_config
+from cgpu.core.config import ComputeLine, ConfigError, load_compute_lines, load_config
 from cgpu.core.containers import MetaError, list_container_dirs, load_meta
 from cgpu.core.layout import CONFIG_NAME, LEDGER_NAME, META_NAME
 from cgpu.core.ledger import DeviceUsage, LedgerError, ProcessUsage, read_ledger
@@ -119,12 +119,12 @@ class HostConfig:
     """A container's cgpu.conf (the host's file, read-only in the container)."""
 
     limits: Mapping[str, int]  # {uuid: slice bytes}
-    compute: Mapping[str, tuple[int, str]]  # {uuid: (percent, policy)}
+    compute: Mapping[str, ComputeLine]  # {uuid: (percent, policy, priority)}
 
 
 def _load_host_config(container_dir: str) -> HostConfig:
     path = os.path.join(container_dir, CONFIG_NAME)
-    return HostConfig(load_config(path), load_compute(path))
+    return HostConfig(load_config(path), load_compute_lines(path))
 
 
 class ConfigCache(_FileCache):
@@ -158,12 +158,13 @@ def _with_limits(config: HostConfig, ledger: tuple[DeviceUsage, ...]) -> tuple[D
         by_uuid.setdefault(dev.uuid, dev)
     out = []
     for uuid, limit in config.limits.items():
-        percent, policy = config.compute.get(uuid, (0, ""))
+        percent, policy, priority = config.compute.get(uuid, (0, "", ""))
         dev = by_uuid.get(uuid) or DeviceUsage(uuid, limit, 0, 0, 0)
-        if (dev.limit, dev.compute_limit, dev.compute_policy) != (limit, percent, policy):
+        known = (dev.limit, dev.compute_limit, dev.compute_policy, dev.compute_priority)
+        if known != (limit, percent, policy, priority):
             # What dataclasses.replace would build, at a fraction of its cost.
-            used, peak, processes = dev.used, dev.peak, dev.processes
-            dev = DeviceUsage(uuid, limit, used, peak, processes, percent, policy, dev.compute_used)
+            used, peak, processes, share = dev.used, dev.peak, dev.processes, dev.compute_used
+            dev = DeviceUsage(uuid, limit, used, peak, processes, percent, policy, share, priority)
         out.append(dev)
     return tuple(out)
 

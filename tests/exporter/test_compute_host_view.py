@@ -179,6 +179,23 @@ def test_every_field_becomes_its_series(
     assert all(other not in series.get(f, {}) for f in (USED, HOST, OUT, OVER))
 
 
+@pytest.mark.parametrize(
+    ("tail", "kind"), [("fixed", ("fixed", "normal")), ("share low", ("share", "low"))]
+)
+def test_the_compute_info_series_names_policy_and_priority(
+    state_dir: Path, make_container: Callable[..., Path], tail: str, kind: tuple[str, str]
+) -> None:
+    directory = make_container(
+        "capped", {UUID0: GIB, UUID1: GIB}, namespace="ml", pod="p", container="train"
+    )
+    with open(directory / CONFIG_NAME, "a") as conf:
+        conf.write(f"compute {UUID0} 30 {tail}\n")
+    series = scrape(CgpuCollector(state_dir))
+    info = TRAIN | labels(policy=kind[0], priority=kind[1])
+    assert series["cgpu_container_gpu_compute_info"] == {info: 1}
+    assert series[LIMIT] == {TRAIN: 30}  # its labels stay those of the used series
+
+
 def test_an_older_arbiter_and_a_gpu_without_samples(
     state_dir: Path, make_container: Callable[..., Path]
 ) -> None:
