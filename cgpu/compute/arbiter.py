@@ -21,10 +21,12 @@ from pathlib import Path
 from . import protocol, status
 from .clients import Client, handle
 from .discovery import Discovery, Limits
+from .levers import Levers
 from .listener import Listener, intact, listen, unlisten
 from .peer import halted, peer_of
+from .sampler import HOLD_LOOKBACK_NS, GpuSnapshot, HostFigures, Sampler, Snapshot
 from .schedule import GpuSchedule, Order
-from .unmanaged import BusySource, NvmlSource, UnmanagedLoad
+from .unmanaged import BusySource, NvmlSource
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +50,7 @@ class ArbiterConfig:
     idle_release_ns: int = 2 * MS
     status: Path | None = None
     nvml: bool = True
+    enforce: bool = False  # kill a container's processes flagged for out-of-turn work
 
 
 @dataclass(eq=False)
@@ -78,7 +81,11 @@ class Arbiter:
         if busy_source is None and settings.nvml:
             busy_source = NvmlSource.open()
         self._source = busy_source
-        self._unmanaged = UnmanagedLoad(busy_source)
+        # Every NVML call is made on the sampler's thread (sampler.py), never on this one.
+        self._sampler = Sampler(busy_source)
+        self._sampler.start()
+        self._levers = Levers(settings.enforce)
+        self._host: dict[str, HostFigures] = {}
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         for end in (self._wake_r, self._wake_w):
@@ -120,7 +127,9 @@ class Arbiter:
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
-        if isinstance(self._source, NvmlSource):
+        self._levers.release()
+        ended = self._sampler.stop()  # a thread stuck in NVML is left behind
+        if ended and isinstance(self._source, NvmlSource):
             self._source.close()
 
     def _pass(self) -> None:
@@ -133,6 +142,8 @@ class Arbiter:
             key.data(now)
         self._check_drains(now)
         self._step(now)
+        if self._levers.active:
+            self._follow(now)
 
     def _timeout(self, now: int) -> float:
         """Seconds to wait: a tick while any token is held or wanted, else the next chore."""
@@ -233,7 +244,7 @@ class Arbiter:
             if not gpu.containers:
                 del self._gpus[uuid]
                 self._loads.pop(uuid, None)
-                self._unmanaged.forget(uuid)
+                self._host.pop(uuid, None)
         for uuid, (percent, policy, priority) in limits.items():
             gpu = self._gpus.get(uuid)
             if gpu is None:
@@ -342,10 +353,17 @@ class Arbiter:
                 return
 
     def _poll_unmanaged(self, now: int) -> None:
-        """Hand each GPU its unmanaged load."""
+        """Publish the hold logs and connections to the NVML thread, and apply its latest
+        report: each GPU's unmanaged load and probe, out-of-turn charges, the host view and
+        the levers on flagged containers. Nothing here waits for NVML."""
         if self._source is None:
             return
-        offset = now - time.time_ns()
+        peers: dict[int, str] = {}
+        gpus: dict[str, GpuSnapshot] = {}
+        for container in self._containers.values():
+            for client in container.clients:
+                if client.peer is not None:
+                    peers[client.peer.pid] = container.name
         for uuid, gpu in self._gpus.items():
             managed = {
                 client.peer.pid
@@ -353,28 +371,51 @@ class Arbiter:
                 for client in container.clients
                 if client.peer is not None and uuid in client.devs.values()
             }
-            held = partial(_held_until, gpu, now)
-            load = self._unmanaged.poll(uuid, managed, held, offset, now)
-            gpu.set_unmanaged(load)
-            self._loads[uuid] = load
-            gap = self._unmanaged.probe_gap(uuid, now)
-            if gap:
+            holds = tuple(gpu.holds_since(now - HOLD_LOOKBACK_NS, now))
+            gpus[uuid] = GpuSnapshot(holds, frozenset(managed), tuple(gpu.containers))
+        offset = now - time.time_ns()
+        self._sampler.publish(Snapshot(now, offset, now - HOLD_LOOKBACK_NS, gpus, peers))
+        report = self._sampler.take()
+        if report is None:
+            return
+        for uuid, load in report.loads.items():
+            gpu = self._gpus.get(uuid)
+            if gpu is not None:
+                gpu.set_unmanaged(load)
+                self._loads[uuid] = load
+        for uuid, gap in report.probes.items():
+            if uuid in self._gpus:
                 log.debug("%s: probe, the token free for %.1f ms", uuid, gap / MS)
-                gpu.probe(gap)
+                self._gpus[uuid].probe(gap)
+        for uuid, name, ns in report.charges:
+            if uuid in self._gpus:
+                log.info("%s: %.1f ms of out-of-turn work on %s charged", name, ns / MS, uuid)
+                self._gpus[uuid].charge_outside(name, ns, now)
+        self._host = {uuid: host for uuid, host in report.host.items() if uuid in self._gpus}
+        for pid in self._levers.set_targets(report.targets):
+            log.warning("pid %d killed (--enforce): out-of-turn work", pid)
+
+    def _follow(self, now: int) -> None:
+        """Stop flagged containers outside their turns, continue them in their turns; the
+        connections of those stopped now count as wanting (a stopped process cannot say so)."""
+        holding = {gpu.holder for gpu in self._gpus.values() if gpu.holder is not None}
+        for name in self._levers.follow(holding):
+            container = self._containers.get(name)
+            for client in container.clients if container else ():
+                for uuid in client.devs.values():
+                    if uuid in self._gpus:
+                        self._gpus[uuid].want(client, now)
 
     def _write_status(self, now: int) -> None:
         path = self.settings.status
         assert path is not None
-        doc = status.render(self._gpus, self._loads, now, self.bad_messages, self.bad_configs)
+        doc = status.render(
+            self._gpus, self._loads, now, self.bad_messages, self.bad_configs, host=self._host
+        )
         try:
             status.write(path, doc)
         except OSError as err:
             log.warning("cannot write %s: %s", path, err)
-
-
-def _held_until(gpu: GpuSchedule[Client], now: int, start: int, end: int) -> int:
-    """How long `gpu`'s token was held within [start, end], as of `now`."""
-    return gpu.held_ns(start, end, now)
 
 
 def _packet(client: Client, uuid: str, order: Order, budget_ns: int, sharers: int) -> bytes:
