@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from cgpu.core.computestatus import ComputeStatus, ContainerCompute, read_status, status_path
+from cgpu.core.config import ConfigError, load_compute_lines
 from cgpu.core.containers import default_state_dir, list_container_dirs, read_meta
-from cgpu.core.layout import LEDGER_NAME
+from cgpu.core.layout import CONFIG_NAME, LEDGER_NAME
 from cgpu.core.ledger import DeviceUsage, LedgerError, Snapshot, read_ledger
 
 MiB = 1 << 20
@@ -86,16 +87,32 @@ class _Statuses:
         return self._read[path]
 
 
+def _with_priorities(snap: Snapshot, container_dir: Path) -> Snapshot:
+    """The snapshot with each compute limit's priority from the host's cgpu.conf beside it
+    (none where the file is missing or malformed: the ledger's figures still show)."""
+    try:
+        lines = load_compute_lines(container_dir / CONFIG_NAME)
+    except (ConfigError, OSError):
+        return snap
+    devices = [
+        replace(dev, compute_priority=lines[dev.uuid].priority) if dev.uuid in lines else dev
+        for dev in snap.devices
+    ]
+    return replace(snap, devices=devices)
+
+
 def _fmt(value: float | None, unit: str) -> str:
     return "-" if value is None else f"{value:.1f}{unit}"
 
 
 def _compute_line(dev: DeviceUsage, status: ComputeStatus, host: ContainerCompute | None) -> str:
     """The compute figures of one device: the ledger's (the container's own) and the host's."""
-    limit, policy = dev.compute_limit, dev.compute_policy
+    limit, policy, priority = dev.compute_limit, dev.compute_policy, dev.compute_priority
     if not limit and host is not None:  # no shim has written it yet: the arbiter's (cgpu.conf)
         limit, policy = host.limit or 0, host.policy or ""
-    line = f"    compute limit {limit}% {policy}".rstrip()
+    if host is not None and host.priority:
+        priority = host.priority  # what the arbiter serves it at
+    line = f"    compute limit {limit}% {policy} {priority}".rstrip()
     line += f"  ledger {dev.compute_used:.1f}%"
     if status.state == "missing":
         return line + "  host: no arbiter status"
@@ -152,6 +169,7 @@ def show(config: Config) -> int:
             print(f"cgpu ledger: skipped {_safe(str(exc))}", file=sys.stderr)
             status = 1
             continue
+        snap = _with_priorities(snap, path.parent)
         meta = read_meta(path.parent)
         compute = statuses.of(path.parent)
         host = compute.for_directory(path.parent)

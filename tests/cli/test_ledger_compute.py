@@ -18,6 +18,7 @@ OTHER = "GPU-5eed0000-0000-4000-8000-000000000001"
 FIGURES = {
     "limit": 30,
     "policy": "fixed",
+    "priority": "normal",
     "share_percent": 29.5,
     "charged_ns": 1,
     "forced_revokes": 0,
@@ -59,7 +60,7 @@ def test_ledger_shows_the_host_figures(tmp_path: Path) -> None:
     lines = out.stdout.splitlines()
     at = lines.index("capped  (ml/p/train)")
     assert lines[at + 2] == (
-        "    compute limit 30% fixed  ledger 0.0%  host: turns 29.5%  10 s 41.2%"
+        "    compute limit 30% fixed normal  ledger 0.0%  host: turns 29.5%  10 s 41.2%"
         "  out of turn 3.5 s  OVER COMPUTE"
     )
     # The other GPU, with no compute limit, and the container without one: no compute line.
@@ -94,3 +95,13 @@ def test_ledger_says_when_the_host_view_is_missing_or_stale(tmp_path: Path) -> N
     elsewhere.write_text(json.dumps(doc))
     out = _ledger("--state-dir", tmp_path, "--compute-status", elsewhere)
     assert "out of turn 3.5 s" in out.stdout
+
+
+def test_ledger_shows_the_compute_priority(tmp_path: Path) -> None:
+    meta = {"source": "device-plugin", "namespace": "ml", "pod": "p", "container": "infer"}
+    create_container_dir(tmp_path, "infer", {UUID: 1 << 30}, meta, {UUID: (20, "fixed", "high")})
+    out = _ledger("--state-dir", tmp_path)  # no arbiter: the priority of the host's cgpu.conf
+    assert out.returncode == 0, out.stderr
+    assert "    compute limit 20% fixed high  ledger 0.0%  host: no arbiter status" in out.stdout
+    (record,) = json.loads(_ledger("--state-dir", tmp_path, "--json").stdout)
+    assert record["devices"][0]["compute_priority"] == "high"
