@@ -57,6 +57,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="estimate the load of processes outside the containers with NVML (default: try)",
     )
+    add(
+        "--enforce",
+        action="store_true",
+        help="kill the processes of a container flagged for out-of-turn GPU work (default: "
+        "stop them outside its turns)",
+    )
     add("--log-level", default="INFO", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
 
 
@@ -76,6 +82,7 @@ def settings_from(args: argparse.Namespace) -> ArbiterConfig:
         idle_release_ns=round(args.idle_release_ms * MS),
         status=args.status or status_path(roots[0].parent),
         nvml=args.nvml,
+        enforce=args.enforce,
     )
 
 
