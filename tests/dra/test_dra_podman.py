@@ -4,11 +4,14 @@ container started with the CDI device name prepare returned, held to the claim's
 podman reads CDI specs from /var/run/cdi (podman 4.3 reads only /etc/cdi and /var/run/cdi),
 so the driver writes there; each spec is named by its claim's UID, and unprepare removes it.
 The image holds busybox, the C library, the CUDA probe and the simulator, no cgpu: the shim,
-its preload file and the ledger come from the CDI spec.
+its preload file and the ledger come from the CDI spec. The same chain starts at `cgpu webhook`
+for a gpushare pod spec, unchanged: its container gets gpushare's variables and its slice.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import shutil
 import subprocess
 import sys
@@ -18,6 +21,15 @@ from pathlib import Path
 
 import pytest
 from dra_helpers import UUIDS, claim_body
+from webhook_chain import claim_pod, gpushare_pod  # puts tests/webhook on the path
+from webhook_helpers import client_context, make_cert, patched, review
+
+from cgpu.webhook import kubeapi
+from cgpu.webhook.admit import Admitter
+from cgpu.webhook.config import WebhookConfig
+from cgpu.webhook.metrics import Metrics
+from cgpu.webhook.server import CertReloader, WebhookServer
+from cgpu.webhook.templates import TemplateStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hooks"))
 import test_podman as hooks_podman
@@ -99,4 +111,62 @@ def test_a_claim_runs_in_podman_held_to_its_memory(
     assert env.stdout.split() == [gpu, "/var/run/cgpu"], env.stderr
     assert unprepared == {ref[1]: ""}
     assert not (CDI_DIR / f"gpu.cgpu.io-claim_{ref[1]}.json").exists()
+    assert not (driver.state_dir / "containers" / f"dra-{ref[1]}").exists()
+
+
+def test_a_gpushare_pod_through_the_webhook_runs_in_podman_as_under_the_device_plugin(
+    podman, start_driver, peer, kube_api, scheduler, dra_root
+) -> None:
+    """webhook (HTTPS, a real AdmissionReview) -> fake API server (template, claim) -> DRA
+    prepare -> podman container -> shim: gpushare's variables and a slice of what was asked."""
+    driver = start_driver("--cdi-dir", str(CDI_DIR), memory=GPU_MEMORY)
+    peer.register()
+    certs = dra_root / "certs"
+    ca = make_cert(certs)
+    api = kubeapi.connect(str(kube_api.kubeconfig(dra_root / "kubeconfig-webhook")))
+    config = WebhookConfig(cert_dir=certs)
+    admitter = Admitter(config, TemplateStore(api, config.device_class), Metrics())
+    server = WebhookServer(admitter, CertReloader(certs), "127.0.0.1", 0)
+    server.start()
+    pod = gpushare_pod("binpack-1", {"aliyun.com/gpu-mem": "1"})  # 1 GiB of a 2 GiB GPU
+    try:
+        conn = http.client.HTTPSConnection(
+            "localhost", server.port, context=client_context(ca), timeout=10
+        )
+        conn.request("POST", "/mutate-pods", json.dumps(review(pod)).encode(),
+                     {"Content-Type": "application/json"})  # fmt: skip
+        answer = json.loads(conn.getresponse().read())
+        conn.close()
+    finally:
+        server.stop()
+    assert answer["response"]["allowed"], answer
+    rewritten = patched(pod, answer)
+    assert "aliyun.com/gpu-mem" not in rewritten["spec"]["containers"][0]["resources"]["limits"]
+    ref = claim_pod(kube_api, scheduler, rewritten, "3f2b1c0d-9e8f-4a7b-8c6d-5e4f3a2b1c0d")["main"]
+    answer = peer.prepare(ref)[ref[1]]
+    assert answer["error"] == ""
+    (cdi_id,) = answer["devices"][0]["cdi_device_ids"]
+    index = int(answer["devices"][0]["device_name"].removeprefix("gpu-"))
+    sim = {"LD_LIBRARY_PATH": SIM_IN_ROOTFS, "CGPU_SIM_DEVICES": "1",
+           "CGPU_SIM_UUIDS": UUIDS[index], "CGPU_SIM_MEMORY": GPU_MEMORY}  # fmt: skip
+    envs = [f"--env={k}={v}" for k, v in sim.items()]
+    shown = "$NVIDIA_VISIBLE_DEVICES $ALIYUN_COM_GPU_MEM_IDX $ALIYUN_COM_GPU_MEM_CONTAINER "
+    shown += "$ALIYUN_COM_GPU_MEM_DEV"
+    try:
+        result = podman(
+            "run", "--rm", "--network", "none", *hooks_podman.ULIMITS, *envs,
+            f"--device={cdi_id}", IMAGE, *probe_script("init", "fill", str(CHUNK), "info"),
+        )  # fmt: skip
+        env = podman("run", "--rm", *hooks_podman.ULIMITS, f"--device={cdi_id}", IMAGE,
+                     "/bin/sh", "-c", f"echo {shown}")  # fmt: skip
+    finally:
+        unprepared = peer.unprepare(ref)
+    assert result.returncode == 0, result.stderr
+    out = parse_probe(result.stdout)
+    assert out["preload"] == ["/usr/local/cgpu/libcgpu.so"]
+    assert int(out["fill"][0]) * CHUNK == 1 << 30  # allocations stop at the 1 GiB asked for
+    assert int(out["info"][2]) == 1 << 30  # and that is the total the program sees
+    # What the device plugin gives: the GPU, its index, 1 of the GPU's 2 GiB units.
+    assert env.stdout.split() == [UUIDS[index], str(index), "1", "2"], env.stderr
+    assert unprepared == {ref[1]: ""}
     assert not (driver.state_dir / "containers" / f"dra-{ref[1]}").exists()
