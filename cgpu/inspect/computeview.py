@@ -25,6 +25,7 @@ USED = "cgpu_container_gpu_compute_used_percent"
 HOST = "cgpu_container_gpu_compute_host_percent"
 OUT_OF_TURN = "cgpu_container_gpu_compute_out_of_turn_seconds_total"
 OVER = "cgpu_container_over_compute"
+INFO = "cgpu_container_gpu_compute_info"  # labels policy and priority
 STATUS_UP = "cgpu_exporter_compute_status_up"
 FIGURES = {LIMIT: "limit", USED: "used", HOST: "host", OUT_OF_TURN: "out_of_turn", OVER: "over"}
 MAX_BYTES = 16 << 20  # an exporter's page for hundreds of containers is well under 1 MiB
@@ -43,6 +44,8 @@ class ContainerRow:
     host: float | None = None
     out_of_turn: float | None = None
     over: float | None = None
+    policy: str = ""  # fixed or share ("": not served)
+    priority: str = ""  # high, normal or low
 
 
 @dataclass
@@ -87,12 +90,16 @@ def parse(text: str) -> tuple[list[ContainerRow], bool]:
             if sample.name == STATUS_UP:
                 up = sample.value == 1
             attr = FIGURES.get(sample.name)
-            if attr is None or not math.isfinite(sample.value):
+            info = sample.name == INFO
+            if (attr is None and not info) or not math.isfinite(sample.value):
                 continue
             labels = sample.labels
             key = tuple(labels.get(k, "") for k in ("namespace", "pod", "container", "gpu_index"))
             row = rows.setdefault(key, ContainerRow(*key))  # type: ignore[arg-type]
-            setattr(row, attr, sample.value)
+            if info:
+                row.policy, row.priority = labels.get("policy", ""), labels.get("priority", "")
+            else:
+                setattr(row, attr, sample.value)
     ordered = sorted(rows.values(), key=lambda r: (r.pod, r.namespace, r.container, r.gpu_index))
     return ordered, up
 
@@ -140,12 +147,13 @@ def details_block(view: NodeCompute) -> str:
     if not rows:
         return "Compute host view :\tno container with a compute limit\n"
     text = f"\nCompute host view ({view.exporter}):\n"
-    text += "NAME\tNAMESPACE\tCONTAINER\tGPU\tLIMIT(%)\tUSED(%)\tHOST 10s(%)\t"
+    text += "NAME\tNAMESPACE\tCONTAINER\tGPU\tLIMIT(%)\tPRIORITY\tUSED(%)\tHOST 10s(%)\t"
     text += "OUT OF TURN(s)\tOVER\n"
     for r in rows:
         over = "-" if r.over is None else ("yes" if r.over else "no")
         names = (r.pod, r.namespace, r.container, r.gpu_index)
         text += "".join(f"{_cell(n)}\t" for n in names) + f"{_number(r.limit, 0)}\t"
+        text += f"{_cell(r.priority)}\t"
         text += f"{_number(r.used)}\t{_number(r.host)}\t{_number(r.out_of_turn)}\t{over}\n"
     return text
 
@@ -163,6 +171,8 @@ def as_json(view: NodeCompute) -> dict[str, Any]:
                 "container": r.container,
                 "gpuIndex": r.gpu_index,
                 "limitPercent": r.limit,
+                "policy": r.policy or None,
+                "priority": r.priority or None,
                 "usedPercent": r.used,
                 "hostPercent": r.host,
                 "outOfTurnSeconds": r.out_of_turn,

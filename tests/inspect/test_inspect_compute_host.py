@@ -53,14 +53,17 @@ class Node:
         self.server = MetricsServer(registry, "127.0.0.1", 0)
         self.serving = False
 
-    def container(self, key: str, pod: str, container: str, figures: dict[str, Any]) -> None:
+    def container(
+        self, key: str, pod: str, container: str, figures: dict[str, Any], priority: str = "normal"
+    ) -> None:
         meta = {
             "source": "device-plugin",
             "namespace": "default",
             "pod": pod,
             "container": container,
         }
-        directory = create_container_dir(self.state, key, {UUID0: GIB}, meta, {UUID0: 30})
+        share = {UUID0: (30, "fixed", priority)}
+        directory = create_container_dir(self.state, key, {UUID0: GIB}, meta, share)
         self.entries[str(directory)] = figures
 
     def _write(self) -> None:
@@ -127,7 +130,7 @@ def _cluster(api: Any) -> None:
 
 
 def test_details_show_the_host_view_from_the_nodes_exporter(kube_api, inspect_cli, node) -> None:
-    node.container("k-train", "train", "c0", FIGURES)
+    node.container("k-train", "train", "c0", FIGURES, priority="high")
     node.container("k-evil", "evil\tpod\nx", "c0", {**FIGURES, "over_compute": False})
     node.start()
     _cluster(kube_api)
@@ -138,14 +141,15 @@ def test_details_show_the_host_view_from_the_nodes_exporter(kube_api, inspect_cl
     lines = [line.split() for line in block.splitlines()]
     title = "Compute host view (kube-system/cgpu-exporter-a):"
     header = [
-        "NAME", "NAMESPACE", "CONTAINER", "GPU", "LIMIT(%)", "USED(%)", "HOST", "10s(%)", "OUT",
-        "OF", "TURN(s)", "OVER",
+        "NAME", "NAMESPACE", "CONTAINER", "GPU", "LIMIT(%)", "PRIORITY", "USED(%)", "HOST",
+        "10s(%)", "OUT", "OF", "TURN(s)", "OVER",
     ]  # fmt: skip
     at = lines.index(title.split())
     assert lines[at + 1] == header
-    assert ["train", "default", "c0", "0", "30", "29.5", "41.2", "3.5", "yes"] in lines
+    assert ["train", "default", "c0", "0", "30", "high", "29.5", "41.2", "3.5", "yes"] in lines
     # A label with a tab and a newline stays in its cell, on its line.
-    assert ["evil?pod?x", "default", "c0", "0", "30", "29.5", "41.2", "3.5", "no"] in lines
+    evil = ["evil?pod?x", "default", "c0", "0", "30", "normal", "29.5", "41.2", "3.5", "no"]
+    assert evil in lines
     # The node without an exporter pod keeps gpushare's layout.
     assert "Compute host view" not in result.stdout.split("NAME:       gpu-b")[1]
     # The request went through the pod proxy.
@@ -160,6 +164,7 @@ def test_details_show_the_host_view_from_the_nodes_exporter(kube_api, inspect_cl
     assert (train["hostPercent"], train["outOfTurnSeconds"], train["overCompute"]) == (
         41.25, 3.5, True,
     )  # fmt: skip
+    assert (train["policy"], train["priority"]) == ("fixed", "high")
     assert "computeHostView" not in data["nodes"][1]
     # Without -d nothing is scraped.
     before = len(kube_api.requests)
