@@ -3,7 +3,10 @@
  *   compute_load run <path> <kernel_ns> <seconds> [threads [idle_first_s]]
  *     launch cgpu_sim_busy kernels of <kernel_ns> back to back for <seconds> through <path>:
  *     kernel, kernel_ptsz, ex, coop, graph (entry points found with dlsym), proc (cuLaunchKernel
- *     through cuGetProcAddress) or direct (the linked symbol); prints "launched N".
+ *     through cuGetProcAddress), direct (the linked symbol), raw (libcuda.so.1 opened by the
+ *     absolute path in CGPU_TEST_RAW_LIBCUDA and its cuLaunchKernel found with libc's own dlsym:
+ *     past the shim's gate, as a hostile program would) or mixed (raw in odd threads, kernel in
+ *     even ones); prints "launched N".
  *   compute_load cost <path> <launches>
  *     time <launches> launches of a 0 ns kernel, best of 5 rounds 100 ms apart (a limited
  *     container's budget refills between them); prints "ns_per_launch X".
@@ -63,8 +66,27 @@ static void setup(void)
     OK(cuModuleGetFunction(&busy_fn, m, "cgpu_sim_busy"));
 }
 
+/* cuLaunchKernel of the driver itself, past the shim: libc's dlsym on a handle of libcuda.so.1
+ * opened by its absolute path. */
+static launch_fn raw_launch(void)
+{
+    typedef void *(*dlsym_fn)(void *, const char *);
+    const char *lib = getenv("CGPU_TEST_RAW_LIBCUDA");
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    void *cuda = lib ? dlopen(lib, RTLD_NOW) : NULL;
+    dlsym_fn real = libc ? (dlsym_fn)dlvsym(libc, "dlsym", "GLIBC_2.34") : NULL;
+    if (!real && libc)
+        real = (dlsym_fn)dlvsym(libc, "dlsym", "GLIBC_2.2.5");
+    launch_fn fn = cuda && real ? (launch_fn)real(cuda, "cuLaunchKernel") : NULL;
+    if (!fn) {
+        fprintf(stderr, "FAIL no raw cuLaunchKernel (CGPU_TEST_RAW_LIBCUDA=%s)\n", lib ? lib : "");
+        exit(1);
+    }
+    return fn;
+}
+
 /* Launch kernels through `path` until `seconds` have passed; returns the count. */
-static unsigned long long saturate(void)
+static unsigned long long saturate(int index)
 {
     unsigned long long ns = kernel_ns, n = 0;
     void *params[] = {&ns};
@@ -74,7 +96,9 @@ static unsigned long long saturate(void)
     graph_fn graph = NULL;
     CUgraphExec exec = NULL;
     OK(cuCtxSetCurrent(ctx));
-    if (!strcmp(path, "kernel") || !strcmp(path, "direct")) {
+    if (!strcmp(path, "raw") || (!strcmp(path, "mixed") && index % 2)) {
+        launch = raw_launch();
+    } else if (!strcmp(path, "kernel") || !strcmp(path, "direct") || !strcmp(path, "mixed")) {
         launch = !strcmp(path, "direct") ? &cuLaunchKernel : (launch_fn)sym("cuLaunchKernel");
     } else if (!strcmp(path, "kernel_ptsz")) {
         launch = (launch_fn)sym("cuLaunchKernel_ptsz");
@@ -113,9 +137,15 @@ static unsigned long long saturate(void)
     return n;
 }
 
+struct worker {
+    int index;
+    unsigned long long count;
+};
+
 static void *thread_main(void *arg)
 {
-    *(unsigned long long *)arg = saturate();
+    struct worker *w = arg;
+    w->count = saturate(w->index);
     return NULL;
 }
 
@@ -135,12 +165,15 @@ static int run(int argc, char **argv)
         seconds -= idle_first;
     }
     pthread_t t[64];
-    unsigned long long counts[64] = {0}, total = 0;
-    for (int i = 0; i < threads && i < 64; i++)
-        pthread_create(&t[i], NULL, thread_main, &counts[i]);
+    struct worker workers[64] = {{0}};
+    unsigned long long total = 0;
+    for (int i = 0; i < threads && i < 64; i++) {
+        workers[i].index = i;
+        pthread_create(&t[i], NULL, thread_main, &workers[i]);
+    }
     for (int i = 0; i < threads && i < 64; i++) {
         pthread_join(t[i], NULL);
-        total += counts[i];
+        total += workers[i].count;
     }
     printf("launched %llu\n", total);
     return 0;
