@@ -3,7 +3,8 @@
 A GPU is a device of the newest generation of its pool, with its `index` attribute and its
 `memory` capacity. A claim holds, on each GPU, the `consumedCapacity` (memory bytes, compute
 percent) of its results for that device. It is shown under the pod it is reserved for (when
-one pod), else under its own name.
+one pod), else under its own name; `cgpu.inspect.model` shows a pod once, however many
+claims it holds (a pod that `cgpu webhook` rewrote has one claim per GPU container).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class ClaimShare:
     namespace: str
     memory: int  # bytes
     compute: int  # percent
+    is_pod: bool = False  # `name` is the pod's (the claim is reserved for one pod)
 
 
 @dataclass
@@ -67,14 +69,17 @@ def gpus(slices: list[Obj]) -> dict[tuple[str, str], DraGpu]:
     return out
 
 
-def _holder(claim: Obj) -> str:
+def _holder(claim: Obj) -> tuple[str, bool]:
+    """(the pod the claim is reserved for, True), else (the claim's name, False)."""
     pods = [
         r
         for r in (claim.get("status") or {}).get("reservedFor") or []
         if r.get("resource") == "pods"
     ]
     meta = claim.get("metadata") or {}
-    return str(pods[0].get("name", "")) if len(pods) == 1 else str(meta.get("name", ""))
+    if len(pods) == 1:
+        return str(pods[0].get("name", "")), True
+    return str(meta.get("name", "")), False
 
 
 def usage(slices: list[Obj], claims: list[Obj]) -> list[DraGpu]:
@@ -91,7 +96,8 @@ def usage(slices: list[Obj], claims: list[Obj]) -> list[DraGpu]:
             gpu = found[key]
             memory = _quantity(consumed["memory"]) if "memory" in consumed else gpu.memory
             namespace = str((claim.get("metadata") or {}).get("namespace", ""))
-            share = held.setdefault(key, ClaimShare(_holder(claim), namespace, 0, 0))
+            holder, is_pod = _holder(claim)
+            share = held.setdefault(key, ClaimShare(holder, namespace, 0, 0, is_pod))
             share.memory += memory
             share.compute += _quantity(consumed.get("compute", 0))
         for key, share in held.items():

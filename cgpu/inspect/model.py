@@ -211,14 +211,26 @@ def _add_dra(out: dict[str, GpuNode], nodes: list[dict[str, Any]], dra: Sequence
         if info is None:
             info = out[name] = _dra_node(name, raw.get(name, {}), gpus)
         unit = 1 << 20 if info.unit == "MiB" else 1 << 30
+        rows = {(p.namespace, p.name): p for p in info.pods}  # one row per pod
         for gpu in gpus:
-            device = info.devices.setdefault(gpu.index, Device(gpu.index, gpu.memory // unit))
+            device = info.devices.get(gpu.index)
+            if device is None:  # a GPU the DRA driver owns beside the device plugin's
+                device = info.devices[gpu.index] = Device(gpu.index, gpu.memory // unit)
+                device.compute_total = 100
+                info.gpu_count = max(info.gpu_count, gpu.index + 1)
+                info.total += device.total
+                info.compute_total += device.compute_total
             for claim in gpu.claims:
                 units = -(-claim.memory // unit)
-                share = PodShare(
-                    claim.name, claim.namespace, {gpu.index: units}, {gpu.index: claim.compute}
-                )
-                info.pods.append(share)
-                device.pods.append(share)
+                share = rows.get((claim.namespace, claim.name)) if claim.is_pod else None
+                if share is None:
+                    share = PodShare(claim.name, claim.namespace, {}, {})
+                    info.pods.append(share)
+                    if claim.is_pod:
+                        rows[(claim.namespace, claim.name)] = share
+                share.per_gpu[gpu.index] = share.per_gpu.get(gpu.index, 0) + units
+                share.compute[gpu.index] = share.compute.get(gpu.index, 0) + claim.compute
+                if not any(p is share for p in device.pods):
+                    device.pods.append(share)
                 device.used += units
                 device.compute_used += claim.compute
