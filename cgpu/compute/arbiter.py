@@ -1,16 +1,21 @@
 """The arbiter's loop: one thread, one selector, every container socket and connection.
 
-Each pass waits for events (1 ms while some GPU's token is held or wanted, longer when all are
-quiet), handles them, checks the processes that owe a DONE, and steps every GPU's schedule,
-sending what it orders. Every 0.5 s it rescans the container directories, every ~100 ms it reads
-the unmanaged load, and every second it writes the status file. A malformed message closes its
-connection; nothing a container sends or writes stops the loop.
+Each pass sleeps until the next event or deadline (a GPU schedule's `next_deadline`, a chore,
+a paused socket's end; no fixed tick), reads the ready connections container by container, each
+within its budget (guard.py), checks the processes that owe a DONE, and steps every GPU's
+schedule, sending what it orders. Every 0.5 s it rescans the container directories, every
+~100 ms it trades snapshots with the NVML thread (sampler.py), and every second it writes the
+status file. A connection that misbehaves is closed and its container's socket paused; nothing
+a container sends or writes stops the loop or costs another container its turns.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import os
+import resource
 import selectors
 import socket
 import time
@@ -18,9 +23,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from cgpu.core.containers import make_private_root
+
 from . import protocol, status
 from .clients import Client, handle
 from .discovery import Discovery, Limits
+from .guard import ACCEPTS_PER_PASS, PENALTY_NS, ContainerGuard, RateLimitedLog
 from .levers import Levers
 from .listener import Listener, intact, listen, unlisten
 from .peer import halted, peer_of
@@ -31,12 +39,12 @@ from .unmanaged import BusySource, NvmlSource
 log = logging.getLogger(__name__)
 
 MS = 1_000_000
-TICK_NS = 1 * MS
 SCAN_NS = 500 * MS
 UNMANAGED_NS = 100 * MS
 STATUS_NS = 1000 * MS
-MAX_CLIENTS = 512  # connections per container; more are closed at once
-READS_PER_EVENT = 64  # packets read from one connection before others get a turn
+DRAIN_CHECK_NS = 2 * MS  # how often a process that owes a DONE is checked for stopped or dead
+MAX_SLEEP_NS = 1000 * MS  # the longest sleep, whatever is due
+NOFILE_RESERVE = 64  # descriptors kept for listeners' peers, NVML, the status file
 MAX_STEP_ROUNDS = 8
 
 
@@ -61,6 +69,9 @@ class _Container:
     limits: Limits
     listener: Listener
     clients: set[Client] = field(default_factory=set)
+    guard: ContainerGuard = field(default_factory=ContainerGuard)
+    listening: bool = False  # its listener is in the selector (not paused)
+    slowed_until: int = 0  # its connections are not read before this (its packets spent)
 
 
 class Arbiter:
@@ -94,6 +105,14 @@ class Arbiter:
         self._stopping = False
         self._closed = False
         self._next = {"scan": 0, "unmanaged": 0, "status": 0}
+        self._ready: dict[_Container, set[Client]] = {}  # connections with packets waiting
+        self._rotation = 0  # which container is read first in a pass
+        self._next_drain_check = 0
+        self._fds_paused_until = 0  # every socket's accepts wait after EMFILE
+        self.refused_connections = 0
+        self.closed_clients = 0  # closed for misbehaving (malformed, flooding, unreadable)
+        self._say = RateLimitedLog(log)
+        self._nofile = _raise_nofile()
 
     @property
     def bad_configs(self) -> int:
@@ -140,24 +159,36 @@ class Arbiter:
         now = self._clock()
         for key, _ in events:
             key.data(now)
+        self._serve(now)
         self._check_drains(now)
         self._step(now)
         if self._levers.active:
             self._follow(now)
 
     def _timeout(self, now: int) -> float:
-        """Seconds to wait: a tick while any token is held or wanted, else the next chore."""
-        if any(not gpu.quiet() for gpu in self._gpus.values()):
-            return TICK_NS / 1e9
-        due = [self._next["scan"]]
+        """Seconds to wait: until the earliest of the GPUs' deadlines, the chores, the end of
+        a pause, and (while a process owes a DONE) its next check."""
+        due = [self._next["scan"], now + MAX_SLEEP_NS]
         if self._source is not None and self._gpus:
             due.append(self._next["unmanaged"])
         if self.settings.status is not None:
             due.append(self._next["status"])
+        for gpu in self._gpus.values():
+            deadline = gpu.next_deadline(now)
+            if deadline is not None:
+                due.append(deadline)
+            if gpu.draining():
+                due.append(max(now, self._next_drain_check))
+        for container in self._containers.values():
+            if container.slowed_until:
+                due.append(container.slowed_until)
+            if not container.listening:
+                due.append(max(container.guard.paused_until, self._fds_paused_until))
         return max(0.0, (min(due) - now) / 1e9)
 
     def _periodic(self, now: int) -> None:
-        """The chores that are due: rescan, unmanaged load, status."""
+        """The chores that are due: paused sockets, rescan, unmanaged load, status."""
+        self._resume(now)
         if now >= self._next["scan"]:
             self._next["scan"] = now + SCAN_NS
             self._scan(now)
@@ -175,8 +206,15 @@ class Arbiter:
     # --- containers ------------------------------------------------------------------------
 
     def _scan(self, now: int) -> None:
-        """Follow the container directories: new ones, gone ones, changed limits."""
-        found = {str(path): limits for path, limits in self._discovery.scan().items()}
+        """Follow the container directories: new ones, gone ones, changed limits. A root that
+        cannot be listed now (EMFILE, EIO) changes nothing."""
+        self._guard_roots(now)
+        try:
+            scanned = self._discovery.scan()
+        except OSError as err:
+            self._say.say("scan", now, logging.WARNING, "cannot scan the containers: %s", err)
+            return
+        found = {str(path): limits for path, limits in scanned.items()}
         for name in [n for n in self._containers if n not in found]:
             self._drop(name, now)
         self._cannot_listen &= found.keys()
@@ -190,6 +228,23 @@ class Arbiter:
             if container.limits != limits:
                 self._set_limits(container, limits, now)
 
+    def _guard_roots(self, now: int) -> None:
+        """Keep every existing containers root closed to other host users (its sockets are
+        0666 so that any user inside a container may connect: the root's mode is the fence)."""
+        for root in self.settings.roots:
+            try:
+                if os.stat(root, follow_symlinks=False).st_mode & 0o077:
+                    make_private_root(root)
+                    if os.stat(root, follow_symlinks=False).st_mode & 0o077:
+                        what = "open to other users, and not the arbiter's to close"
+                        self._say.say(f"root {root}", now, logging.WARNING, "%s: %s", root, what)
+                    else:
+                        log.warning("%s: group and other access taken away", root)
+            except FileNotFoundError:
+                continue
+            except OSError as err:
+                self._say.say(f"root {root}", now, logging.WARNING, "%s: %s", root, err)
+
     def _add(self, name: str, limits: Limits, now: int) -> None:
         """Listen in a new container's directory and give it its limits."""
         try:
@@ -202,9 +257,7 @@ class Arbiter:
         self._cannot_listen.discard(name)
         container = _Container(name, {}, listener)
         self._containers[name] = container
-        self._selector.register(
-            listener.sock, selectors.EVENT_READ, partial(self._accept, container)
-        )
+        self._listen(container, now)
         self._set_limits(container, limits, now)
         log.info("%s: listening, limits %s", name, limits)
 
@@ -216,22 +269,48 @@ class Arbiter:
             log.warning("%s: socket file gone, cannot listen afresh: %s", container.name, err)
             return
         log.warning("%s: socket file gone, listening afresh", container.name)
-        self._selector.unregister(container.listener.sock)
+        self._mute(container)
         container.listener.sock.close()
         container.listener = listener
+        self._listen(container, self._clock())
+
+    def _listen(self, container: _Container, now: int) -> None:
+        """Put the container's listener in the selector, unless its accepts are paused."""
+        paused = max(container.guard.paused_until, self._fds_paused_until)
+        if container.listening or now < paused:
+            return
         self._selector.register(
-            listener.sock, selectors.EVENT_READ, partial(self._accept, container)
+            container.listener.sock, selectors.EVENT_READ, partial(self._accept, container)
         )
+        container.listening = True
+
+    def _mute(self, container: _Container) -> None:
+        """Take the container's listener out of the selector (its clients wait in the backlog)."""
+        if container.listening:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(container.listener.sock)
+            container.listening = False
+
+    def _resume(self, now: int) -> None:
+        """Listeners whose pause has ended listen again; slowed containers are read again."""
+        for container in self._containers.values():
+            if not container.listening:
+                self._listen(container, now)
+            if container.slowed_until and now >= container.slowed_until:
+                container.slowed_until = 0
+                for client in container.clients:
+                    self._watch(client)
 
     def _drop(self, name: str, now: int) -> None:
         """Close a container's connections and listener, unlink its socket, forget it."""
         container = self._containers.pop(name)
         for client in list(container.clients):
             self._close(client, now)
-        with contextlib.suppress(KeyError, ValueError):
-            self._selector.unregister(container.listener.sock)
+        self._mute(container)
         unlisten(container.listener)
         self._set_limits(container, {}, now)
+        self._ready.pop(container, None)
+        self._say.forget(name)
         log.info("%s: no longer served", name)
 
     def _set_limits(self, container: _Container, limits: Limits, now: int) -> None:
@@ -259,50 +338,182 @@ class Arbiter:
     # --- connections -----------------------------------------------------------------------
 
     def _accept(self, container: _Container, now: int) -> None:
-        """Take the pending connections of a container."""
-        for _ in range(protocol.MAX_DEVICES * 4):
+        """Take a few of a container's pending connections (ACCEPTS_PER_PASS a pass). Over its
+        cap, or the node's, a connection is closed at once and the socket paused; out of
+        descriptors, every socket is paused (never a spin on EMFILE)."""
+        for _ in range(ACCEPTS_PER_PASS):
             try:
                 sock, _ = container.listener.sock.accept()
-            except OSError:  # BlockingIOError: none left
+            except BlockingIOError:
                 return
-            if len(container.clients) >= MAX_CLIENTS:
-                log.warning("%s: over %d connections, closing one", container.name, MAX_CLIENTS)
+            except OSError as err:
+                if err.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._out_of_descriptors(err, now)
+                    return
+                continue  # ECONNABORTED and the like: that one is gone, take the next
+            over = len(container.clients) >= container.guard.max_connections
+            if not over and self._connections() >= self._node_cap():
+                over = not self._evict_for(container, now)
+            if over:
                 sock.close()
-                continue
+                self.refused_connections += 1
+                full = len(container.clients) >= container.guard.max_connections
+                what = f"its {container.guard.max_connections}" if full else "the node's"
+                self._say.say(
+                    f"{container.name} cap",
+                    now,
+                    logging.WARNING,
+                    "%s: over %s connections; one closed, the socket paused",
+                    container.name,
+                    what,
+                )
+                container.guard.paused_until = max(container.guard.paused_until, now + PENALTY_NS)
+                self._mute(container)
+                return
             sock.setblocking(False)
             client = Client(sock, container.name, peer_of(sock))
             container.clients.add(client)
-            self._selector.register(sock, selectors.EVENT_READ, partial(self._read, client))
+            if not container.slowed_until:
+                self._watch(client)
 
-    def _read(self, client: Client, now: int) -> None:
-        """Handle the packets waiting on a connection; close it on EOF or a malformed one."""
-        for _ in range(READS_PER_EVENT):
-            if client.closed:
-                return
-            try:
-                packet = client.sock.recv(protocol.SIZE + 1)
-            except BlockingIOError:
-                return
-            except OSError:
-                packet = b""
-            if not packet:
-                self._close(client, now)
-                return
-            try:
-                message = protocol.unpack_client(packet)
-                limits = self._containers[client.container].limits
-                replies = handle(client, message, limits, self._gpus, now)
-            except protocol.ProtocolError as err:
-                self.bad_messages += 1
-                log.info("%s: closing a connection: %s", client.container, err)
-                self._close(client, now)
-                return
-            except Exception:  # a bug here must not take the other containers down
-                log.exception("%s: closing a connection after an error", client.container)
-                self._close(client, now)
-                return
-            for reply in replies:
-                self._send(client, reply, now)
+    def _connections(self) -> int:
+        """The connections open now, over every container."""
+        return sum(len(container.clients) for container in self._containers.values())
+
+    def _node_cap(self) -> int:
+        """The most connections the node takes: what the descriptor limit leaves beside the
+        listeners and a reserve (a quarter of a small limit)."""
+        reserve = min(NOFILE_RESERVE, self._nofile // 4)
+        return max(0, self._nofile - reserve - len(self._containers))
+
+    def _evict_for(self, container: _Container, now: int) -> bool:
+        """The node is full: make room for `container` by closing a connection of the
+        container with the most, if that one has at least two more; False when none does."""
+        largest = max(self._containers.values(), key=lambda c: len(c.clients))
+        if len(largest.clients) < len(container.clients) + 2:
+            return False
+        victim = next(iter(largest.clients))
+        self._say.say(
+            "evict",
+            now,
+            logging.WARNING,
+            "the node's connections are full: one of %s's %d closed for %s",
+            largest.name,
+            len(largest.clients),
+            container.name,
+        )
+        self._close(victim, now)
+        return True
+
+    def _out_of_descriptors(self, err: OSError, now: int) -> None:
+        """EMFILE and its kin: pause every socket's accepts a while."""
+        self._fds_paused_until = now + PENALTY_NS
+        for container in self._containers.values():
+            self._mute(container)
+        self._say.say("fds", now, logging.WARNING, "cannot accept (%s): sockets paused", err)
+
+    def _watch(self, client: Client) -> None:
+        """Put a connection in the selector."""
+        if not client.closed:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.register(
+                    client.sock, selectors.EVENT_READ, partial(self._mark_ready, client)
+                )
+
+    def _mark_ready(self, client: Client, now: int) -> None:
+        """A connection has packets: read in this pass's `_serve`, within its container's
+        budget."""
+        container = self._containers.get(client.container)
+        if container is not None:
+            self._ready.setdefault(container, set()).add(client)
+
+    def _serve(self, now: int) -> None:
+        """Read the ready connections container by container, starting with a different one
+        each pass, one packet a connection in turn, up to each container's budget. What is
+        left waits for the next pass; a container whose packets are spent is not read until
+        its bucket refills."""
+        ready, self._ready = list(self._ready.items()), {}
+        if not ready:
+            return
+        start = self._rotation % len(ready)
+        self._rotation += 1
+        for container, clients in ready[start:] + ready[:start]:
+            if self._containers.get(container.name) is not container:
+                continue  # dropped in this pass
+            budget = container.guard.budget(now)
+            queue = [client for client in clients if not client.closed]
+            used = 0
+            while queue and used < budget:
+                client = queue.pop(0)
+                if self._read_one(client, now):
+                    used += 1
+                    if not client.closed:
+                        queue.append(client)
+            container.guard.packets.take(used, now)
+            if queue and container.guard.packets.level(now) < 1:
+                self._slow(container, now)
+
+    def _slow(self, container: _Container, now: int) -> None:
+        """Stop reading a container whose packets are spent until its bucket refills."""
+        container.slowed_until = container.guard.packets.ready_at(now)
+        for client in container.clients:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(client.sock)
+        self._say.say(
+            f"{container.name} slow",
+            now,
+            logging.INFO,
+            "%s: over its packets a second, its connections are read more slowly",
+            container.name,
+        )
+
+    def _read_one(self, client: Client, now: int) -> bool:
+        """Read and handle one packet; False when there was none. EOF closes the connection; a
+        malformed packet, or one past the connection's rate, closes it and pauses its
+        container's socket."""
+        try:
+            packet = client.sock.recv(protocol.SIZE + 1)
+        except BlockingIOError:
+            return False
+        except OSError:
+            packet = b""
+        if not packet:
+            self._close(client, now)
+            return False
+        if not client.meter.count_one(now):
+            self._misbehaved(client, now, "more packets in a second than a shim sends")
+            return True
+        try:
+            message = protocol.unpack_client(packet)
+            limits = self._containers[client.container].limits
+            replies = handle(client, message, limits, self._gpus, now)
+        except protocol.ProtocolError as err:
+            self.bad_messages += 1
+            self._misbehaved(client, now, str(err))
+            return True
+        except Exception:  # a bug here must not take the other containers down
+            log.exception("%s: closing a connection after an error", client.container)
+            self._close(client, now)
+            return True
+        for reply in replies:
+            self._send(client, reply, now)
+        return True
+
+    def _misbehaved(self, client: Client, now: int, why: str) -> None:
+        """Close a connection that broke the protocol; its container's socket is paused."""
+        self.closed_clients += 1
+        self._say.say(
+            f"{client.container} bad",
+            now,
+            logging.INFO,
+            "%s: closing a connection: %s",
+            client.container,
+            why,
+        )
+        self._close(client, now)
+        container = self._containers.get(client.container)
+        if container is not None and container.guard.offend(now) > now:
+            self._mute(container)
 
     def _send(self, client: Client, data: bytes, now: int) -> None:
         """Send one packet without blocking; a connection that cannot take it is closed."""
@@ -311,7 +522,14 @@ class Arbiter:
         try:
             client.sock.send(data)
         except OSError as err:  # BlockingIOError: it does not read its messages
-            log.info("%s: closing a connection that cannot be sent to: %s", client.container, err)
+            self._say.say(
+                f"{client.container} send",
+                now,
+                logging.INFO,
+                "%s: closing a connection that cannot be sent to: %s",
+                client.container,
+                err,
+            )
             self._close(client, now)
 
     def _close(self, client: Client, now: int) -> None:
@@ -329,11 +547,17 @@ class Arbiter:
         container = self._containers.get(client.container)
         if container is not None:
             container.clients.discard(client)
+            self._ready.get(container, set()).discard(client)
 
     # --- scheduling ------------------------------------------------------------------------
 
     def _check_drains(self, now: int) -> None:
-        """A process that owes a DONE but is stopped or dead is drained as far as it can be."""
+        """A process that owes a DONE but is stopped or dead is drained as far as it can be:
+        looked at every DRAIN_CHECK_NS while some process owes one (a running one answers
+        within a drain; /proc is read only then, not at every packet)."""
+        if now < self._next_drain_check:
+            return
+        self._next_drain_check = now + DRAIN_CHECK_NS
         for gpu in self._gpus.values():
             for client in gpu.draining():
                 if client.peer is not None and halted(client.peer):
@@ -425,3 +649,19 @@ def _packet(client: Client, uuid: str, order: Order, budget_ns: int, sharers: in
     if order.kind == "grant":
         return protocol.grant(dev, order.epoch, order.share, budget_ns, sharers)
     return protocol.revoke(dev, order.epoch)
+
+
+def _raise_nofile() -> int:
+    """Raise the soft descriptor limit to the hard one; the limit that holds."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft == resource.RLIM_INFINITY:
+        return hard
+    if soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (OSError, ValueError) as err:
+            log.warning("cannot raise the descriptor limit from %d to %d: %s", soft, hard, err)
+    return soft

@@ -189,13 +189,16 @@ class Sampler:
                 snapshot = self._snapshot
             if snapshot is None or self._stopping.is_set():
                 continue
+            fresh = snapshot is not done
             try:
-                report = self.cycle(snapshot, fresh=snapshot is not done)
+                report = self.cycle(snapshot, fresh=fresh)
             except Exception:  # a bug here must not end the thread
                 log.exception("the NVML thread's cycle failed")
                 continue
             done = snapshot
             with self._lock:
+                if not fresh and self._report is not None:
+                    report.loads = self._report.loads  # not polled again: the last still holds
                 self._report = report
                 self._charges += report.charges
                 for uuid, gap in report.probes.items():

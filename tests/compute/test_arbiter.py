@@ -250,7 +250,11 @@ def test_the_status_file_reports_limits_shares_and_charges(root: Path, start) ->
         "share_percent": 0,
         "charged_ns": 0,
         "forced_revokes": 0,
+        "host_percent": 0.0,
+        "out_of_turn_s": 0.0,
+        "over_compute": False,
     }
+    assert gpu["host_view"] is False  # --no-nvml: the host figures say nothing
     assert status["gpus"][OTHER]["containers"][str(a_dir)]["policy"] == "share"
     assert (status["bad_messages"], status["bad_configs"]) == (0, 0)
 
