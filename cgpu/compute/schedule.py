@@ -46,7 +46,6 @@ ALONE_WORK_QUANTA = 20  # and while none does (a renewal then costs two messages
 REVOKE_DEADLINE_QUANTA = 2  # a holder that has not drained this long after REVOKE loses the token
 HIGH, NORMAL, LOW = "high", "normal", "low"
 PRIORITIES = (HIGH, NORMAL, LOW)  # served in this order (see _rank)
-PREEMPT_DEADLINE_QUANTA = 1  # a holder revoked for a `high` waiter loses the token this soon
 PREEMPTIBLE_WORK_DIVISOR = 10  # beside a `high` container a grant admits a tenth of a quantum
 
 
@@ -140,7 +139,7 @@ class _Token:
     spent: bool = False  # revoked because a fixed holder's budget was spent
     queued_until: int = 0  # when the work its clients said they queued (SPENT) should end
     budget_ns: int = 0  # the work its latest grant admitted (the most SPENT may stretch a drain)
-    preempted: bool = False  # revoked for a `high` waiter: it has PREEMPT_DEADLINE_QUANTA to drain
+    preempted: bool = False  # revoked for a `high` waiter: it has a preemptible grant to drain
 
 
 def _after(segment: tuple[int, int, float], start: int) -> float:
@@ -427,6 +426,8 @@ class GpuSchedule(Generic[Conn]):
         waiting = any(self._eligible(t) for n, t in self._tenants.items() if n != token.holder)
         if waiting and not all(link.spent or link.idle for link in links):
             return  # others wait: the holder's turn is judged when every busy grant is spent
+        if self._renewal_held(token, now):
+            return  # beside a `high` container: renewed once most of what it queued has run
         for conn in tenant.conns:
             link = self._links[conn]
             if link.spent:
@@ -492,9 +493,13 @@ class GpuSchedule(Generic[Conn]):
         work the holder said it queued (SPENT) that had not run at the REVOKE, no more than its
         grant admitted; never past the drain cap. A connection that drains later is charged its
         late drain; one that never answers (and never said SPENT) loses the GPU two quanta
-        after the REVOKE."""
-        quanta = PREEMPT_DEADLINE_QUANTA if token and token.preempted else REVOKE_DEADLINE_QUANTA
-        wait = quanta * self.quantum_ns
+        after the REVOKE. A holder revoked for a `high` waiter has a preemptible grant's work
+        (a tenth of a quantum)."""
+        if token is not None and token.preempted:
+            # A `high` waiter: the holder has what one preemptible grant admits to drain; a
+            # kernel still running then is time-sliced by the GPU against the high one's work.
+            return min(self.drain_cap_ns, self.quantum_ns // PREEMPTIBLE_WORK_DIVISOR)
+        wait = REVOKE_DEADLINE_QUANTA * self.quantum_ns
         if token is not None:
             wait += min(max(0, token.queued_until - token.t_revoke), token.budget_ns)
         return min(self.drain_cap_ns, wait)
@@ -622,6 +627,21 @@ class GpuSchedule(Generic[Conn]):
             work = min(work, self.quantum_ns // PREEMPTIBLE_WORK_DIVISOR)
         return work
 
+    def _renewal_lead_ns(self) -> int:
+        """How much queued work a holder beside a `high` container may still have when its
+        spent grant is renewed: a preemptible grant's worth, so that the renewal's round trip
+        (the arbiter's sleep rounds up to a millisecond) finds the GPU still busy."""
+        return self.quantum_ns // PREEMPTIBLE_WORK_DIVISOR
+
+    def _renewal_held(self, token: _Token, now: int) -> bool:
+        """Whether a spent grant waits for its queued work to run before it is renewed: beside
+        a `high` container, so that renewals cannot pile work up faster than the GPU runs it
+        (what a REVOKE must drain stays about one grant; the shim admits each grant's budget
+        whatever is still queued from the last)."""
+        if self._tenants[token.holder].priority == HIGH or not self._high_present(token.holder):
+            return False
+        return token.queued_until - now > self._renewal_lead_ns()
+
     def _high_present(self, besides: str | None) -> bool:
         """Some `high` container other than `besides` has a connection on this GPU."""
         return any(t.priority == HIGH and t.conns for n, t in self._tenants.items() if n != besides)
@@ -680,6 +700,8 @@ class GpuSchedule(Generic[Conn]):
         times: list[float] = [token.t_mark + self.quantum_ns, token.t_grant + self.quantum_ns]
         if token.queued_until > now:
             times.append(token.queued_until)
+            if any(link.spent for link in links) and self._renewal_held(token, now):
+                times.append(token.queued_until - self._renewal_lead_ns())
         if links and all(link.idle for link in links):
             times.append(max(link.idle_since for link in links) + self.idle_release_ns)
         f = self._fraction(token)
