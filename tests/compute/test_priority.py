@@ -322,3 +322,34 @@ def test_discovery_gives_the_arbiter_each_containers_priority(tmp_path) -> None:
         tmp_path / "new": {uuid: (40, "fixed", "high")},
     }
     assert found.bad_configs == 1  # read as no compute line: fails closed, counted
+
+
+def test_renewals_beside_a_high_container_wait_for_the_queue_to_run() -> None:
+    """A trainer whose launches say SPENT faster than its kernels run is renewed only once
+    what it queued is down to one preemptible grant, and the arbiter wakes for it."""
+    sim = Sim()
+    (low,) = add(sim, "low", 90, "share", "low")
+    sim.saturating.discard(low)
+    Requests(sim, "high", 10, "fixed", "high")  # connected, idle
+    sim.settle()
+    gpu, epoch = sim.gpu, sim.gpu.epoch
+    queued: list[int] = []
+    renewals = 0
+    for _ in range(200):  # every 0.25 ms, if its grant was renewed, it spends another 1 ms
+        open_grant = sim.orders_to(low, "grant")
+        if len(open_grant) > renewals:
+            renewals = len(open_grant)
+            gpu.spent(low, epoch, 1 * MS, sim.now)
+            gpu.want(low, sim.now)
+        sim.settle()
+        token = gpu._token
+        assert token is not None
+        queued.append(token.queued_until - sim.now)
+        sim.now += MS // 4
+    assert max(queued) <= 2 * MS + 1 * MS  # one grant's worth renewed, plus what it admits
+    assert renewals > 20  # it is still served: the GPU does not idle for it
+    # no event: the arbiter must wake when the queue is down to the lead
+    gpu.spent(low, epoch, 3 * MS, sim.now)
+    gpu.step(sim.now)
+    token = gpu._token
+    assert gpu.next_deadline(sim.now) == token.queued_until - 2 * MS
