@@ -3,7 +3,7 @@ table, its share of the GPU's time in every 1 s window, and the launch latency t
 and without a limit, measured in one run.
 
     python benchmarks/compute_share.py [--seconds 12] [--launches 20000] [--no-arbiter]
-                                       [--attribution sampled|exact]
+                                       [--attribution sampled|exact] [--cases all|shares|priority]
 
 Each "container" is a ledger directory with the host's cgpu.conf (its compute limit, as the
 device plugin writes it); one `cgpu compute-arbiter` per simulated machine time-slices each GPU
@@ -13,6 +13,13 @@ the simulator's exact kernel time per process (tests/shim/compute_kit.py), per 1
 for kernels longer than a quantum). Latency: ns per cuLaunchKernel of a 0 ns kernel, best of 5
 rounds 100 ms apart, through dlsym, cuGetProcAddress and direct linking, without the shim, with
 it and no limit, with a limit.
+
+Priority cases (issue 35): an inference stand-in (benchmarks/inference_load.c: 2 ms requests
+at 50/s, Poisson arrivals, each one kernel and a sync) alone, then beside a saturating trainer
+with 1 ms or 10 ms kernels, as `high` beside `low` and as `normal` beside `normal` (the
+baseline): its p99 request latency against its p99 alone, and the trainer's share of the GPU
+time the inference leaves, per 1 s window from the second one. Each case runs alone on its own
+simulated machine, one after the other (the latency is the host's CPU's too).
 """
 
 from __future__ import annotations
@@ -166,6 +173,107 @@ def machines(tmp: Path, load: Path, seconds: float, attribution: str, arbiter: b
     return out
 
 
+INFER_NS, INFER_RATE = 2 * MS, 50.0  # 2 ms requests at 50/s
+INFER_LIMIT = (30, "share")  # the inference's limit; the trainer's is share 70
+PRIORITY_CASES = [  # (name, trainer kernel ns or 0: alone, inference's priority, trainer's)
+    ("inference alone", 0, "high", ""),
+    ("high beside low, 1 ms", MS, "high", "low"),
+    ("high beside low, 10 ms", 10 * MS, "high", "low"),
+    ("normal beside normal, 1 ms", MS, "normal", "normal"),
+    ("normal beside normal, 10 ms", 10 * MS, "normal", "normal"),
+]
+
+
+def build_inference(cc: str, out: Path) -> Path:
+    """Compile benchmarks/inference_load.c against the simulator's libcuda."""
+    from compute_kit import cuda_include
+
+    exe = out / "inference_load"
+    source = Path(__file__).resolve().parent / "inference_load.c"
+    subprocess.run(
+        [cc, "-std=gnu11", "-O2", "-Wall", "-Werror", "-I", str(cuda_include()), str(source),
+         "-o", str(exe), "-L", str(sim_lib_dir()), "-l:libcuda.so.1", "-lm"],
+        check=True,
+    )  # fmt: skip
+    return exe
+
+
+def priority_case(
+    tmp: Path, load: Path, infer: Path, seconds: float, attribution: str, case: tuple
+) -> dict:
+    """One priority case on a machine of its own: the spec for `run_isolated`."""
+    name, kernel_ns, infer_priority, trainer_priority = case
+    slug = name.replace(" ", "_").replace(",", "")
+    env = base_env(tmp, f"{slug}.state", 1, shim=True, attribution=attribution)
+    report = tmp / f"{slug}.report"
+    containers = [
+        {
+            "name": "inference",
+            "ledger": str(tmp / slug / "inference"),
+            "env": {},
+            "conf": [*INFER_LIMIT, infer_priority],
+            # it outlives the last window (the simulator forgets a process that has exited)
+            "argv": [str(infer), str(INFER_NS), str(INFER_RATE), str(seconds + 0.5), str(report)],
+            "seconds": seconds,
+        }
+    ]
+    if kernel_ns:
+        containers.append(
+            {
+                "name": "trainer",
+                "ledger": str(tmp / slug / "trainer"),
+                "env": {},
+                "conf": [100 - INFER_LIMIT[0], "share", trainer_priority],
+                "kernel_ns": kernel_ns,
+                "seconds": seconds + 0.5,
+            }
+        )
+    return {
+        "sim_dir": str(sim_lib_dir()),
+        "state": env["CGPU_SIM_STATE"],
+        "load": str(load),
+        "env": env,
+        "containers": containers,
+        "windows": one_second_windows(0.0, seconds),
+        "arbiter": [],
+        "report": str(report),
+    }
+
+
+def priority_report(specs: list[dict], results: list, seconds: float) -> None:
+    """Print each priority case's latency and shares against the goals."""
+    n = int(seconds)
+    print(
+        f"\npriority: {INFER_NS // MS} ms requests at {INFER_RATE:.0f}/s (Poisson), inference "
+        f"{INFER_LIMIT[1]} {INFER_LIMIT[0]}, trainer share {100 - INFER_LIMIT[0]}; latency over "
+        "the requests from the second second, shares per 1 s window from the second one"
+    )
+    alone_p99 = None
+    for (name, kernel_ns, _, trainer_priority), spec, windows in zip(
+        PRIORITY_CASES, specs, results, strict=True
+    ):
+        words = Path(spec["report"]).read_text().split()
+        figures = dict(zip(words[::2], map(float, words[1::2]), strict=True))
+        p99 = figures["p99"]
+        line = f"  {name:30s} n {figures['requests']:4.0f}  p50 {figures['p50']:6.2f} ms"
+        line += f"  p99 {p99:6.2f} ms  max {figures['max']:7.2f} ms"
+        if not kernel_ns:
+            alone_p99 = p99
+            print(line)
+            continue
+        infer = [w["inference"] for w in windows[1:n]]
+        kept = [w["trainer"] / max(1e-9, 100 - w["inference"]) for w in windows[1:n]]
+        ratio = p99 / alone_p99 if alone_p99 else float("nan")
+        line += f"  = {ratio:4.1f}x alone; inference {min(infer):4.1f}-{max(infer):4.1f}%"
+        line += f", trainer keeps {100 * min(kept):5.1f}-{100 * max(kept):5.1f}% of the rest"
+        if trainer_priority == "low":
+            goal = 1.5 if kernel_ns == MS else 2.5
+            ok = ratio <= goal and (kernel_ns != MS or min(kept) >= 0.8)
+            line += f" ({'ok' if ok else 'MISSED'}: p99 <= {goal}x"
+            line += ", trainer >= 80%)" if kernel_ns == MS else ")"
+        print(line)
+
+
 def latency(load: Path, tmp: Path, launches: int, arbiter: bool) -> list[tuple[str, float]]:
     """ns per launch without the shim, with it and no limit, with a `share` 50% limit (under the
     arbiter: alone, the container holds the GPU and every launch takes the open gate)."""
@@ -260,11 +368,27 @@ def main() -> None:
         help="NVML names one process per period where several ran, as a real H100 does "
         "(sampled), or gives each its own busy %% (exact)",
     )
+    parser.add_argument(
+        "--cases",
+        choices=("all", "shares", "priority"),
+        default="all",
+        help="the share cases and the launch latency, the priority cases (issue 35), or both",
+    )
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cgpu-compute-"))
     try:
         load = build_load(shutil.which("cc") or "cc", sim_lib_dir(), tmp)
         arbiter = not args.no_arbiter
+        if args.cases != "shares":
+            infer = build_inference(shutil.which("cc") or "cc", tmp)
+            pspecs = [
+                priority_case(tmp, load, infer, args.seconds, args.attribution, case)
+                for case in PRIORITY_CASES
+            ]
+            presults = [run_isolated(spec) for spec in pspecs]  # one at a time
+            priority_report(pspecs, presults, args.seconds)
+            if args.cases == "priority":
+                return
         specs = machines(tmp, load, args.seconds, args.attribution, arbiter)
         started = time.monotonic()
         with ThreadPoolExecutor(2) as pool:

@@ -46,7 +46,7 @@ ALONE_WORK_QUANTA = 20  # and while none does (a renewal then costs two messages
 REVOKE_DEADLINE_QUANTA = 2  # a holder that has not drained this long after REVOKE loses the token
 HIGH, NORMAL, LOW = "high", "normal", "low"
 PRIORITIES = (HIGH, NORMAL, LOW)  # served in this order (see _rank)
-PREEMPTIBLE_WORK_DIVISOR = 10  # beside a `high` container a grant admits a tenth of a quantum
+PREEMPTIBLE_WORK_DIVISOR = 20  # beside a `high` container a grant admits 1/20 of a quantum
 
 
 @dataclass(frozen=True)
@@ -494,7 +494,7 @@ class GpuSchedule(Generic[Conn]):
         grant admitted; never past the drain cap. A connection that drains later is charged its
         late drain; one that never answers (and never said SPENT) loses the GPU two quanta
         after the REVOKE. A holder revoked for a `high` waiter has a preemptible grant's work
-        (a tenth of a quantum)."""
+        (1/20 of a quantum)."""
         if token is not None and token.preempted:
             # A `high` waiter: the holder has what one preemptible grant admits to drain; a
             # kernel still running then is time-sliced by the GPU against the high one's work.
@@ -629,9 +629,9 @@ class GpuSchedule(Generic[Conn]):
 
     def _renewal_lead_ns(self) -> int:
         """How much queued work a holder beside a `high` container may still have when its
-        spent grant is renewed: a preemptible grant's worth, so that the renewal's round trip
-        (the arbiter's sleep rounds up to a millisecond) finds the GPU still busy."""
-        return self.quantum_ns // PREEMPTIBLE_WORK_DIVISOR
+        spent grant is renewed: one and a half preemptible grants, so that the renewal's round
+        trip (the arbiter's sleep rounds up to a millisecond) finds the GPU still busy."""
+        return 3 * self.quantum_ns // PREEMPTIBLE_WORK_DIVISOR // 2
 
     def _renewal_held(self, token: _Token, now: int) -> bool:
         """Whether a spent grant waits for its queued work to run before it is renewed: beside

@@ -106,9 +106,12 @@ class Container:
     start_after: float = 0.0  # seconds after the others
     idle_first: float = 0.0  # seconds its processes hold a context and launch nothing
     pidns: bool = False  # its processes share a pid namespace of their own (unshare)
-    # (percent, policy): the host writes this compute limit into the container's cgpu.conf, as
-    # the device plugin does (the arbiter reads only that); None: the environment's, if any.
-    conf: tuple[int, str] | None = None
+    # (percent, policy[, priority]): the host writes this compute limit into the container's
+    # cgpu.conf, as the device plugin does (the arbiter reads only that); None: the
+    # environment's, if any.
+    conf: tuple[int, str] | tuple[int, str, str] | None = None
+    # A program to run instead of compute_load (its whole argv), one per process
+    argv: list[str] = field(default_factory=list)
     # (seconds from the start, signal name): sent to every process of the container then
     signals: list[tuple[float, str]] = field(default_factory=list)
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -119,7 +122,7 @@ class Container:
 
         self.ledger.mkdir(parents=True, exist_ok=True)
         if self.conf:
-            write_config(self.ledger, {uuid: 8 << 30}, {uuid: (self.conf[0], self.conf[1])})
+            write_config(self.ledger, {uuid: 8 << 30}, {uuid: tuple(self.conf)})
 
     def start(self, load: Path) -> None:
         self.ledger.mkdir(parents=True, exist_ok=True)
@@ -130,6 +133,7 @@ class Container:
         }
         args = [str(load), "run", self.path, str(self.kernel_ns), str(self.seconds)]
         args += [str(self.threads), str(self.idle_first)]
+        args = self.argv or args
         if self.pidns:
             # One namespace for all of them, as in a container: its init (sh, pid 1) starts
             # them and fails if any fails.  /proc stays the host's, as a host reader sees it.
