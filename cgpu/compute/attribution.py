@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from cgpu.exporter.scan import ContainerUsage, MetaCache
 log = logging.getLogger(__name__)
 
 Owner = tuple[str, int]  # (container directory, the process's start time)
+REUSE_S = 1.0  # an unchanged set of processes is placed again after this long
 
 
 class ComputeAttributor:
@@ -32,6 +34,7 @@ class ComputeAttributor:
     def __init__(self, attributor: Attributor | None = None) -> None:
         self._attributor = attributor or Attributor()
         self._meta = MetaCache()
+        self._last: tuple[object, float, dict[int, Owner]] | None = None
 
     def attribute(
         self,
@@ -39,7 +42,29 @@ class ComputeAttributor:
         running: Mapping[str, set[int]],
         peers: Mapping[int, str],
     ) -> dict[int, Owner]:
-        """Place the pids `running` on each GPU and the connected `peers` ({pid: container})."""
+        """Place the pids `running` on each GPU and the connected `peers` ({pid: container}):
+        the last answer while the containers, the processes and the peers are the same, for up
+        to REUSE_S (a pid reused within that time is seen by its start time at the next look;
+        the NVML thread asks every 100 ms, and placing is /proc reads per process)."""
+        key = (
+            frozenset(containers),
+            frozenset((uuid, frozenset(pids)) for uuid, pids in running.items()),
+            frozenset(peers.items()),
+        )
+        now = time.monotonic()
+        if self._last is not None and self._last[0] == key and now - self._last[1] < REUSE_S:
+            return dict(self._last[2])
+        owners = self._place(key[0], running, peers)
+        self._last = (key, now, owners)
+        return dict(owners)
+
+    def _place(
+        self,
+        containers: Iterable[str],
+        running: Mapping[str, set[int]],
+        peers: Mapping[int, str],
+    ) -> dict[int, Owner]:
+        """Place every process afresh by the host rules."""
         dirs = sorted(set(containers))
         usage = [self._usage(d) for d in dirs]
         self._meta.retain(dirs)
