@@ -137,3 +137,42 @@ def test_out_of_turn_work_in_periods_it_never_held_is_flagged_at_once():
     judge.clear("off")
     assert judge.flagged() == set()
     assert judge.verdict("off", 3 * P).host_percent == 0.0
+
+
+def test_a_withheld_follower_that_runs_nothing_is_never_flagged():
+    judge = Judge(tolerance_ns=10 * MS)
+    found = {}
+    for k in range(60):
+        start, end = k * P, (k + 1) * P
+        holds = [Hold("c", start, None, start + 3 * P // 10)]
+        judge.add(Period(start, end, 1.0, {"c": 0.62}), holds, ["c"])
+        found = judge.suspects(end)
+        if found:
+            break
+    assert found
+    until = end + found["c"]
+    k = end // P
+    while (k + 1) * P <= until:  # withheld: it holds nothing and runs nothing
+        judge.add(Period(k * P, (k + 1) * P, 1.0, {}), [], ["c"])
+        k += 1
+    assert not judge.flagged()
+    assert judge.suspects((k + 1) * P) == {}  # not withheld again within WITHHOLD_EVERY_NS
+
+
+def test_withheld_and_named_in_two_whole_periods_flags_at_once():
+    judge = Judge(tolerance_ns=10 * MS)
+    found = {}
+    for k in range(60):
+        start, end = k * P, (k + 1) * P
+        holds = [Hold("c", start, None, start + 3 * P // 10)]
+        judge.add(Period(start, end, 1.0, {"c": 0.62}), holds, ["c"])
+        found = judge.suspects(end)
+        if found:
+            break
+    assert found and not judge.flagged()
+    # periods strictly inside the withhold (widened by the tolerance), held none of, named
+    k = end // P + 1
+    judge.add(Period(k * P, (k + 1) * P, 1.0, {"c": 0.5}), [], ["c"])
+    assert not judge.flagged()  # one such period is not enough
+    judge.add(Period((k + 1) * P, (k + 2) * P, 1.0, {"c": 0.5}), [], ["c"])
+    assert judge.flagged() == {"c"}
