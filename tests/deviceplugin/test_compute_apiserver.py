@@ -53,7 +53,7 @@ def directory(resp: dict) -> Path:
 
 def conf(resp: dict) -> list[str]:
     text = (directory(resp) / "cgpu.conf").read_text()
-    # `context` lines (the node's measured context cost): tests/deviceplugin/test_plugin_context_cost.py
+    # `context` lines (the measured context cost): tests/deviceplugin/test_plugin_context_cost.py
     skip = ("#", "context ")
     return [line for line in text.splitlines() if line and not line.startswith(skip)]
 
