@@ -178,7 +178,7 @@ def case_silent(m: Machine, seconds: float) -> None:
         rows = m.windows(t0 + 1, int(seconds) - 1)
         counts = holder.finish()
     print(f"silent holder (fixed 10): {counts}")
-    table(rows, {"fixed30": ("band", 30), "share70": ("band", 60)})
+    table(rows, {"fixed30": ("band", 30), "share70": ("least", 60)})
 
 
 def case_restart(m: Machine, seconds: float) -> None:
