@@ -8,7 +8,7 @@ collect plus rendering the text exposition, which is what an HTTP scrape costs m
 
 With the host view (the default), each live process also allocates its memory through the
 simulator's libcuda, sharing one CGPU_SIM_STATE with the exporter, so NVML lists every process
-and each scrape attributes all of them to their containers (`cgpu.exporter.hostview`). The
+and each scrape attributes all of them to their containers (`cgpu.core.hostview`). The
 processes run in the host's namespaces, so they are placed by their ledger slots after the
 host rules found nothing: every rule is tried for every process.
 
@@ -151,9 +151,9 @@ def time_scrapes(
     """
     from prometheus_client import CollectorRegistry, generate_latest
 
+    from cgpu.core.hostview import Attributor
     from cgpu.exporter.collector import CgpuCollector
     from cgpu.exporter.exposition import render
-    from cgpu.exporter.hostview import Attributor
     from cgpu.exporter.nvml import NvmlSource
 
     attributor = Attributor() if host_view else None

@@ -1,7 +1,7 @@
 """Which container each GPU process belongs to, as the host sees it, for the compute host view.
 
 The arbiter's connected peers (`SO_PEERCRED` on a container's own socket) are placed first; every
-other process NVML lists is placed by the memory host view's rules (`cgpu.exporter.hostview`):
+other process NVML lists is placed by the memory host view's rules (`cgpu.core.hostview`):
 its pid namespace (that of a peer, or of the init process meta.json records), its cgroup (the
 container ID meta.json records) or the ledger file it sees. All of these are host evidence
 (trusted). The ledger's own slots (the container's word) are not used here: a process placed only
@@ -17,10 +17,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from cgpu.core.containers import MetaError
+from cgpu.core.filecache import MetaCache
+from cgpu.core.hostview import Attributor, ContainerUsage, GpuProcess
 from cgpu.core.layout import LEDGER_NAME
-from cgpu.exporter.hostview import Attributor
-from cgpu.exporter.nvml import GpuProcess
-from cgpu.exporter.scan import ContainerUsage, MetaCache
 
 log = logging.getLogger(__name__)
 

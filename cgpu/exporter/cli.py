@@ -15,10 +15,10 @@ from prometheus_client.process_collector import ProcessCollector
 
 from cgpu.core.config import ConfigError, parse_size
 from cgpu.core.containers import DEFAULT_STATE_DIR
+from cgpu.core.hostview import Attributor
 from cgpu.core.layout import GPU_MEM, POD_RESOURCES_SOCKET
 from cgpu.exporter.collector import CgpuCollector
 from cgpu.exporter.enforce import Enforcer
-from cgpu.exporter.hostview import Attributor
 from cgpu.exporter.nvml import NvmlSource
 from cgpu.exporter.podresources import PodResourcesSource
 from cgpu.exporter.server import MetricsServer

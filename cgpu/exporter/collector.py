@@ -27,6 +27,7 @@ from cgpu.core.computestatus import (
     read_status,
     status_path,
 )
+from cgpu.core.hostview import Attributor, HostView
 from cgpu.exporter.enforce import Enforcer, KillLabels, over_slice
 from cgpu.exporter.exposition import Family
 from cgpu.exporter.families import (
@@ -40,7 +41,6 @@ from cgpu.exporter.families import (
     SCRAPE_DURATION,
     Families,
 )
-from cgpu.exporter.hostview import Attributor, HostView
 from cgpu.exporter.labels import Identity, device_ids, resolve
 from cgpu.exporter.nvml import GpuStatus, NvmlSource
 from cgpu.exporter.podresources import PodResourcesSource

@@ -17,9 +17,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from cgpu.core.hostview import ContainerUsage, HostView
 from cgpu.core.procfs import signal_process
-from cgpu.exporter.hostview import HostView
-from cgpu.exporter.scan import ContainerUsage
 
 log = logging.getLogger(__name__)
 

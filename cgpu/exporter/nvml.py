@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 from cgpu.core.gpus import nvml_text
+from cgpu.core.hostview import GpuProcess
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +36,6 @@ class GpuStatus:
     def healthy(self) -> bool:
         """Whether NVML answered for this GPU at this scrape."""
         return self.total is not None
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    """A host process holding memory on a GPU, as NVML lists it."""
-
-    pid: int
-    used: int  # bytes; 0 when NVML cannot tell (usedGpuMemory not available)
 
 
 # The process-list calls, newest first, as nvidia-ml-py names them; a driver without the newer

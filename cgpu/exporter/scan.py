@@ -10,13 +10,15 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cgpu.core.config import ComputeLine, ConfigError, load_compute_lines, load_config
-from cgpu.core.containers import MetaError, list_container_dirs, load_meta
-from cgpu.core.layout import CONFIG_NAME, LEDGER_NAME, META_NAME
+from cgpu.core.containers import MetaError, list_container_dirs
+from cgpu.core.filecache import FileCache, MetaCache
+from cgpu.core.hostview import ContainerUsage
+from cgpu.core.layout import CONFIG_NAME, LEDGER_NAME
 from cgpu.core.ledger import DeviceUsage, LedgerError, ProcessUsage, read_ledger
 
 log = logging.getLogger(__name__)
@@ -34,28 +36,6 @@ REASONS: dict[int, str] = {
 # series, labelled by its key); every other reason costs the container its series.
 ALL_REASONS = ("foreign", "truncated", "corrupt", "version", "io", "config", "meta")
 
-Stamp = tuple[int, int, int, int]
-
-
-@dataclass(frozen=True)
-class ContainerUsage:
-    """One container directory as seen at this scrape.
-
-    `processes` are the ledger's live slots (pids in the container's pid namespace, as the
-    container wrote them); `ledger_id` is (st_dev, st_ino) of the host's ledger file, None
-    when there is none. `ledger_ok` is False for a container whose ledger could not be read
-    but whose `cgpu.conf` could: its slices are known (at 0 used), so the host view still
-    covers it (a container cannot hide from it by breaking its own ledger), but it has no
-    ledger figures.
-    """
-
-    key: str
-    meta: Mapping[str, Any]
-    devices: tuple[DeviceUsage, ...]
-    processes: tuple[ProcessUsage, ...] = ()
-    ledger_id: tuple[int, int] | None = None
-    ledger_ok: bool = True
-
 
 @dataclass
 class ScanResult:
@@ -63,55 +43,6 @@ class ScanResult:
 
     containers: list[ContainerUsage] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
-
-
-def _stamp(path: str) -> Stamp | None:
-    """What changes when a file is replaced or rewritten; None when there is no such file."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-class _FileCache:
-    """Parsed files, re-read only when their stamp (type, inode, size, mtime) changes."""
-
-    def __init__(self, name: str, parse: Callable[[str], Any]) -> None:
-        self._name = name
-        self._parse = parse
-        self._entries: dict[str, tuple[Stamp, Any]] = {}
-
-    def get(self, container_dir: str) -> Any:
-        """The parsed file (None when absent); raises what `parse` raises, and caches that too."""
-        stamp = _stamp(os.path.join(container_dir, self._name))
-        if stamp is None:
-            self._entries.pop(container_dir, None)
-            return None
-        cached = self._entries.get(container_dir)
-        if cached is None or cached[0] != stamp:
-            try:
-                value: Any = self._parse(container_dir)
-            except (MetaError, ConfigError) as exc:
-                value = exc
-            cached = (stamp, value)
-            self._entries[container_dir] = cached
-        if isinstance(cached[1], Exception):
-            raise cached[1]
-        return cached[1]
-
-    def retain(self, container_dirs: list[str]) -> None:
-        """Forget the directories that are gone."""
-        keep = set(container_dirs)
-        for path in [p for p in self._entries if p not in keep]:
-            del self._entries[path]
-
-
-class MetaCache(_FileCache):
-    """meta.json contents, re-read only when the file changes (see `load_meta`)."""
-
-    def __init__(self) -> None:
-        super().__init__(META_NAME, load_meta)
 
 
 @dataclass(frozen=True)
@@ -127,7 +58,7 @@ def _load_host_config(container_dir: str) -> HostConfig:
     return HostConfig(load_config(path), load_compute_lines(path))
 
 
-class ConfigCache(_FileCache):
+class ConfigCache(FileCache):
     """Parsed cgpu.conf files (`HostConfig`), re-read only when the file changes."""
 
     def __init__(self) -> None:

@@ -12,12 +12,10 @@ from typing import Any
 
 from exporter_helpers import MIB, UUID0
 
+from cgpu.core.hostview import Attributor, ContainerUsage, GpuProcess, HostView, ProcessCache
 from cgpu.core.ledger import DeviceUsage, ProcessUsage
+from cgpu.core.procinfo import HostProcess, inspect
 from cgpu.exporter.enforce import Enforcer
-from cgpu.exporter.hostview import Attributor, HostView, ProcessCache
-from cgpu.exporter.nvml import GpuProcess
-from cgpu.exporter.procinfo import HostProcess, inspect
-from cgpu.exporter.scan import ContainerUsage
 
 HOST_NS = 4026531836
 CID_A = "a" * 64
@@ -171,7 +169,7 @@ class _Kills:
 
 
 def _view(entries: dict[str, list[tuple[int, int, bool]]]) -> HostView:
-    from cgpu.exporter.hostview import Attributed
+    from cgpu.core.hostview import Attributed
 
     view = HostView(gpus={UUID0})
     for key, procs in entries.items():

@@ -141,5 +141,5 @@ def pidns_of(pid: int) -> int | None:
 
 
 def own_pidns() -> int | None:
-    """The inode of the exporter's own pid namespace (the host's, in a hostPID pod)."""
+    """The inode of this process's own pid namespace (the host's, in a hostPID pod)."""
     return _inode("/proc/self/ns/pid")

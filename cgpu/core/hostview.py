@@ -28,6 +28,11 @@ and anchor their pid namespaces as rule 1's processes do.
 
 A process no rule places is unattributed (a GPU-level figure). Enforcement acts only on trusted
 attributions (see `cgpu.exporter.enforce`).
+
+The exporter (its host-view series, `--enforce`) and the compute arbiter
+(`cgpu.compute.attribution`) share these rules. What they are given: each GPU's processes as NVML
+lists them (`GpuProcess`) and each container directory as a pass over the state dir reads it
+(`ContainerUsage`); the host's facts about a process come from `cgpu.core.procinfo`.
 """
 
 from __future__ import annotations
@@ -37,14 +42,42 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from cgpu.core.ledger import DeviceUsage, ProcessUsage
 from cgpu.core.procfs import start_time
-from cgpu.exporter.nvml import GpuProcess
-from cgpu.exporter.procinfo import HostProcess, inspect, own_pidns, pidns_of
-from cgpu.exporter.scan import ContainerUsage
+from cgpu.core.procinfo import HostProcess, inspect, own_pidns, pidns_of
 
 _CONTAINER_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{12,128}$")
 _SCOPE_RE = re.compile(r"^(?:[a-z0-9]+-)*(?P<id>[A-Za-z0-9_]{12,128})(?:\.scope)?$")
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    """A host process holding memory on a GPU, as NVML lists it."""
+
+    pid: int
+    used: int  # bytes; 0 when NVML cannot tell (usedGpuMemory not available)
+
+
+@dataclass(frozen=True)
+class ContainerUsage:
+    """One container directory as seen at this pass (an exporter scrape, an arbiter look).
+
+    `processes` are the ledger's live slots (pids in the container's pid namespace, as the
+    container wrote them); `ledger_id` is (st_dev, st_ino) of the host's ledger file, None
+    when there is none. `ledger_ok` is False for a container whose ledger could not be read
+    but whose `cgpu.conf` could: its slices are known (at 0 used), so the host view still
+    covers it (a container cannot hide from it by breaking its own ledger), but it has no
+    ledger figures.
+    """
+
+    key: str
+    meta: Mapping[str, Any]
+    devices: tuple[DeviceUsage, ...]
+    processes: tuple[ProcessUsage, ...] = ()
+    ledger_id: tuple[int, int] | None = None
+    ledger_ok: bool = True
 
 
 @dataclass(frozen=True)
