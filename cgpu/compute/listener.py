@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from cgpu.core.layout import COMPUTE_SOCKET_NAME as SOCKET_NAME
+from cgpu.core.layout import COMPUTE_SOCKET_NAME
 
 BACKLOG = 64
 _SOCKET_UMASK = 0o111  # a socket made under it is 0666
@@ -49,7 +49,7 @@ def listen(directory: Path) -> Listener:
     It is bound under a temporary name and renamed into place once it listens, so a client
     that sees the file can connect.
     """
-    temporary = f".{SOCKET_NAME}.{os.getpid()}"
+    temporary = f".{COMPUTE_SOCKET_NAME}.{os.getpid()}"
     with _directory_fd(directory) as dir_fd:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary, dir_fd=dir_fd)
@@ -63,7 +63,7 @@ def listen(directory: Path) -> Listener:
             sock.listen(BACKLOG)
             sock.setblocking(False)
             inode = os.stat(temporary, dir_fd=dir_fd, follow_symlinks=False).st_ino
-            os.rename(temporary, SOCKET_NAME, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            os.rename(temporary, COMPUTE_SOCKET_NAME, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except BaseException:
             sock.close()
             with contextlib.suppress(OSError):
@@ -77,14 +77,14 @@ def unlisten(listener: Listener) -> None:
     listener.sock.close()
     if intact(listener):
         with contextlib.suppress(OSError), _directory_fd(listener.directory) as dir_fd:
-            os.unlink(SOCKET_NAME, dir_fd=dir_fd)
+            os.unlink(COMPUTE_SOCKET_NAME, dir_fd=dir_fd)
 
 
 def intact(listener: Listener) -> bool:
     """Whether the socket file the listener made is still in its directory."""
     try:
         with _directory_fd(listener.directory) as dir_fd:
-            info = os.stat(SOCKET_NAME, dir_fd=dir_fd, follow_symlinks=False)
+            info = os.stat(COMPUTE_SOCKET_NAME, dir_fd=dir_fd, follow_symlinks=False)
     except OSError:
         return False
     return info.st_ino == listener.inode

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cgpu.core.layout import DRA_DRIVER
 from cgpu.core.quantity import QuantityError, parse_quantity
 from cgpu.dra.inventory import GpuInfo, Inventory
-from cgpu.dra.names import COMPUTE, DRIVER, MEMORY
+from cgpu.dra.names import COMPUTE, MEMORY
 
 Obj = dict[str, Any]
 
@@ -60,10 +61,10 @@ def parse_claim(claim: Obj, uid: str, pool: str, inventory: Inventory) -> Alloca
     results = [
         _result(name, r, pool, inventory)
         for r in raw
-        if isinstance(r, dict) and r.get("driver") == DRIVER
+        if isinstance(r, dict) and r.get("driver") == DRA_DRIVER
     ]
     if not results:
-        raise ClaimError(f"claim {name} has no device of driver {DRIVER}")
+        raise ClaimError(f"claim {name} has no device of driver {DRA_DRIVER}")
     memory: dict[str, int] = {}
     compute: dict[str, int] = {}
     for result in results:

@@ -22,11 +22,11 @@ from cgpu.core.config import PRIORITIES, ComputeShare
 from cgpu.core.layout import (
     CLAIM_CONFIG_API_VERSION,
     COMPUTE_CONFIG_KIND,
+    DRA_DRIVER,
     POLICY_FIXED,
     PRIORITY_NORMAL,
 )
 from cgpu.dra.claims import ClaimError
-from cgpu.dra.names import DRIVER
 
 _FIELDS = {"apiVersion", "kind", "priority"}
 
@@ -40,7 +40,7 @@ def _parameters(claim: Mapping[str, Any], name: str) -> list[object]:
     found = []
     for entry in raw:
         opaque = entry.get("opaque") if isinstance(entry, dict) else None
-        if isinstance(opaque, dict) and opaque.get("driver") == DRIVER:
+        if isinstance(opaque, dict) and opaque.get("driver") == DRA_DRIVER:
             found.append(opaque.get("parameters"))
     return found
 

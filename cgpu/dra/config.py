@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cgpu.core.containers import DEFAULT_STATE_DIR
-from cgpu.core.layout import CDI_DIR, KUBELET_DIR
-from cgpu.dra.names import DRA_SOCKET, DRIVER, REGISTRATION_SOCKET
+from cgpu.core.layout import CDI_DIR, DRA_DRIVER, KUBELET_DIR
+from cgpu.dra.names import DRA_SOCKET, REGISTRATION_SOCKET
 
 
 @dataclass(frozen=True)
@@ -47,4 +47,4 @@ class Config:
     @property
     def dra_socket(self) -> Path:
         """The socket that serves the DRA API."""
-        return self.kubelet_dir / "plugins" / DRIVER / DRA_SOCKET
+        return self.kubelet_dir / "plugins" / DRA_DRIVER / DRA_SOCKET

@@ -34,6 +34,7 @@ from cgpu.core.claimconfig import (
 )
 from cgpu.core.layout import (
     CLAIM_CONFIG_KIND,
+    DRA_DRIVER,
     ENV_COMPUTE_LIMIT,
     ENV_GPU_MEM_CONTAINER,
     ENV_GPU_MEM_DEV,
@@ -44,7 +45,6 @@ from cgpu.core.layout import (
 )
 from cgpu.dra.claims import Allocation, ClaimError
 from cgpu.dra.inventory import GpuInfo
-from cgpu.dra.names import DRIVER
 
 MIB = 1 << 20
 Obj = dict[str, Any]
@@ -69,7 +69,7 @@ def _opaque_configs(claim: Obj) -> list[tuple[list[str] | None, object]]:
         if not isinstance(entry, dict):
             raise ClaimError(f"{where} is not an object")
         opaque = entry.get("opaque")
-        if not isinstance(opaque, dict) or opaque.get("driver") != DRIVER:
+        if not isinstance(opaque, dict) or opaque.get("driver") != DRA_DRIVER:
             continue  # another driver's, or no opaque part
         requests = entry.get("requests")
         if requests is not None and (

@@ -12,7 +12,7 @@ from typing import Any
 
 from cgpu.core import kube
 from cgpu.core.kube import KubeConfigError, KubeError
-from cgpu.dra.names import DRIVER
+from cgpu.core.layout import DRA_DRIVER
 
 __all__ = ["KubeError", "ResourceApi", "connect"]
 
@@ -48,7 +48,7 @@ class ResourceApi:
         listing = self._call(
             "list resourceslices",
             self._api.list_resource_slice,
-            field_selector=f"spec.driver={DRIVER},spec.nodeName={self.node}",
+            field_selector=f"spec.driver={DRA_DRIVER},spec.nodeName={self.node}",
         )
         items = listing.get("items") or []
         return [s for s in items if _owned(s, self.node)]
@@ -77,7 +77,7 @@ class ResourceApi:
 
 def _owned(obj: Obj, node: str) -> bool:
     spec = obj.get("spec") or {}
-    return spec.get("driver") == DRIVER and spec.get("nodeName") == node
+    return spec.get("driver") == DRA_DRIVER and spec.get("nodeName") == node
 
 
 def connect(kubeconfig: str | None, node: str) -> ResourceApi:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import grpc
 
+from cgpu.core.layout import DRA_DRIVER
 from cgpu.dra.api import dra_v1_pb2 as dra
 from cgpu.dra.api import dra_v1_pb2_grpc as dra_grpc
 from cgpu.dra.api import pluginregistration_v1_pb2 as reg
@@ -25,7 +26,7 @@ from cgpu.dra.api import pluginregistration_v1_pb2_grpc as reg_grpc
 from cgpu.dra.claims import ClaimError
 from cgpu.dra.healthservice import HealthService
 from cgpu.dra.kubeapi import KubeError
-from cgpu.dra.names import DRIVER, PLUGIN_TYPE, SUPPORTED_VERSIONS
+from cgpu.dra.names import PLUGIN_TYPE, SUPPORTED_VERSIONS
 from cgpu.dra.prepare import ClaimRef, Preparer
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ class RegistrationService(reg_grpc.RegistrationServicer):
     def GetInfo(self, request: reg.InfoRequest, context: grpc.ServicerContext) -> reg.PluginInfo:
         return reg.PluginInfo(
             type=PLUGIN_TYPE,
-            name=DRIVER,
+            name=DRA_DRIVER,
             endpoint=str(self.endpoint),
             supported_versions=list(SUPPORTED_VERSIONS),
         )

@@ -12,10 +12,10 @@ import logging
 import threading
 from typing import Any
 
+from cgpu.core.layout import DRA_DRIVER
 from cgpu.dra.devices import device
 from cgpu.dra.inventory import Inventory
 from cgpu.dra.kubeapi import KubeError, ResourceApi
-from cgpu.dra.names import DRIVER
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ ATTEMPTS = 5
 
 def slice_name(node: str) -> str:
     """The name of the node's one slice."""
-    return f"{node}-{DRIVER}"[:253]
+    return f"{node}-{DRA_DRIVER}"[:253]
 
 
 def build_slice(node: str, inventory: Inventory, generation: int) -> Obj:
@@ -35,7 +35,7 @@ def build_slice(node: str, inventory: Inventory, generation: int) -> Obj:
         "kind": "ResourceSlice",
         "metadata": {"name": slice_name(node)},
         "spec": {
-            "driver": DRIVER,
+            "driver": DRA_DRIVER,
             "nodeName": node,
             "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
             "devices": [device(g) for g in inventory.healthy()],

@@ -13,12 +13,7 @@ from package_files import package_modules
 
 from cgpu.core import layout
 
-# Left for their owners to drop (issue 37): cgpu/compute is being rewritten, and the DRA driver's
-# `names.DRIVER` is used across cgpu/dra.
-KNOWN = {
-    ("cgpu.compute.listener", "COMPUTE_SOCKET_NAME as SOCKET_NAME"),
-    ("cgpu.dra.names", "DRIVER = DRA_DRIVER"),
-}
+KNOWN: set[tuple[str, str]] = set()  # none left (issue 37)
 
 
 def renames(source: str) -> list[str]:
