@@ -17,7 +17,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from cgpu.core.layout import WEBHOOK_TEMPLATE_PREFIX
+from cgpu.core.layout import (
+    CLAIM_CONFIG_API_VERSION,
+    COMPUTE_CONFIG_KIND,
+    WEBHOOK_TEMPLATE_PREFIX,
+)
 from cgpu.core.quantity import format_bytes
 from cgpu.webhook.translate import Shape
 
@@ -48,6 +52,15 @@ def template_spec(shape: Shape, device_class: str) -> Obj:
             }
         ],
     }
+    if shape.priority is not None:  # the DRA driver's ComputeConfig (cgpu.dra.computeconfig)
+        parameters = {
+            "apiVersion": CLAIM_CONFIG_API_VERSION,
+            "kind": COMPUTE_CONFIG_KIND,
+            "priority": shape.priority,
+        }
+        devices["config"].append(
+            {"requests": [REQUEST], "opaque": {"driver": device_class, "parameters": parameters}}
+        )
     if shape.count > 1:
         devices["constraints"] = [
             {"requests": [REQUEST], "distinctAttribute": f"{device_class}/{UUID_ATTRIBUTE}"}
@@ -64,6 +77,8 @@ def template_name(shape: Shape, device_class: str) -> str:
         else f"{contract.units * contract.unit_mib}mib"
     )
     compute = f"-c{shape.compute}" if shape.compute else ""
+    if shape.priority is not None:
+        compute += f"-{shape.priority}"
     spec = json.dumps(template_spec(shape, device_class), sort_keys=True).encode()
     digest = hashlib.sha256(spec).hexdigest()[:10]
     return f"{WEBHOOK_TEMPLATE_PREFIX}{contract.contract}-{size}{compute}-x{shape.count}-{digest}"

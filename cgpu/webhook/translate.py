@@ -21,6 +21,7 @@ from typing import Any
 
 from cgpu.core.claimconfig import GPUSHARE, VOLCANO, DevicePluginContract
 from cgpu.core.layout import (
+    COMPUTE_PRIORITY_ANNOTATION,
     GPU_CORE,
     GPU_COUNT,
     GPU_MEM,
@@ -47,6 +48,7 @@ class Shape:
     contract: DevicePluginContract
     compute: int  # percent of each GPU; 0: no compute cap
     count: int
+    priority: str | None = None  # the pod's cgpu.io/compute-priority, beside a compute share
 
     @property
     def memory(self) -> int:
@@ -90,7 +92,8 @@ def plan_pod(pod: dict[str, Any], unit_mib: int) -> Plan | None:
             "one or the other",
         )
     count = _gpu_count(pod)
-    shapes = {id(a): _shape(a, count, unit_mib) for a in asks}
+    priority = _priority(pod)
+    shapes = {id(a): _with_priority(_shape(a, count, unit_mib), priority) for a in asks}
     taken = set(existing)
     claims: dict[str, Shape] = {}
     uses: list[ClaimUse] = []
@@ -150,6 +153,27 @@ def _gpu_count(pod: dict[str, Any]) -> int | None:
     if contract.gpu_count > MAX_COUNT:
         raise Refusal(where, f"{contract.gpu_count} GPUs: a claim gets at most {MAX_COUNT}")
     return contract.gpu_count
+
+
+def _priority(pod: dict[str, Any]) -> str | None:
+    """The pod annotation cgpu.io/compute-priority (None when absent), read by the pod
+    contract; a malformed one is refused, as the device plugin refuses its Allocate."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if not isinstance(annotations, dict) or COMPUTE_PRIORITY_ANNOTATION not in annotations:
+        return None
+    contract = read_pod(pod, ())
+    if contract.compute_priority is None:
+        where = f"metadata.annotations[{COMPUTE_PRIORITY_ANNOTATION}]"
+        raise Refusal(where, contract.problems.get(COMPUTE_PRIORITY_ANNOTATION, "unreadable"))
+    return contract.compute_priority
+
+
+def _with_priority(shape: Shape, priority: str | None) -> Shape:
+    """The shape with the pod's compute priority, where it has a compute share (a priority
+    orders compute turns; without a share, as under the device plugin, it orders nothing)."""
+    if priority is None or not shape.compute:
+        return shape
+    return Shape(shape.contract, shape.compute, shape.count, priority)
 
 
 def _shape(ask: ContainerAsk, count: int | None, unit_mib: int) -> Shape:

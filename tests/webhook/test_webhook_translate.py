@@ -408,3 +408,69 @@ def test_a_template_write_that_fails_is_a_refusal_not_a_crash() -> None:
     response, _ = admit(pod, admitter(Failing()))
     assert response["allowed"] is False and response["status"]["code"] == 500
     assert "HTTP 403 forbidden" in response["status"]["message"]
+
+
+def _configs(template: Obj) -> list[Obj]:
+    return [c["opaque"]["parameters"] for c in template["spec"]["spec"]["devices"]["config"]]
+
+
+def test_the_compute_priority_annotation_reaches_the_claim_as_the_drivers_compute_config() -> None:
+    writer = Writer()
+    webhook = admitter(writer)
+    limits = {"aliyun.com/gpu-mem": "4", "aliyun.com/gpu-core.percentage": "30"}
+    pod = pod_from_models("infer", [{"name": "a", "limits": limits}])
+    pod["metadata"]["annotations"] = {"cgpu.io/compute-priority": "high"}
+    response, stored = admit(pod, webhook)
+    assert response["allowed"]
+    template = template_of(writer, stored, stored["spec"]["resourceClaims"][0]["name"])
+    kinds = {p["kind"]: p for p in _configs(template)}
+    assert kinds["ComputeConfig"]["priority"] == "high"
+    assert kinds["DevicePluginContract"]["units"] == 4
+    validate_for(template, K8S_VERSIONS)
+    # the DRA driver reads it back as the container's priority
+    from cgpu.dra.computeconfig import claim_priority
+
+    claim = {
+        "status": {
+            "allocation": {
+                "devices": {
+                    "config": [
+                        {"source": "FromClaim", **c}
+                        for c in template["spec"]["spec"]["devices"]["config"]
+                    ]
+                }
+            }
+        }
+    }
+    assert claim_priority(claim) == "high"
+    # a pod of the same shape without the annotation gets another template: the priority
+    # is part of the shape
+    plain = pod_from_models("batch", [{"name": "a", "limits": limits}])
+    _, stored_plain = admit(plain, webhook)
+    assert (
+        stored_plain["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+        != stored["spec"]["resourceClaims"][0]["resourceClaimTemplateName"]
+    )
+
+
+def test_a_malformed_compute_priority_is_refused_and_one_without_a_share_orders_nothing() -> None:
+    bad = pod_from_models(
+        "x",
+        [
+            {
+                "name": "a",
+                "limits": {"aliyun.com/gpu-mem": "4", "aliyun.com/gpu-core.percentage": "30"},
+            }
+        ],
+    )
+    bad["metadata"]["annotations"] = {"cgpu.io/compute-priority": "urgent"}
+    response, _ = admit(bad)
+    assert not response["allowed"]
+    assert "cgpu.io/compute-priority" in response["status"]["message"]
+    writer = Writer()
+    memory_only = pod_from_models("y", [{"name": "a", "limits": {"aliyun.com/gpu-mem": "4"}}])
+    memory_only["metadata"]["annotations"] = {"cgpu.io/compute-priority": "low"}
+    response, stored = admit(memory_only, admitter(writer))
+    assert response["allowed"]
+    template = template_of(writer, stored, stored["spec"]["resourceClaims"][0]["name"])
+    assert [p["kind"] for p in _configs(template)] == ["DevicePluginContract"]
