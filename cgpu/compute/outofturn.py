@@ -49,7 +49,7 @@ from .schedule import Hold
 WINDOWS = (3, 6, 9, 12, 15, 18, 24, 30, 45, 60)  # periods (0.5 to 10 s at 1/6 s)
 Z = 3.5
 Z_SUSPECT = 2.5  # past this, the container is withheld a while to settle it
-WITHHOLD_PERIODS = 5.0  # a withhold: three whole periods or more after its start
+WITHHOLD_PERIODS = 5.0  # a withhold lasts this many periods: three or more whole ones after its start
 WITHHOLD_EVERY_NS = 3_000_000_000  # a container is withheld at most this often
 DECISIVE = 2  # periods it held none of, and was named in, that flag it
 DECISIVE_X = 0.05  # named for at least this share of such a period
