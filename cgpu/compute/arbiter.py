@@ -611,15 +611,6 @@ class Arbiter:
             if uuid in self._gpus:
                 log.debug("%s: probe, the token free for %.1f ms", uuid, gap / MS)
                 self._gpus[uuid].probe(gap)
-        for uuid, name, until in report.withholds:
-            if uuid in self._gpus:
-                log.info(
-                    "%s: withheld on %s for %.0f ms: out-of-turn work suspected",
-                    name,
-                    uuid,
-                    (until - now) / MS,
-                )
-                self._gpus[uuid].withhold(name, until, now)
         for uuid, name, ns in report.charges:
             if uuid in self._gpus:
                 log.info("%s: %.1f ms of out-of-turn work on %s charged", name, ns / MS, uuid)

@@ -15,13 +15,6 @@ periods, D = sum(x - h) then has a mean of at most 0 and, x lying in [0, 1] with
 h, a variance of at most V = sum(min(h, 1/4) + VAR_FLOOR). A container is flagged when, for a
 window of the last n periods (n in WINDOWS), D > Z * sqrt(V) + MARGIN * n.
 
-A container past Z_SUSPECT (a weaker test) is withheld: it gets no turn for WITHHOLD_PERIODS
-periods (at most once per WITHHOLD_EVERY_NS), so every whole period in that span is one it held
-none of; a container that follows the protocol cannot be named in such a period, and DECISIVE of
-them flag it at once. This settles in about half a second what the statistic alone needs many
-seconds for: an offender that takes 60% of the device on 30% of the turns, beside two
-saturating neighbours, moves D by about 0.3 a period, past Z = 3.5 only after about 40 periods.
-
 The statistic is one bit a period (who was named), so speed and false alarms trade. With Z =
 3.5, on periods sampled as an H100 does (tests/compute/test_outofturn.py): two containers that
 take turns 50/50 and use every hold whole, the worst case, were flagged once in 320 container-
@@ -48,11 +41,6 @@ from .schedule import Hold
 
 WINDOWS = (3, 6, 9, 12, 15, 18, 24, 30, 45, 60)  # periods (0.5 to 10 s at 1/6 s)
 Z = 3.5
-Z_SUSPECT = 2.5  # past this, the container is withheld a while to settle it
-WITHHOLD_PERIODS = 5.0  # a withhold lasts this many periods: three or more whole ones after its start
-WITHHOLD_EVERY_NS = 3_000_000_000  # a container is withheld at most this often
-DECISIVE = 2  # periods it held none of, and was named in, that flag it
-DECISIVE_X = 0.05  # named for at least this share of such a period
 MARGIN = 0.02  # per period, for rounding to whole percent
 VAR_FLOOR = 0.05  # per period: a misplaced boundary, a driver's late sample
 TOLERANCE_NS = 10_000_000  # a period is widened by this at each end
@@ -78,8 +66,6 @@ class _Record:
     flagged_at: int | None = None
     owed: float = 0.0  # excess ns not charged yet (while flagged)
     charged_ns: int = 0
-    withheld: tuple[int, int] | None = None  # the span it was last withheld for (arbiter ns)
-    decisive: int = 0  # periods inside that span it held none of, yet was named in
 
 
 @dataclass(frozen=True)
@@ -106,9 +92,8 @@ def held_share(holds: Iterable[Hold], container: str, start: int, end: int) -> f
     return min(1.0, covered / (end - start)) if end > start else 0.0
 
 
-def trips(seen: Sequence[tuple[int, int, float, float]], z: float = Z) -> bool:
-    """Whether some window of the newest periods shows more than the holds explain, by `z`
-    standard deviations."""
+def trips(seen: Sequence[tuple[int, int, float, float]]) -> bool:
+    """Whether some window of the newest periods shows more than the holds explain."""
     d = v = 0.0
     windows = iter(WINDOWS)
     target = next(windows)
@@ -116,7 +101,7 @@ def trips(seen: Sequence[tuple[int, int, float, float]], z: float = Z) -> bool:
         d += x - h
         v += min(h, 0.25) + VAR_FLOOR
         if n == target:
-            if d > z * math.sqrt(v) + MARGIN * n:
+            if d > Z * math.sqrt(v) + MARGIN * n:
                 return True
             target = next(windows, 0)
             if not target:
@@ -148,9 +133,7 @@ class Judge:
             record.seen.append((period.end, length, x, h))
             while len(record.seen) > WINDOWS[-1]:
                 record.seen.popleft()
-            if self._decisive(record, period, x, h, wide):
-                record.decisive += 1
-            if not record.flagged and (record.decisive >= DECISIVE or trips(record.seen)):
+            if not record.flagged and trips(record.seen):
                 record.flagged, record.flagged_at = True, period.end
                 record.owed = max(0.0, sum((xi - hi) * li for _, li, xi, hi in record.seen))
             elif record.flagged:
@@ -161,36 +144,6 @@ class Judge:
                 record.charged_ns += ns
                 charges[name] = ns
         return charges
-
-    @staticmethod
-    def _decisive(
-        record: _Record, period: Period, x: float, h: float, wide: tuple[int, int]
-    ) -> bool:
-        """A period inside the container's withhold that it held none of (the period widened
-        at both ends), yet in which NVML named its processes: a container that follows the
-        protocol runs nothing once its last DONE is in, so this is out-of-turn work."""
-        span = record.withheld
-        if span is None or h > 0 or x < DECISIVE_X:
-            return False
-        return span[0] <= wide[0] and wide[1] <= span[1]
-
-    def suspects(self, now: int) -> dict[str, int]:
-        """The containers to withhold now, each for how long (ns): not flagged, past
-        Z_SUSPECT in some window, and not withheld within WITHHOLD_EVERY_NS. Withheld, a
-        container gets no turn, so a period it is named in is one it held none of: two such
-        flag it (`_decisive`). One that follows the protocol only waits for its turns."""
-        out: dict[str, int] = {}
-        for name, record in self._records.items():
-            if record.flagged or not record.seen:
-                continue
-            if record.withheld is not None and now - record.withheld[0] < WITHHOLD_EVERY_NS:
-                continue
-            if not trips(record.seen, Z_SUSPECT):
-                continue
-            length = int(WITHHOLD_PERIODS * record.seen[-1][1])
-            record.withheld, record.decisive = (now, now + length), 0
-            out[name] = length
-        return out
 
     def verdict(self, container: str, now: int) -> Verdict:
         """The container's figures as of `now` (arbiter ns)."""

@@ -73,7 +73,6 @@ class Report:
     charges: list[tuple[str, str, int]] = field(default_factory=list)  # uuid, container, ns
     host: dict[str, HostFigures] = field(default_factory=dict)
     targets: dict[str, tuple[Proc, ...]] = field(default_factory=dict)  # flagged container
-    withholds: list[tuple[str, str, int]] = field(default_factory=list)  # uuid, container, until
 
 
 @dataclass
@@ -142,7 +141,6 @@ class Sampler:
         self._snapshot: Snapshot | None = None
         self._report: Report | None = None
         self._charges: list[tuple[str, str, int]] = []
-        self._withholds: list[tuple[str, str, int]] = []
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cgpu-nvml", daemon=True)
@@ -175,13 +173,10 @@ class Sampler:
         """The latest report (None before the first), with the charges and probes not taken yet."""
         with self._lock:
             report, charges, probes = self._report, self._charges, self._probes
-            withholds, self._withholds = self._withholds, []
             self._charges, self._probes = [], {}
         if report is None:
             return None
-        return Report(
-            report.at, report.loads, probes, charges, report.host, report.targets, withholds
-        )
+        return Report(report.at, report.loads, probes, charges, report.host, report.targets)
 
     # --- the NVML thread -------------------------------------------------------------------
 
@@ -206,7 +201,6 @@ class Sampler:
                     report.loads = self._report.loads  # not polled again: the last still holds
                 self._report = report
                 self._charges += report.charges
-                self._withholds += report.withholds
                 for uuid, gap in report.probes.items():
                     self._probes[uuid] = max(gap, self._probes.get(uuid, 0))
 
@@ -243,9 +237,6 @@ class Sampler:
             judge.retain(gpu.containers)
             for name, ns in self._judge(uuid, judge, gpu, snapshot, owners).items():
                 report.charges.append((uuid, name, ns))
-            if source is not None and uuid not in self._failed:
-                for name, ns in judge.suspects(snapshot.now).items():
-                    report.withholds.append((uuid, name, snapshot.now + ns))
             present = {owners[p][0] for p in running.get(uuid, set()) if p in owners}
             present |= set(snapshot.peers.values())
             for name in judge.flagged() - present:  # its processes are gone: start afresh

@@ -121,7 +121,6 @@ class _Tenant(Generic[Conn]):
     charged_ns: float = 0.0
     forced_revokes: int = 0
     out_of_turn_ns: float = 0.0
-    withheld_until: int = 0  # no grant before this (the host checks it for out-of-turn work)
     recent: deque[tuple[int, int, float]] = field(default_factory=deque)  # (from, to, charged)
     conns: dict[Conn, None] = field(default_factory=dict)  # in connection order
 
@@ -315,17 +314,6 @@ class GpuSchedule(Generic[Conn]):
         tenant.out_of_turn_ns += ns
         tenant.recent.append((now, now, float(ns)))
 
-    def withhold(self, container: str, until: int, now: int) -> None:
-        """Give `container` no turn before `until` (the host checks whether it still runs
-        then): a hold of its ends now, charged as usual."""
-        tenant = self._tenants.get(container)
-        if tenant is None or until <= now:
-            return
-        tenant.withheld_until = max(tenant.withheld_until, until)
-        token = self._token
-        if token and token.holder == container and token.phase is Phase.GRANTED:
-            self._revoke(token, now, spent=False)
-
     def set_unmanaged(self, load: float) -> None:
         """The unmanaged processes' demand on this GPU, u * k (0: none)."""
         self._load = load if math.isfinite(load) and load > 0 else 0.0
@@ -378,7 +366,7 @@ class GpuSchedule(Generic[Conn]):
     def _eligible(self, tenant: _Tenant[Conn]) -> bool:
         """Some connection wants, and (fixed) the container has credit to spend, and (low) no
         `high` container has work."""
-        if not self._wants(tenant) or tenant.withheld_until > self._last_step:
+        if not self._wants(tenant):
             return False
         if tenant.priority == LOW and self._high_busy():
             return False
@@ -694,8 +682,6 @@ class GpuSchedule(Generic[Conn]):
         if self._paused_until > now:
             times.append(self._paused_until)
         for name, tenant in self._tenants.items():
-            if tenant.withheld_until > now and self._wants(tenant):
-                times.append(tenant.withheld_until)
             if tenant.policy == FIXED and name != holder and self._wants(tenant):
                 need = self.quantum_ns if tenant.refilling else 1.0
                 if tenant.credit_ns < need:

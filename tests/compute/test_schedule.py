@@ -616,22 +616,3 @@ def test_a_fixed_container_without_credit_is_woken_when_it_has_some() -> None:
     sim.run(2)
     # 10 % of the time, in turns whenever the credit allows: never more, never starved
     assert sim.charged_s("a") == pytest.approx(0.2, abs=0.03)
-
-
-def test_a_withheld_container_gets_no_turn_until_then_and_its_hold_ends_at_once() -> None:
-    sim = DeadlineSim()
-    sim.add("a", 50, "share")
-    sim.add("b", 50, "share")
-    sim.run(0.2)
-    holder = sim.gpu.holder
-    other = "b" if holder == "a" else "a"
-    until = sim.now + 500 * MS
-    sim.gpu.withhold(holder, until, sim.now)
-    sim.settle()
-    assert sim.gpu.holder == other  # revoked at once, and the saturating one drained
-    before = sim.charged_s(holder)
-    sim.run(0.45)
-    assert sim.charged_s(holder) == pytest.approx(before, abs=0.001)  # no turn meanwhile
-    assert sim.gpu.next_deadline(sim.now) is not None
-    sim.run(0.5)
-    assert sim.charged_s(holder) > before + 0.1  # its turns again once it has passed
