@@ -93,6 +93,10 @@ class _TlsServer(ThreadingHTTPServer):
     def get_request(self) -> tuple[socket.socket, Any]:
         sock, address = super().get_request()
         sock.settimeout(READ_TIMEOUT_S)
+        # The answer's headers and body leave in two writes: with Nagle's algorithm the second
+        # waits for the API server's delayed ACK of the first (40 ms), which capped a keep-alive
+        # connection at about 25 reviews a second (p50 0.5 s at 100 a second on four).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         # The handshake runs in the handler's thread, on its first read.
         wrapped = self.certs.context().wrap_socket(
             sock, server_side=True, do_handshake_on_connect=False
