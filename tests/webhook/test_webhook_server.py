@@ -173,3 +173,25 @@ def test_the_command_line() -> None:
     assert not config.in_scope("kube-system", {"cgpu.io/dra": "true"})
     with pytest.raises(SystemExit):
         build_parser(["webhook"]).parse_args(["webhook", "--on-error", "ignore"])
+
+
+def test_accepted_connections_send_without_waiting_for_acks(tmp_path: Path) -> None:
+    """An answer leaves in two writes (headers, body): with Nagle's algorithm the second waits
+    for the API server's delayed ACK (40 ms a review on a keep-alive connection), so the
+    webhook's connections must set TCP_NODELAY."""
+    import socket
+
+    certs = tmp_path / "certs"
+    make_cert(certs)
+    config = WebhookConfig(cert_dir=certs, unit_mib=1024)
+    admitter = Admitter(config, TemplateStore(None, config.device_class), Metrics())  # type: ignore[arg-type]
+    server = WebhookServer(admitter, CertReloader(certs), "127.0.0.1", 0)  # not serving
+    try:
+        with socket.create_connection(("127.0.0.1", server.port)):
+            accepted, _ = server._server.get_request()
+            try:
+                assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
+            finally:
+                accepted.close()
+    finally:
+        server._server.server_close()
