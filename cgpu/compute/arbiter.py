@@ -33,7 +33,8 @@ from .levers import Levers
 from .listener import Listener, intact, listen, unlisten
 from .peer import halted, peer_of
 from .sampler import HOLD_LOOKBACK_NS, GpuSnapshot, HostFigures, Sampler, Snapshot
-from .schedule import GpuSchedule, Order
+from .schedule import GpuSchedule
+from .turnstate import Order
 from .unmanaged import BusySource, NvmlSource
 
 log = logging.getLogger(__name__)

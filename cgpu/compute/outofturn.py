@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .schedule import Hold
+from .turnstate import Hold
 
 WINDOWS = (3, 6, 9, 12, 15, 18, 24, 30, 45, 60)  # periods (0.5 to 10 s at 1/6 s)
 Z = 3.5

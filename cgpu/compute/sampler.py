@@ -23,7 +23,7 @@ from typing import cast
 
 from .attribution import ComputeAttributor
 from .outofturn import TOLERANCE_NS, Judge, Period, Verdict
-from .schedule import Hold
+from .turnstate import Hold
 from .unmanaged import BusySource, HeldNs, ProcessSource, UnmanagedLoad
 
 log = logging.getLogger(__name__)

@@ -24,14 +24,24 @@ kernel long, not the several a process queues.
 
 from __future__ import annotations
 
-import enum
 import math
 from collections import deque
-from collections.abc import Hashable
-from dataclasses import dataclass, field
-from typing import Generic, Literal, NamedTuple, TypeVar
+from typing import Generic
 
-Conn = TypeVar("Conn", bound=Hashable)
+from .turnstate import (
+    HIGH,
+    LOW,
+    NORMAL,
+    PRIORITIES,
+    Conn,
+    Hold,
+    Link,
+    Order,
+    Phase,
+    Tenant,
+    Token,
+    Usage,
+)
 
 FIXED, SHARE = "fixed", "share"
 POLICIES = (FIXED, SHARE)
@@ -44,102 +54,7 @@ FULL = 10_000  # a share of 100 %, in 1/100 percent
 GRANT_WORK_QUANTA = 2  # the work a grant admits while another container waits, in quanta
 ALONE_WORK_QUANTA = 20  # and while none does (a renewal then costs two messages, no wait)
 REVOKE_DEADLINE_QUANTA = 2  # a holder that has not drained this long after REVOKE loses the token
-HIGH, NORMAL, LOW = "high", "normal", "low"
-PRIORITIES = (HIGH, NORMAL, LOW)  # served in this order (see _rank)
 PREEMPTIBLE_WORK_DIVISOR = 20  # beside a `high` container a grant admits 1/20 of a quantum
-
-
-@dataclass(frozen=True)
-class Order:
-    """A message for one connection: GRANT (with the container's share) or REVOKE of `epoch`."""
-
-    kind: Literal["grant", "revoke"]
-    epoch: int
-    share: int = 0  # grants: the container's share over the last ~1 s, in 1/100 percent
-
-
-@dataclass(frozen=True)
-class Usage:
-    """A container's figures on this GPU, for the status file."""
-
-    percent: int
-    policy: str
-    share: int  # over the last ~1 s, in 1/100 percent
-    charged_ns: int
-    forced_revokes: int
-    out_of_turn_ns: int = 0  # charged for work the host saw outside its turns
-    priority: str = NORMAL
-
-
-class Hold(NamedTuple):
-    """One container's hold of the token: GRANT at `start`, REVOKE at `revoke` (None: never
-    revoked, as a hold still running or given up by an idle holder), and `end`, its last
-    connection drained (a DONE that came after the hold was forced to end moves it later)."""
-
-    container: str
-    start: int
-    revoke: int | None
-    end: int
-
-
-class Phase(enum.Enum):
-    """What the holder is doing: running, or draining after a REVOKE."""
-
-    GRANTED = "granted"
-    REVOKING = "revoking"
-
-
-@dataclass
-class _Link:
-    """One connection's state on this GPU."""
-
-    container: str
-    wanting: bool = False
-    want_since: int = 0
-    granted: bool = False  # its gate is open (GRANT sent, no DONE for the revoke yet)
-    idle: bool = False
-    idle_since: int = 0
-    active: bool = False  # not IDLE at some time since the holder was last charged
-    owes_done: bool = False  # REVOKE sent, DONE not received
-    spent: bool = False  # said SPENT for the current grant: its gate is closed, not drained
-    late_epoch: int = 0  # its hold was forced to end before it drained: the DONE it still owes
-    late_since: int = 0  # when that hold was forced to end
-
-
-@dataclass
-class _Tenant(Generic[Conn]):
-    """One container's state on this GPU."""
-
-    percent: int
-    policy: str
-    credit_ns: float  # fixed only: earned at percent of wall time, spent by holding
-    priority: str = NORMAL  # high, normal or low: the order of the classes (see _rank)
-    vtime: float = 0.0  # charged ns / percent
-    refilling: bool = False  # fixed: spent its budget; eligible again at full credit
-    active: bool = False  # eligible or holding at the last step
-    next_limit: tuple[int, str] | None = None  # a change that waits for the hold's end
-    charged_ns: float = 0.0
-    forced_revokes: int = 0
-    out_of_turn_ns: float = 0.0
-    recent: deque[tuple[int, int, float]] = field(default_factory=deque)  # (from, to, charged)
-    conns: dict[Conn, None] = field(default_factory=dict)  # in connection order
-
-
-@dataclass
-class _Token:
-    """The token while a container holds it."""
-
-    holder: str
-    epoch: int
-    t_grant: int
-    t_mark: int  # the grant, or the last time the holder was charged
-    phase: Phase = Phase.GRANTED
-    t_revoke: int = 0
-    drained_at: int = 0  # when the last connection that owed DONE stopped owing it
-    spent: bool = False  # revoked because a fixed holder's budget was spent
-    queued_until: int = 0  # when the work its clients said they queued (SPENT) should end
-    budget_ns: int = 0  # the work its latest grant admitted (the most SPENT may stretch a drain)
-    preempted: bool = False  # revoked for a `high` waiter: it has a preemptible grant to drain
 
 
 def _after(segment: tuple[int, int, float], start: int) -> float:
@@ -148,7 +63,7 @@ def _after(segment: tuple[int, int, float], start: int) -> float:
     return charged if begin >= start else charged * max(0, end - start) / (end - begin)
 
 
-def _rank(tenant: _Tenant[Conn]) -> tuple[int, int]:
+def _rank(tenant: Tenant[Conn]) -> tuple[int, int]:
     """Which class a container is served in: its priority (high, normal, low), then 0 for
     `fixed` (a reservation), 1 for `share`."""
     return PRIORITIES.index(tenant.priority), 0 if tenant.policy == FIXED else 1
@@ -173,9 +88,9 @@ class GpuSchedule(Generic[Conn]):
         self.drain_cap_ns = drain_cap_ns
         self.idle_release_ns = idle_release_ns
         self._last_step = now
-        self._tenants: dict[str, _Tenant[Conn]] = {}
-        self._links: dict[Conn, _Link] = {}
-        self._token: _Token | None = None
+        self._tenants: dict[str, Tenant[Conn]] = {}
+        self._links: dict[Conn, Link] = {}
+        self._token: Token | None = None
         self._epoch = 0
         self._load = 0.0  # unmanaged demand: u * k
         self._probe_ns = 0  # a probe asked for: the token is to be left free this long
@@ -193,7 +108,7 @@ class GpuSchedule(Generic[Conn]):
         check_limit(percent, policy, priority)
         tenant = self._tenants.get(container)
         if tenant is None:
-            self._tenants[container] = _Tenant(percent, policy, self.quantum_ns, priority)
+            self._tenants[container] = Tenant(percent, policy, self.quantum_ns, priority)
             return
         tenant.priority = priority
         if self.holder == container:
@@ -225,7 +140,7 @@ class GpuSchedule(Generic[Conn]):
         if conn in self._links:
             raise ValueError(f"connection {conn!r} is already on this GPU")
         tenant = self._tenants[container]
-        link = _Link(container)
+        link = Link(container)
         self._links[conn] = link
         tenant.conns[conn] = None
         token = self._token
@@ -359,11 +274,11 @@ class GpuSchedule(Generic[Conn]):
             if tenant.credit_ns >= self.quantum_ns:
                 tenant.refilling = False
 
-    def _wants(self, tenant: _Tenant[Conn]) -> bool:
+    def _wants(self, tenant: Tenant[Conn]) -> bool:
         """Some connection of the container waits to launch."""
         return any(self._links[c].wanting for c in tenant.conns)
 
-    def _eligible(self, tenant: _Tenant[Conn]) -> bool:
+    def _eligible(self, tenant: Tenant[Conn]) -> bool:
         """Some connection wants, and (fixed) the container has credit to spend, and (low) no
         `high` container has work."""
         if not self._wants(tenant):
@@ -386,7 +301,7 @@ class GpuSchedule(Generic[Conn]):
                 return True
         return False
 
-    def _preempting(self, token: _Token) -> bool:
+    def _preempting(self, token: Token) -> bool:
         """Whether a `high` container waits, with credit, while one of lower priority holds."""
         if self._tenants[token.holder].priority == HIGH:
             return False
@@ -411,7 +326,7 @@ class GpuSchedule(Generic[Conn]):
         for name, tenant in self._tenants.items():
             tenant.active = name in active
 
-    def _run_hold(self, token: _Token, now: int) -> None:
+    def _run_hold(self, token: Token, now: int) -> None:
         """Revoke the holder if a rule says so; else charge it at each quantum boundary and
         renew the grants its clients have spent."""
         reason = self._revoke_reason(token, now)
@@ -434,7 +349,7 @@ class GpuSchedule(Generic[Conn]):
                 link.spent = link.wanting = False
                 self._outbox.append((conn, Order("grant", token.epoch, self._share(tenant, now))))
 
-    def _revoke_reason(self, token: _Token, now: int) -> str | None:
+    def _revoke_reason(self, token: Token, now: int) -> str | None:
         """Why the holder must give the token back now, or None."""
         tenant = self._tenants[token.holder]
         links = [self._links[c] for c in tenant.conns]
@@ -468,7 +383,7 @@ class GpuSchedule(Generic[Conn]):
             return "release"
         return None
 
-    def _behind(self, waiters: list[_Tenant[Conn]], token: _Token, now: int) -> bool:
+    def _behind(self, waiters: list[Tenant[Conn]], token: Token, now: int) -> bool:
         """Whether some waiter ranks before the holder or with it (fixed before share, then by
         virtual time), counting what the holder has used since its last charge and the work it
         has queued (else the holder would be granted again)."""
@@ -477,7 +392,7 @@ class GpuSchedule(Generic[Conn]):
         holder_rank = (_rank(holder), holder.vtime + owed / holder.percent)
         return min((_rank(t), t.vtime) for t in waiters) <= holder_rank
 
-    def _revoke(self, token: _Token, now: int, spent: bool) -> None:
+    def _revoke(self, token: Token, now: int, spent: bool) -> None:
         """Send REVOKE to every granted connection of the holder."""
         token.phase = Phase.REVOKING
         token.t_revoke = token.drained_at = now
@@ -488,7 +403,7 @@ class GpuSchedule(Generic[Conn]):
                 link.owes_done = True
                 self._outbox.append((conn, Order("revoke", token.epoch)))
 
-    def revoke_deadline_ns(self, token: _Token | None = None) -> int:
+    def revoke_deadline_ns(self, token: Token | None = None) -> int:
         """How long a REVOKE waits for DONE before the token moves on: two quanta, plus the
         work the holder said it queued (SPENT) that had not run at the REVOKE, no more than its
         grant admitted; never past the drain cap. A connection that drains later is charged its
@@ -504,7 +419,7 @@ class GpuSchedule(Generic[Conn]):
             wait += min(max(0, token.queued_until - token.t_revoke), token.budget_ns)
         return min(self.drain_cap_ns, wait)
 
-    def _finish_revoke(self, token: _Token, now: int) -> None:
+    def _finish_revoke(self, token: Token, now: int) -> None:
         """End the hold once every connection has drained, or force it at the deadline (sooner
         once a `high` container waits for it)."""
         if not token.preempted and self._preempting(token):
@@ -546,7 +461,7 @@ class GpuSchedule(Generic[Conn]):
         name = min(candidates)[3]
         tenant = self._tenants[name]
         self._epoch += 1
-        self._token = _Token(name, self._epoch, t_grant=now, t_mark=now)
+        self._token = Token(name, self._epoch, t_grant=now, t_mark=now)
         share = self._share(tenant, now)
         for conn in tenant.conns:
             link = self._links[conn]
@@ -558,7 +473,7 @@ class GpuSchedule(Generic[Conn]):
 
     # --- charging ----------------------------------------------------------------------------
 
-    def _fraction(self, token: _Token) -> float:
+    def _fraction(self, token: Token) -> float:
         """f = n / (n + u*k): the holder's n busy connections against the unmanaged load (while
         it drains after a REVOKE, those that have not drained: each is charged at its DONE)."""
         links = [self._links[c] for c in self._tenants[token.holder].conns]
@@ -583,15 +498,15 @@ class GpuSchedule(Generic[Conn]):
             }
         )
 
-    def _pending_charge(self, token: _Token, now: int) -> float:
+    def _pending_charge(self, token: Token, now: int) -> float:
         """What the holder would be charged for its hold since the last charge."""
         return (now - token.t_mark) * self._fraction(token)
 
-    def _queued_charge(self, token: _Token, now: int) -> float:
+    def _queued_charge(self, token: Token, now: int) -> float:
         """What the holder would be charged for the work it said it queued that has not run."""
         return max(0, token.queued_until - now) * self._fraction(token)
 
-    def _charge(self, token: _Token, now: int) -> None:
+    def _charge(self, token: Token, now: int) -> None:
         """Charge the holder for [t_mark, now]: virtual time, credit, totals."""
         tenant = self._tenants[token.holder]
         charged = self._pending_charge(token, now)
@@ -633,7 +548,7 @@ class GpuSchedule(Generic[Conn]):
         trip (the arbiter's sleep rounds up to a millisecond) finds the GPU still busy."""
         return 3 * self.quantum_ns // PREEMPTIBLE_WORK_DIVISOR // 2
 
-    def _renewal_held(self, token: _Token, now: int) -> bool:
+    def _renewal_held(self, token: Token, now: int) -> bool:
         """Whether a spent grant waits for its queued work to run before it is renewed: beside
         a `high` container, so that renewals cannot pile work up faster than the GPU runs it
         (what a REVOKE must drain stays about one grant; the shim admits each grant's budget
@@ -693,7 +608,7 @@ class GpuSchedule(Generic[Conn]):
         later = [t for t in times if t > now]  # what is due at `now` was done by `step`
         return math.ceil(min(later)) if later else None
 
-    def _hold_deadlines(self, token: _Token, now: int) -> list[float]:
+    def _hold_deadlines(self, token: Token, now: int) -> list[float]:
         """When a rule of `_revoke_reason` may end the current hold, or its charge is due."""
         tenant = self._tenants[token.holder]
         links = [self._links[c] for c in tenant.conns]
@@ -757,7 +672,7 @@ class GpuSchedule(Generic[Conn]):
             holds.append(Hold(token.holder, token.t_grant, revoked, now))
         return holds
 
-    def _share(self, tenant: _Tenant[Conn], now: int) -> int:
+    def _share(self, tenant: Tenant[Conn], now: int) -> int:
         """The container's charged time over the last ~1 s, in 1/100 percent."""
         start = now - SHARE_WINDOW_NS
         while tenant.recent and tenant.recent[0][1] <= start:
@@ -768,11 +683,11 @@ class GpuSchedule(Generic[Conn]):
             charged += self._pending_charge(token, now)
         return min(FULL, round(charged * FULL / SHARE_WINDOW_NS))
 
-    def _waiting_since(self, tenant: _Tenant[Conn]) -> int:
+    def _waiting_since(self, tenant: Tenant[Conn]) -> int:
         """When the container's longest-waiting connection started to want."""
         return min(self._links[c].want_since for c in tenant.conns if self._links[c].wanting)
 
-    def _phase_of(self, link: _Link) -> Phase | None:
+    def _phase_of(self, link: Link) -> Phase | None:
         """The token's phase if the link's container holds it, else None."""
         token = self._token
         return token.phase if token and token.holder == link.container else None
@@ -791,7 +706,7 @@ class GpuSchedule(Generic[Conn]):
             link.owes_done = link.granted = False
             token.drained_at = max(token.drained_at, now)
 
-    def _late_drained(self, conn: Conn, link: _Link, now: int) -> None:
+    def _late_drained(self, conn: Conn, link: Link, now: int) -> None:
         """A connection drained (or went) after its hold was forced to end: its container is
         charged the late drain at its part of the GPU beside whoever ran meanwhile, and its
         hold in the log ends here."""

@@ -11,7 +11,8 @@ from typing import Any
 from cgpu.core.files import atomic_write
 
 from .sampler import HostFigures
-from .schedule import FULL, GpuSchedule, Usage
+from .schedule import FULL, GpuSchedule
+from .turnstate import Usage
 
 
 def render(

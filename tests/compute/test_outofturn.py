@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from cgpu.compute.outofturn import Judge, Period, held_share, trips
-from cgpu.compute.schedule import Hold
+from cgpu.compute.turnstate import Hold
 
 MS = 1_000_000
 P = 166 * MS  # NVML's period on an H100

@@ -12,7 +12,7 @@ from arbiter_kit import UUID, Client, make_container
 from cgpu.compute.arbiter import Arbiter, ArbiterConfig
 from cgpu.compute.levers import Levers
 from cgpu.compute.sampler import GpuSnapshot, Sampler, Snapshot
-from cgpu.compute.schedule import Hold
+from cgpu.compute.turnstate import Hold
 
 MS = 1_000_000
 PERIOD_US = 166_667

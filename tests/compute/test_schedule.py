@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 
 from cgpu.compute import status
-from cgpu.compute.schedule import GpuSchedule, Order, Phase
+from cgpu.compute.schedule import GpuSchedule
+from cgpu.compute.turnstate import Order, Phase
 
 MS = 1_000_000
 SECOND = 1000 * MS
