@@ -106,5 +106,4 @@ class Token:
     drained_at: int = 0  # when the last connection that owed DONE stopped owing it
     spent: bool = False  # revoked because a fixed holder's budget was spent
     queued_until: int = 0  # when the work its clients said they queued (SPENT) should end
-    budget_ns: int = 0  # the work its latest grant admitted (the most SPENT may stretch a drain)
     preempted: bool = False  # revoked for a `high` waiter: it has a preemptible grant to drain
