@@ -72,6 +72,11 @@ def _shares(per_window: list[dict[str, float]], name: str) -> list[float]:
     return [round(w[name], 1) for w in per_window]
 
 
+# Nine mixes on two machines at once judge every 1 s window: on two cores under TSan a window is
+# now and then a turn late beyond the one late turn allowed (it failed a fresh-clone TSan run on
+# 2026-12-02, and passed alone under TSan right after). Timing is judged outside the sanitizer
+# builds, as test_compute_limit.py does; the other tests here still run the token path under them.
+@pytest.mark.skipif(SANITIZED, reason="timing: outside the sanitizer builds")
 def test_shares_hold_beside_neighbours(shim_env, sim_dir, load, tmp_path):
     # Two machines run at once, one case per GPU:
     # machine 0: share 30 + share 70 (1 ms kernels); share 20 + 30 + 50 (10 us kernels, two
