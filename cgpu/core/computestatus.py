@@ -19,11 +19,9 @@ Nothing here raises for what the file holds.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
-import stat
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -31,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from cgpu.core.containers import containers_root, validate_key
+from cgpu.core.files import read_plain_file
 from cgpu.core.layout import COMPUTE_STATUS_NAME, UUID_RE
 
 STALE_AFTER = 5.0  # seconds; the arbiter writes every second
@@ -163,24 +162,15 @@ class _Untrusted(OSError):
 
 
 def _read_trusted(path: str) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _Untrusted(f"{path}: a symlink") from exc
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _Untrusted(f"{path}: not a regular file")
+    """The file's bytes, if it is one the host wrote: a regular file owned by root or this
+    user, writable by nobody else, at most MAX_BYTES."""
+
+    def owner(st: os.stat_result) -> str | None:
         if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-            raise _Untrusted(f"{path}: owned by uid {st.st_uid} or writable by others")
-        data = os.read(fd, MAX_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_BYTES:
-        raise _Untrusted(f"{path}: larger than {MAX_BYTES} bytes")
-    return data
+            return f"owned by uid {st.st_uid} or writable by others"
+        return None
+
+    return read_plain_file(path, MAX_BYTES, _Untrusted, owner)
 
 
 def _number(value: Any) -> float | None:

@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
 import re
 import shutil
-import stat
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from cgpu.core.config import ComputeShare, write_config
-from cgpu.core.files import atomic_write
+from cgpu.core.files import atomic_write, read_plain_file
 from cgpu.core.layout import CONTAINERS_SUBDIR, DEFAULT_STATE_DIR, LEDGER_NAME, META_NAME
 from cgpu.core.ledger import init_ledger
 
@@ -105,30 +103,6 @@ class MetaError(ValueError):
     """A meta.json that cannot be trusted: not a plain file, too large, or not a JSON object."""
 
 
-def _read_small_file(path: Path, limit: int) -> bytes:
-    """The bytes of a plain file of at most `limit` bytes, never following a symlink or blocking.
-
-    A container directory may hold anything in place of its files (a FIFO, a symlink to a
-    device, a directory, a file that grows while read): all of those raise MetaError.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise MetaError(f"{path}: a symlink") from exc
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise MetaError(f"{path}: not a regular file")
-        data = os.read(fd, limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise MetaError(f"{path}: larger than {limit} bytes")
-    return data
-
-
 def _typed(meta: dict[str, Any]) -> dict[str, Any]:
     """`meta` without the known fields that have the wrong type (unknown fields are kept)."""
     out = {}
@@ -185,7 +159,7 @@ def load_meta(container_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = Path(container_dir) / META_NAME
     try:
-        data = _read_small_file(path, META_MAX_BYTES)
+        data = read_plain_file(path, META_MAX_BYTES, MetaError)
     except FileNotFoundError:
         return {}
     try:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -38,3 +41,33 @@ def atomic_write_at(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> N
     finally:
         os.close(fd)
     os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+
+
+def read_plain_file(
+    path: str | os.PathLike[str],
+    limit: int,
+    refuse: Callable[[str], Exception],
+    check: Callable[[os.stat_result], str | None] | None = None,
+) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes, never following a symlink or
+    blocking on a FIFO. A symlink, anything but a regular file, a larger file, or one `check`
+    (given the file's stat) objects to raises `refuse(reason)`; other OSErrors pass through."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise refuse(f"{path}: a symlink") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise refuse(f"{path}: not a regular file")
+        objection = check(st) if check else None
+        if objection:
+            raise refuse(f"{path}: {objection}")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise refuse(f"{path}: larger than {limit} bytes")
+    return data
