@@ -1,7 +1,10 @@
-"""Finding the containers that have a compute limit: `DIR/*/cgpu.conf`, re-read when it changes.
+"""Finding the containers that take turns on a GPU: `DIR/*/cgpu.conf`, re-read when it changes.
 
-A container is its directory. A malformed config is logged once per version of the file,
-counted, and read as having no compute lines; nothing here raises for what a file holds.
+A container is its directory. A GPU where some container has a compute line is *gated*: every
+container whose config lists that GPU takes turns on it, those without a compute line there as
+best effort (percent 0, `BEST_EFFORT`). A GPU where nobody has one is left alone. A malformed
+config is logged once per version of the file, counted, and read as having no GPUs; nothing
+here raises for what a file holds.
 """
 
 from __future__ import annotations
@@ -13,15 +16,18 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from cgpu.core.config import ConfigError, load_compute_lines
+from cgpu.core.config import ConfigError, load_compute_lines, load_config
 from cgpu.core.layout import CONFIG_NAME
 
-from .schedule import check_limit
+from .schedule import BEST_EFFORT, check_limit
+from .turnstate import NORMAL
 
 log = logging.getLogger(__name__)
 
 Limits = dict[str, tuple[int, str, str]]  # {GPU uuid: (percent, policy, priority)}
 Stamp = tuple[int, int, int, int]  # (device, inode, mtime ns, size) of a config file
+Parsed = tuple[frozenset[str], Limits]  # a config's GPUs, and its compute lines
+NO_GPUS: Parsed = (frozenset(), {})
 
 
 class Discovery:
@@ -30,16 +36,23 @@ class Discovery:
     def __init__(self, roots: Iterable[Path]) -> None:
         self.roots = tuple(roots)
         self.bad_configs = 0
-        self._seen: dict[Path, tuple[Stamp, Limits]] = {}
+        self._seen: dict[Path, tuple[Stamp, Parsed]] = {}
 
     def scan(self) -> dict[Path, Limits]:
-        """{container directory: its compute limits}, for those with at least one. OSError
-        when a root cannot be listed for a reason other than its absence."""
+        """{container directory: what it takes turns with on each gated GPU}, for those that
+        take turns on at least one: its compute lines, and best effort on the gated GPUs it
+        has no line for. OSError when a root cannot be listed for a reason other than its
+        absence."""
         directories = list(self._directories())
         for gone in set(self._seen) - set(directories):
             del self._seen[gone]
-        found = {directory: self._limits(directory) for directory in directories}
-        return {directory: limits for directory, limits in found.items() if limits}
+        found = {directory: self._config(directory) for directory in directories}
+        gated = {uuid for _, limits in found.values() for uuid in limits}
+        turns = {
+            directory: _with_best_effort(gpus, limits, gated)
+            for directory, (gpus, limits) in found.items()
+        }
+        return {directory: limits for directory, limits in turns.items() if limits}
 
     def _directories(self) -> Iterable[Path]:
         """The container directories under every root (hidden ones, such as staging, skipped)."""
@@ -55,50 +68,59 @@ class Discovery:
                 if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
                     yield Path(entry.path)
 
-    def _limits(self, directory: Path) -> Limits:
-        """The directory's compute limits, from the cache while its config is unchanged."""
+    def _config(self, directory: Path) -> Parsed:
+        """The directory's GPUs and compute lines, from the cache while its config is
+        unchanged."""
         path = directory / CONFIG_NAME
         try:
             info = os.stat(path, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
             self._seen.pop(directory, None)
-            return {}
+            return NO_GPUS
         except OSError:  # a transient failure: what was known stands
             cached = self._seen.get(directory)
-            return cached[1] if cached else {}
+            return cached[1] if cached else NO_GPUS
         stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
         cached = self._seen.get(directory)
         if cached and cached[0] == stamp:
             return cached[1]
         try:
             regular = stat.S_ISREG(info.st_mode)
-            limits = self._parse(path) if regular else self._bad(path, "not a file")
+            parsed = self._parse(path) if regular else self._bad(path, "not a file")
         except OSError:  # cannot be read now (EMFILE): what was known stands
-            return cached[1] if cached else {}
-        self._seen[directory] = (stamp, limits)
-        return limits
+            return cached[1] if cached else NO_GPUS
+        self._seen[directory] = (stamp, parsed)
+        return parsed
 
-    def _parse(self, path: Path) -> Limits:
-        """The compute lines of one config (the shim's parser); {} and counted if malformed.
-        OSError when the file cannot be opened now for a passing reason (EMFILE, EIO)."""
+    def _parse(self, path: Path) -> Parsed:
+        """The GPUs and compute lines of one config (the shim's parser); none, and counted, if
+        malformed. OSError when the file cannot be opened now for a passing reason (EMFILE,
+        EIO)."""
         try:
             os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW))  # open it can
+            gpus = frozenset(load_config(path))
             lines = load_compute_lines(path).items()
             limits = {uuid: (line.percent, line.policy, line.priority) for uuid, line in lines}
             for percent, policy, priority in limits.values():
                 check_limit(percent, policy, priority)
         except FileNotFoundError:
-            return {}
+            return NO_GPUS
         except OSError as err:
             if err.errno != errno.ELOOP:
                 raise
             return self._bad(path, "a symbolic link")
         except (ConfigError, ValueError) as err:
             return self._bad(path, str(err))
-        return limits
+        return gpus | limits.keys(), limits
 
-    def _bad(self, path: Path, reason: str) -> Limits:
-        """Log and count a malformed config; it has no compute lines."""
+    def _bad(self, path: Path, reason: str) -> Parsed:
+        """Log and count a malformed config; it has no GPUs."""
         self.bad_configs += 1
         log.warning("malformed %s, no compute limit taken from it: %s", path, reason)
-        return {}
+        return NO_GPUS
+
+
+def _with_best_effort(gpus: frozenset[str], limits: Limits, gated: set[str]) -> Limits:
+    """A container's compute lines, and best effort on each gated GPU it has none for."""
+    turns = {uuid: (0, BEST_EFFORT, NORMAL) for uuid in gpus & gated if uuid not in limits}
+    return {**limits, **turns}

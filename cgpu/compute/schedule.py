@@ -1,4 +1,4 @@
-"""One GPU's token, time-sliced among the containers that have a compute limit on it.
+"""One GPU's token, time-sliced among the containers on it, once one of them has a compute limit.
 
 Pure: no sockets and no clock. Every time is a `now` argument, in ns of one monotonic clock.
 Events (`connect`, `want`, `idle`, `busy`, `done`, `stopped`, `gone`) change the state; `step`
@@ -10,9 +10,12 @@ need credit, which they earn at their percent of wall time, so they get their pe
 more. A `fixed` container with credit goes before every `share` one: its percent is a
 reservation, and the shares split what the reservations leave (by virtual time alone, `fixed` 20
 beside `share` 40 got a third of the turns wherever the limited containers together get less
-than the GPU, as beside an unlimited one). A holder is charged its hold times f, the fraction of
-the GPU it really had (below 1 when processes outside the managed containers run on the GPU
-too). A probe (`probe`) leaves the token free for a while, so that those processes' demand shows.
+than the GPU, as beside an unlimited one). A container without a limit on a GPU where others
+have one is best effort (`BEST_EFFORT`): it comes after every `share` one, so it gets what the
+limited ones leave, and best-effort containers split that evenly. A holder is charged its hold
+times f, the fraction of the GPU it really had (below 1 when processes outside the managed
+containers run on the GPU too). A probe (`probe`) leaves the token free for a while, so that
+those processes' demand shows.
 
 A grant admits about GRANT_WORK_QUANTA quanta of work while others wait (ALONE_WORK_QUANTA
 while none does): the client counts its launches at its own learnt time per launch, at least one,
@@ -43,8 +46,9 @@ from .turnstate import (
     Usage,
 )
 
-FIXED, SHARE = "fixed", "share"
-POLICIES = (FIXED, SHARE)
+FIXED, SHARE, BEST_EFFORT = "fixed", "share", "best-effort"
+POLICIES = (FIXED, SHARE)  # a compute line's policies
+BEST_EFFORT_WEIGHT = 100  # a best-effort container's virtual time counts at this percent
 DEBT_FLOOR_NS = -2_000_000_000  # a fixed container's credit never goes below -2 s
 CREDIT_CAP_NS = 1_000_000_000  # nor above 1 s (a quantum while it wants nothing)
 SHARE_WINDOW_NS = 1_000_000_000  # shares are over the last ~1 s
@@ -63,15 +67,27 @@ def _after(segment: tuple[int, int, float], start: int) -> float:
     return charged if begin >= start else charged * max(0, end - start) / (end - begin)
 
 
+_POLICY_RANK = {FIXED: 0, SHARE: 1, BEST_EFFORT: 2}
+
+
 def _rank(tenant: Tenant[Conn]) -> tuple[int, int]:
     """Which class a container is served in: its priority (high, normal, low), then 0 for
-    `fixed` (a reservation), 1 for `share`."""
-    return PRIORITIES.index(tenant.priority), 0 if tenant.policy == FIXED else 1
+    `fixed` (a reservation), 1 for `share`, 2 for best effort (no limit: what the others
+    leave)."""
+    return PRIORITIES.index(tenant.priority), _POLICY_RANK[tenant.policy]
+
+
+def _weight(tenant: Tenant[Conn]) -> int:
+    """The percent a container's virtual time counts at (charged ns / weight): its limit, or
+    BEST_EFFORT_WEIGHT without one, so that best-effort containers split what is left evenly."""
+    return tenant.percent if tenant.policy != BEST_EFFORT else BEST_EFFORT_WEIGHT
 
 
 def check_limit(percent: int, policy: str, priority: str = NORMAL) -> None:
     """ValueError unless `percent` is 1-100, `policy` fixed or share and `priority` high,
-    normal or low."""
+    normal or low; or, best effort (no limit), `percent` 0."""
+    if policy == BEST_EFFORT and percent == 0 and priority in PRIORITIES:
+        return
     if isinstance(percent, bool) or not 1 <= percent <= 100:
         raise ValueError(f"compute percent {percent!r}: 1 to 100")
     if policy not in POLICIES:
@@ -222,7 +238,7 @@ class GpuSchedule(Generic[Conn]):
         tenant = self._tenants.get(container)
         if tenant is None or ns <= 0:
             return
-        tenant.vtime += ns / tenant.percent
+        tenant.vtime += ns / _weight(tenant)
         if tenant.policy == FIXED:
             tenant.credit_ns = max(tenant.credit_ns - ns, DEBT_FLOOR_NS)
         tenant.charged_ns += ns
@@ -282,7 +298,7 @@ class GpuSchedule(Generic[Conn]):
             return False
         if tenant.priority == LOW and self._high_busy():
             return False
-        return tenant.policy == SHARE or (tenant.credit_ns > 0 and not tenant.refilling)
+        return tenant.policy != FIXED or (tenant.credit_ns > 0 and not tenant.refilling)
 
     def _high_busy(self) -> bool:
         """A `high` container has work: it holds the token and is not idle, or it waits with
@@ -386,7 +402,7 @@ class GpuSchedule(Generic[Conn]):
         has queued (else the holder would be granted again)."""
         holder = self._tenants[token.holder]
         owed = self._pending_charge(token, now) + self._queued_charge(token, now)
-        holder_rank = (_rank(holder), holder.vtime + owed / holder.percent)
+        holder_rank = (_rank(holder), holder.vtime + owed / _weight(holder))
         return min((_rank(t), t.vtime) for t in waiters) <= holder_rank
 
     def _revoke(self, token: Token, now: int, spent: bool) -> None:
@@ -508,7 +524,7 @@ class GpuSchedule(Generic[Conn]):
         """Charge the holder for [t_mark, now]: virtual time, credit, totals."""
         tenant = self._tenants[token.holder]
         charged = self._pending_charge(token, now)
-        tenant.vtime += charged / tenant.percent
+        tenant.vtime += charged / _weight(tenant)
         if tenant.policy == FIXED:
             tenant.credit_ns = max(tenant.credit_ns - charged, DEBT_FLOOR_NS)
         tenant.charged_ns += charged
@@ -626,7 +642,7 @@ class GpuSchedule(Generic[Conn]):
         waiters = [t for n, t in self._tenants.items() if n != token.holder and self._eligible(t)]
         level = [t.vtime for t in waiters if _rank(t) == _rank(tenant)]
         if level:  # when the holder's virtual time reaches the least waiter's
-            lead = (min(level) - tenant.vtime) * tenant.percent - owed
+            lead = (min(level) - tenant.vtime) * _weight(tenant) - owed
             times.append(now + max(0.0, lead) / f)
         return times
 
@@ -720,7 +736,7 @@ class GpuSchedule(Generic[Conn]):
         # A drain lasts no longer than the drain cap: what a silent connection did after that
         # is for the host's view of out-of-turn work to find.
         charged = (min(now, since + self.drain_cap_ns) - since) / (1 + others)
-        tenant.vtime += charged / tenant.percent
+        tenant.vtime += charged / _weight(tenant)
         if tenant.policy == FIXED:
             tenant.credit_ns = max(tenant.credit_ns - charged, DEBT_FLOOR_NS)
         tenant.charged_ns += charged

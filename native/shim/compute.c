@@ -202,6 +202,8 @@ int compute_wait(int dev)
                 return held;
             continue;
         }
+        if (!g_shim.ledger.compute[dev] && tm == TOKEN_OFF)
+            return -1; /* best effort, and no arbiter: nothing to wait for */
         uint32_t seq = __atomic_load_n(&k->seq, __ATOMIC_ACQUIRE);
         if (tm == TOKEN_OFF && __atomic_fetch_sub(&k->tickets, 1, __ATOMIC_RELAXED) > 0)
             break;
@@ -212,6 +214,8 @@ int compute_wait(int dev)
             /* No controller for a while (stopped, or unable to measure): never hang; pace
              * this process alone at its limit, from the last estimated cost per launch. */
             unsigned pct = g_shim.ledger.compute[dev];
+            if (!pct)
+                return -1; /* best effort: no limit to pace at */
             uint64_t known = __atomic_load_n(&k->cost, __ATOMIC_RELAXED);
             long long cost = clampll(known ? (long long)known : 100000LL, COST_MIN_NS, 100000000LL);
             sleep_ns(cost * (100 - pct) / (long long)pct);
@@ -670,7 +674,10 @@ static void *controller(void *arg)
         syscall(SYS_futex, &g_token.seq, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
         if (measurable < 0) {
             measurable = nvml_ready();
-            if (!measurable)
+            int limited = 0;
+            for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
+                limited |= g_shim.ledger.compute[d] != 0;
+            if (!measurable && limited)
                 fprintf(stderr, "cgpu: NVML per-process utilization is unavailable; the compute limit paces "
                                 "each process alone\n");
             open_trace();
@@ -698,7 +705,7 @@ void compute_start(void)
 {
     int any = 0;
     for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
-        any |= g_shim.ledger.compute[d] != 0;
+        any |= g_shim.ledger.turns[d] != 0;
     pthread_mutex_lock(&start_mutex);
     if (any && !ctl.started && g_shim.ledger.l && g_shim.ledger.writable) {
         pthread_attr_t attr;

@@ -17,7 +17,8 @@ void compute_start(void);
 /* In a forked child: the parent's thread is gone. */
 void compute_forget_process(void);
 /* The slow path of compute_admit: wait for a ticket (or, in token mode, the GPU) on ledger
- * device `dev`.  Returns what compute_admit does. */
+ * device `dev`; best effort (no limit), only for the compute thread to find out whether the
+ * arbiter is there.  Returns what compute_admit does. */
 int compute_wait(int dev);
 
 /* Admit one launch (or graph launch) on the calling thread's current device.  Returns the
@@ -28,13 +29,15 @@ static inline int compute_admit(void)
     if (unlikely(mode() != SHIM_LIMITED))
         return -1;
     int d = current_device();
-    if (d < 0 || !g_shim.ledger.compute[d])
+    if (d < 0 || !g_shim.ledger.turns[d])
         return -1;
     if (__atomic_load_n(&g_token.mode, __ATOMIC_RELAXED) == TOKEN_ON) {
         int held = token_admit(d);
         if (likely(held != TOKEN_LEFT))
             return held;
     }
+    if (!g_shim.ledger.compute[d]) /* best effort: turns only while the arbiter gives them */
+        return __atomic_load_n(&g_token.mode, __ATOMIC_RELAXED) == TOKEN_OFF ? -1 : compute_wait(d);
     struct ledger_compute *k = &g_shim.ledger.l->compute[d];
     if (likely(__atomic_fetch_sub(&k->tickets, 1, __ATOMIC_RELAXED) > 0)) {
         __atomic_fetch_add(&k->launches, 1, __ATOMIC_RELAXED);

@@ -108,6 +108,8 @@ struct ledger_handle {
     uint64_t limit[CGPU_MAX_DEVICES];    /* the slices this process enforces */
     uint32_t compute[CGPU_MAX_DEVICES];  /* the compute limits this process enforces, percent */
     uint32_t policy[CGPU_MAX_DEVICES];   /* and their CGPU_COMPUTE_* policies */
+    uint32_t turns[CGPU_MAX_DEVICES];    /* 1 where it takes the arbiter's turns: under a compute
+                                          * limit, or best effort (set by the shim, shim.c) */
 };
 
 /* How to open a ledger: to read it (readers on the host), to charge it, or to

@@ -223,8 +223,21 @@ static int request_has_compute(const struct cgpu_request *req)
     return req->kind != CGPU_REQ_DISABLED && any != 0;
 }
 
-/* Whether a compute limit applies (cgpu.conf first, else the environment); a malformed
- * source counts as yes: the shim refuses to run anyway, and hooking is harmless. */
+/* Whether the arbiter gates a GPU of this container: its socket is in the container's directory
+ * (it makes one only where some container on one of this container's GPUs has a compute limit). */
+static int turns_offered(const char *dir)
+{
+    char sock[4200];
+    struct stat st;
+    snprintf(sock, sizeof sock, "%s/%s", dir, CGPU_COMPUTE_SOCKET_NAME);
+    return stat(sock, &st) == 0 && S_ISSOCK(st.st_mode);
+}
+
+/* Whether launches are gated: a compute limit applies (cgpu.conf first, else the environment),
+ * or the arbiter offers the container turns (best effort: no limit of its own, on a GPU where a
+ * neighbour has one).  A malformed source counts as yes: the shim refuses to run anyway, and
+ * hooking is harmless.  Decided once, at the first lookup of a launch function: a process that
+ * started before the offer stays unhooked (docs/architecture.md, "Best effort"). */
 static int compute_requested(void)
 {
     extern char **environ;
@@ -241,7 +254,7 @@ static int compute_requested(void)
         for (unsigned i = 0; i < cfg.nentries; i++)
             if (cfg.entries[i].compute)
                 return 1;
-        return 0;
+        return turns_offered(dir);
     }
     if (!(rc == CGPU_ERR_IO && errno == ENOENT))
         return 1;
@@ -348,6 +361,14 @@ static int load_limits(enumerate_fn enumerate, int authoritative)
         shim_fail_line("cannot use the ledger %s: %s", path, cgpu_strerror(rc));
         ledger_close(&g_shim.ledger);
         return setup_state = SHIM_FAILED;
+    }
+    /* Turns: under a limit, and best effort on the rest of its GPUs where launches are gated
+     * (the arbiter REFUSEs the GPUs it does not gate; the gate then stays open). */
+    int best_effort = slices_from_config && compute_enabled();
+    for (unsigned i = 0; i < cfg.nentries; i++) {
+        int dev = ledger_find_device(g_shim.ledger.l, cfg.entries[i].uuid);
+        if (dev >= 0 && dev < CGPU_MAX_DEVICES)
+            g_shim.ledger.turns[dev] = cfg.entries[i].compute || best_effort;
     }
     for (unsigned i = 0; i < cfg.nentries; i++) {
         int dev = cfg.entries[i].has_context ? ledger_find_device(g_shim.ledger.l, cfg.entries[i].uuid) : -1;

@@ -12,7 +12,11 @@
  *   REVOKE  close the gate, wait until no launch is between the gate and the driver, wait for the
  *           work this process launched on that GPU (cuCtxSynchronize in each context that
  *           launched there), answer DONE;
- *   REFUSE  the host gives this container no compute limit on that GPU: the gate stays open.
+ *   REFUSE  the host gives this container no compute limit on that GPU, and gates nobody there:
+ *           the gate stays open (for a best-effort GPU, until the next connection).
+ * A container without a limit on a GPU takes turns there as best effort (what the limited ones
+ * leave) where the arbiter gates it: the arbiter then has a socket in its directory, and each
+ * process that finds it there at its first launch lookup declares all of its GPUs.
  * It also tells the arbiter when the process stops using a GPU it holds (IDLE: no launch for
  * IDLE_NS, and then the work it launched has finished) and when it starts again (BUSY), so an
  * idle holder gives the GPU up at once, and a process that waits for its own results does not.
@@ -252,7 +256,16 @@ static void note_refused(const char *path)
     }
 }
 
-/* Connect and introduce this process: its pid and the GPUs it has a compute limit on. */
+/* Whether this process has a compute limit on some GPU (else it takes turns as best effort). */
+static int limited(void)
+{
+    for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++)
+        if (g_shim.ledger.compute[d])
+            return 1;
+    return 0;
+}
+
+/* Connect and introduce this process: its pid and the GPUs it takes turns on. */
 static int connect_arbiter(void)
 {
     struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -272,7 +285,12 @@ static int connect_arbiter(void)
     pthread_mutex_unlock(&tk.send_lock);
     int ok = send_msg(MSG_HELLO, 0, PROTOCOL_VERSION, (uint64_t)getpid(), NULL) == 0;
     for (unsigned d = 0; ok && d < g_shim.ledger.l->ndevices && d < CGPU_MAX_DEVICES; d++)
-        if (g_shim.ledger.compute[d]) {
+        if (g_shim.ledger.turns[d]) {
+            if (!g_shim.ledger.compute[d] && tk.refused[d]) {
+                /* Best effort: a REFUSE holds for one connection (the GPU may be gated again). */
+                tk.refused[d] = 0;
+                __atomic_store_n(&g_token.open[d], 0, __ATOMIC_SEQ_CST);
+            }
             char uuid[CGPU_UUID_LEN + 1];
             memcpy(uuid, g_shim.ledger.l->devices[d].uuid, CGPU_UUID_LEN);
             uuid[CGPU_UUID_LEN] = 0;
@@ -339,7 +357,7 @@ static void learn_cost(int d)
 
 static void on_message(const struct token_msg *m)
 {
-    if (m->dev >= CGPU_MAX_DEVICES || !g_shim.ledger.compute[m->dev])
+    if (m->dev >= CGPU_MAX_DEVICES || !g_shim.ledger.turns[m->dev])
         return;
     int d = (int)m->dev;
     switch (m->type) {
@@ -391,7 +409,7 @@ static void watch_idle(void)
 {
     long long now = now_ns();
     for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) {
-        if (!g_shim.ledger.compute[d] || tk.refused[d] || !__atomic_load_n(&g_token.open[d], __ATOMIC_RELAXED))
+        if (!g_shim.ledger.turns[d] || tk.refused[d] || !__atomic_load_n(&g_token.open[d], __ATOMIC_RELAXED))
             continue;
         uint64_t n = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED);
         if (n != tk.seen[d] || __atomic_load_n(&g_token.inflight[d], __ATOMIC_RELAXED) > 0) {
@@ -455,8 +473,10 @@ int token_run(void)
         while (connect_arbiter() != 0) {
             disconnect();
             if (now_ns() - since > RECONNECT_NS) {
-                fprintf(stderr, "cgpu: the compute arbiter is gone; the compute limit is kept from NVML's "
-                                "samples\n");
+                fprintf(stderr, "%s", limited() ? "cgpu: the compute arbiter is gone; the compute limit is kept "
+                                                  "from NVML's samples\n"
+                                                : "cgpu: the compute arbiter is gone; launches are no longer "
+                                                  "gated\n");
                 return 1;
             }
             struct timespec t = {0, RECONNECT_EVERY_NS};

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from arbiter_kit import (
+    GIB,
     OTHER,
     UUID,
     ArbiterProcess,
@@ -191,9 +192,14 @@ def test_done_for_another_epoch_is_ignored_and_keeps_the_connection(root: Path, 
     assert arbiter.read_status()["bad_messages"] == 0
 
 
-def test_only_directories_with_a_compute_line_get_a_socket(root: Path, start) -> None:
+def test_sockets_go_to_the_containers_of_gated_gpus(root: Path, start) -> None:
+    """A GPU where some container has a compute line is gated: every container on it gets a
+    socket (those without a line as best effort); a container on no gated GPU gets none."""
     limited = make_container(root, "limited", {UUID: (30, "fixed")})
     plain = make_container(root, "plain", {})
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    write_config(elsewhere, {"GPU-99999999-9999-9999-9999-999999999999": GIB}, {})
     broken = root / "broken"
     broken.mkdir()
     (broken / "cgpu.conf").write_text("version 1\ncompute nonsense\n")
@@ -201,11 +207,16 @@ def test_only_directories_with_a_compute_line_get_a_socket(root: Path, start) ->
     empty.mkdir()
     arbiter = start()
     arbiter.wait_for_socket(limited)
+    arbiter.wait_for_socket(plain)
     status = arbiter.wait_status(lambda s: s["bad_configs"] >= 1)
-    assert not (plain / "compute.sock").exists()
+    assert not (elsewhere / "compute.sock").exists()
     assert not (broken / "compute.sock").exists()
     assert not (empty / "compute.sock").exists()
-    assert list(status["gpus"][UUID]["containers"]) == [str(limited)]
+    containers = status["gpus"][UUID]["containers"]
+    assert sorted(containers) == sorted([str(limited), str(plain)])
+    assert containers[str(plain)]["policy"] == "best-effort"
+    assert containers[str(plain)]["limit"] == 0
+    assert OTHER not in status["gpus"]  # nobody limits it: nobody takes turns there
     time.sleep(1.1)  # two more scans: a malformed file is counted once, not at every scan
     assert arbiter.read_status()["bad_configs"] == 1
 

@@ -105,11 +105,15 @@ class Container:
     device: int = 0  # the simulated GPU (CUDA_VISIBLE_DEVICES)
     start_after: float = 0.0  # seconds after the others
     idle_first: float = 0.0  # seconds its processes hold a context and launch nothing
+    cycle: float = 0.0  # busy this long, then idle this long, and so on (0: always busy)
     pidns: bool = False  # its processes share a pid namespace of their own (unshare)
     # (percent, policy[, priority]): the host writes this compute limit into the container's
     # cgpu.conf, as the device plugin does (the arbiter reads only that); None: the
     # environment's, if any.
     conf: tuple[int, str] | tuple[int, str, str] | None = None
+    # With no `conf`: the host still writes a cgpu.conf (a memory slice, no compute line), as
+    # the device plugin does for a pod without a compute limit: best effort under the arbiter.
+    hosted: bool = False
     # A program to run instead of compute_load (its whole argv), one per process
     argv: list[str] = field(default_factory=list)
     # (seconds from the start, signal name): sent to every process of the container then
@@ -123,6 +127,8 @@ class Container:
         self.ledger.mkdir(parents=True, exist_ok=True)
         if self.conf:
             write_config(self.ledger, {uuid: 8 << 30}, {uuid: tuple(self.conf)})
+        elif self.hosted:
+            write_config(self.ledger, {uuid: 8 << 30}, {})
 
     def start(self, load: Path) -> None:
         self.ledger.mkdir(parents=True, exist_ok=True)
@@ -132,7 +138,7 @@ class Container:
             "CUDA_VISIBLE_DEVICES": str(self.device),
         }
         args = [str(load), "run", self.path, str(self.kernel_ns), str(self.seconds)]
-        args += [str(self.threads), str(self.idle_first)]
+        args += [str(self.threads), str(self.idle_first), str(self.cycle)]
         args = self.argv or args
         if self.pidns:
             # One namespace for all of them, as in a container: its init (sh, pid 1) starts
@@ -332,7 +338,7 @@ def _main(spec: dict) -> None:
     if spec.get("arbiter") is not None:
         for c in containers:
             c.write_conf(nvml.uuid(c.device))
-        managed = [c.ledger for c in containers if c.conf]
+        managed = [c.ledger for c in containers if c.conf or c.hosted]
         arbiter = Arbiter(managed[0].parent, spec["env"], list(spec["arbiter"]))
         arbiter.wait_for(managed)
     try:

@@ -1,12 +1,13 @@
 /* A saturating GPU workload on the simulator, for the compute limit's tests and benchmark.
  *
- *   compute_load run <path> <kernel_ns> <seconds> [threads [idle_first_s]]
+ *   compute_load run <path> <kernel_ns> <seconds> [threads [idle_first_s [cycle_s]]]
  *     launch cgpu_sim_busy kernels of <kernel_ns> back to back for <seconds> through <path>:
  *     kernel, kernel_ptsz, ex, coop, graph (entry points found with dlsym), proc (cuLaunchKernel
  *     through cuGetProcAddress), direct (the linked symbol), raw (libcuda.so.1 opened by the
  *     absolute path in CGPU_TEST_RAW_LIBCUDA and its cuLaunchKernel found with libc's own dlsym:
  *     past the shim's gate, as a hostile program would) or mixed (raw in odd threads, kernel in
- *     even ones); prints "launched N".
+ *     even ones); prints "launched N".  With cycle_s, it saturates for cycle_s, then waits for its
+ *     work and idles for cycle_s, and so on (a neighbour that wakes and idles).
  *   compute_load cost <path> <launches>
  *     time <launches> launches of a 0 ns kernel, best of 5 rounds 100 ms apart (a limited
  *     container's budget refills between them); prints "ns_per_launch X".
@@ -38,6 +39,7 @@ static CUcontext ctx;
 static const char *path;
 static unsigned long long kernel_ns;
 static double seconds;
+static double cycle_s; /* busy and idle phases of this length (0: always busy) */
 
 static double now_s(void)
 {
@@ -122,9 +124,19 @@ static unsigned long long saturate(int index)
         fprintf(stderr, "FAIL unknown path %s\n", path);
         exit(2);
     }
+    double start = now_s();
     CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1, .blockDimZ = 1};
     double end = now_s() + seconds;
     for (; now_s() < end; n++) {
+        double t = now_s();
+        if (cycle_s > 0 && (long)((t - start) / cycle_s) % 2) { /* an idle phase */
+            OK(cuCtxSynchronize());
+            double wake = start + ((long)((t - start) / cycle_s) + 1) * cycle_s - t;
+            struct timespec idle = {(time_t)wake, (long)((wake - (time_t)wake) * 1e9)};
+            nanosleep(&idle, NULL);
+            n--;
+            continue;
+        }
         if (launch)
             OK(launch(busy_fn, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
         else if (ex)
@@ -158,6 +170,7 @@ static int run(int argc, char **argv)
     seconds = atof(argv[4]);
     int threads = argc > 5 ? atoi(argv[5]) : 1;
     double idle_first = argc > 6 ? atof(argv[6]) : 0.0; /* its context made, no launch yet */
+    cycle_s = argc > 7 ? atof(argv[7]) : 0.0;
     setup();
     if (idle_first > 0) {
         struct timespec idle = {(time_t)idle_first, (long)((idle_first - (time_t)idle_first) * 1e9)};
