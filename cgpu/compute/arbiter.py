@@ -26,14 +26,14 @@ from pathlib import Path
 from cgpu.core.containers import make_private_root
 
 from . import protocol, status
-from .clients import Client, handle
+from .clients import UNGATED_REASON, Client, handle
 from .discovery import Discovery, Limits
 from .guard import ACCEPTS_PER_PASS, PENALTY_NS, ContainerGuard, RateLimitedLog
 from .levers import Levers
 from .listener import Listener, intact, listen, unlisten
 from .peer import halted, peer_of
 from .sampler import HOLD_LOOKBACK_NS, GpuSnapshot, HostFigures, Sampler, Snapshot
-from .schedule import GpuSchedule
+from .schedule import BEST_EFFORT, GpuSchedule
 from .turnstate import Order
 from .unmanaged import BusySource, NvmlSource
 
@@ -305,20 +305,26 @@ class Arbiter:
     def _drop(self, name: str, now: int) -> None:
         """Close a container's connections and listener, unlink its socket, forget it."""
         container = self._containers.pop(name)
+        self._set_limits(container, {}, now)  # best-effort GPUs are REFUSEd before the close
         for client in list(container.clients):
             self._close(client, now)
         self._mute(container)
         unlisten(container.listener)
-        self._set_limits(container, {}, now)
         self._ready.pop(container, None)
         self._say.forget(name)
         log.info("%s: no longer served", name)
 
     def _set_limits(self, container: _Container, limits: Limits, now: int) -> None:
-        """Apply new limits: a GPU that lost its line closes the connections that use it."""
+        """Apply new limits: a GPU that lost its line closes the connections that use it; one
+        where the container was best effort and nobody has a limit any more is REFUSEd to
+        them (their gates open at once, with no wait for a reconnection)."""
         for uuid in container.limits.keys() - limits.keys():
+            best_effort = container.limits[uuid][1] == BEST_EFFORT
             for client in [c for c in container.clients if uuid in c.devs.values()]:
-                self._close(client, now)
+                if best_effort:
+                    self._release(client, uuid, now)
+                else:
+                    self._close(client, now)
             gpu = self._gpus[uuid]
             gpu.remove(container.name, now)
             if not gpu.containers:
@@ -331,6 +337,14 @@ class Arbiter:
                 gpu = self._gpus[uuid] = self._new_gpu(now)
             gpu.set_limit(container.name, percent, policy, priority)
         container.limits = dict(limits)
+
+    def _release(self, client: Client, uuid: str, now: int) -> None:
+        """REFUSE a GPU the client was best effort on; it no longer takes turns there."""
+        for dev in [d for d, u in client.devs.items() if u == uuid]:
+            del client.devs[dev]
+            client.released.add(dev)
+            self._gpus[uuid].gone(client, now)
+            self._send(client, protocol.refuse(dev, UNGATED_REASON), now)
 
     def _new_gpu(self, now: int) -> GpuSchedule[Client]:
         s = self.settings

@@ -17,6 +17,7 @@ from .peer import Peer
 from .schedule import GpuSchedule
 
 REFUSE_REASON = "no compute limit on this GPU"
+UNGATED_REASON = "nobody limits this GPU now"
 
 
 @dataclass(eq=False)  # identity: a client is a connection
@@ -30,6 +31,7 @@ class Client:
     closed: bool = False
     devs: dict[int, str] = field(default_factory=dict)  # ledger index -> uuid, accepted ones
     declared: set[str] = field(default_factory=set)  # every uuid it sent DEV for
+    released: set[int] = field(default_factory=set)  # indexes REFUSEd after they were accepted
     meter: ConnectionMeter = field(default_factory=ConnectionMeter)  # its packets a second
 
     def fileno(self) -> int:
@@ -55,6 +57,8 @@ def handle(
     if message.type == protocol.DEV:
         return _declare(client, message, limits, gpus, now)
     uuid = client.devs.get(message.dev)
+    if uuid is None and message.dev in client.released:
+        return []  # sent before it read the REFUSE: the GPU is no longer gated
     if uuid is None or uuid not in gpus:
         raise protocol.ProtocolError(f"device {message.dev} was not declared")
     gpu = gpus[uuid]

@@ -361,3 +361,43 @@ def test_bad_options_are_refused(option: str, root: Path) -> None:
         timeout=30,
     )
     assert done.returncode == 2 and "must be" in done.stderr
+
+
+def test_best_effort_takes_turns_and_is_refused_once_nobody_limits_the_gpu(root: Path, start):
+    """A container without a limit, beside one with a limit, waits for its turn as best effort:
+    the limited one, with credit, goes first. When the limited one goes, that GPU is no longer
+    gated: the best-effort connection is REFUSEd there (its gate opens at once), not closed
+    (it is still best effort on the other GPU, which a third container limits), and what it
+    sent before reading the REFUSE is no offence. A GPU nobody limits is REFUSEd from the
+    start."""
+    limited = make_container(root, "limited", {UUID: (50, "fixed")})
+    (root / "third").mkdir()
+    write_config(root / "third", {OTHER: GIB}, {OTHER: (10, "fixed")})
+    plain = root / "plain"
+    plain.mkdir()
+    write_config(
+        plain, {UUID: GIB, OTHER: GIB, "GPU-99999999-9999-9999-9999-999999999999": GIB}, {}
+    )
+    arbiter = start()
+    for directory in (limited, root / "third", plain):
+        arbiter.wait_for_socket(directory)
+    best = Client(plain).hello(
+        (0, UUID), (1, OTHER), (2, "GPU-99999999-9999-9999-9999-999999999999")
+    )
+    assert best.expect(REFUSE).dev == 2  # nobody limits it: not gated there
+    lim = Client(limited).hello((0, UUID))
+    lim.send(WANT, 0)
+    lim.expect(GRANT)
+    best.send(WANT, 0)
+    assert best.silent(0.05)  # the limited one holds; best effort waits
+    shutil.rmtree(limited)
+    message = best.recv(3.0)
+    while message.type != REFUSE:  # the GPU may be granted before the scan that ungates it
+        message = best.recv(3.0)
+    assert message.dev == 0
+    best.send(WANT, 0)  # crossed the REFUSE: ignored
+    best.send(WANT, 1)
+    assert best.expect(GRANT).dev == 1  # still best effort on OTHER
+    assert not best.closed_by_arbiter(timeout=0.2)
+    status = arbiter.wait_status(lambda s: UUID not in s["gpus"])
+    assert status["bad_messages"] == 0
