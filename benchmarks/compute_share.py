@@ -3,7 +3,9 @@ table, its share of the GPU's time in every 1 s window, and the launch latency t
 and without a limit, measured in one run.
 
     python benchmarks/compute_share.py [--seconds 12] [--launches 20000] [--no-arbiter]
-                                       [--attribution sampled|exact] [--cases all|shares|priority]
+                                       [--attribution sampled|exact]
+                                       [--cases all|shares|priority|turns]
+                                       [--turns-kernels 10us,1ms,50ms]
 
 Each "container" is a ledger directory with the host's cgpu.conf (its compute limit, as the
 device plugin writes it); one `cgpu compute-arbiter` per simulated machine time-slices each GPU
@@ -20,6 +22,14 @@ with 1 ms or 10 ms kernels, as `high` beside `low` and as `normal` beside `norma
 baseline): its p99 request latency against its p99 alone, and the trainer's share of the GPU
 time the inference leaves, per 1 s window from the second one. Each case runs alone on its own
 simulated machine, one after the other (the latency is the host's CPU's too).
+
+Turns (issue 35 item 1, benchmarks/compute_turns.py): every container on a GPU where one has a
+compute limit takes turns under the arbiter, those without one best effort. The goal table's
+mixes (`fixed` 60 beside an unlimited container, `fixed` 30 beside two, `fixed` 20 + `share` 40
+beside one, with each `--turns-kernels` length; a neighbour that wakes and idles every 1.5 s; two
+saturating best-effort containers beside an idle limited one), then the launch latency with two
+more rows: a hosted container on a GPU nobody limits (and what its lookups of the launch entry
+points give: the driver's own functions) and a best-effort one holding a gated GPU.
 """
 
 from __future__ import annotations
@@ -38,6 +48,9 @@ from cgpu.core.paths import shim_path, sim_lib_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "shim"))
 from compute_kit import Arbiter, Nvml, build_load, one_second_windows, run_isolated
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, also under -P
+from compute_turns import launch_verdicts, turns_machines, turns_report
 
 MS = 1_000_000
 STOP, BACK = 5.0, 8.0  # `share` alone: the 70% container stops, and a new one arrives
@@ -274,23 +287,26 @@ def priority_report(specs: list[dict], results: list, seconds: float) -> None:
         print(line)
 
 
-def latency(load: Path, tmp: Path, launches: int, arbiter: bool) -> list[tuple[str, float]]:
-    """ns per launch without the shim, with it and no limit, with a `share` 50% limit (under the
-    arbiter: alone, the container holds the GPU and every launch takes the open gate)."""
+ELSEWHERE = "GPU-99999999-9999-9999-9999-999999999999"  # a GPU on no simulated machine
+
+
+def latency(
+    load: Path, tmp: Path, launches: int, arbiter: bool
+) -> tuple[dict[str, dict[str, float]], dict[str, list[str]]]:
+    """ns per launch by path (kernel, proc, direct): without the shim ("bare"), with it and no
+    limit ("free"), with a `share` 50% limit ("limited"; under the arbiter: alone, the container
+    holds the GPU and every launch takes the open gate). Under the arbiter also a hosted
+    container on a GPU nobody limits ("plain", measured before the limit is written) and a
+    best-effort one beside the limited one, which holds the GPU while that one is idle ("best
+    effort"); and what the lookups of the launch entry points hand out to those two (issue 35)."""
     env0 = base_env(tmp, "latency.state", 1, shim=False)
     root = tmp / "latency"
-    free_dir, limited_dir = root / "free", root / "limited"
-    free_dir.mkdir(parents=True)
-    limited_dir.mkdir()
+    dirs = {k: root / k for k in ("free", "limited", "plain", "best effort", "elsewhere")}
+    for directory in dirs.values():
+        directory.mkdir(parents=True)
     host = None
-    if arbiter:
-        from cgpu.core.config import write_config
-
-        # This process binds NVML to the latency machine alone (the cases run in children).
-        uuid = Nvml(sim_lib_dir(), Path(env0["CGPU_SIM_STATE"])).uuid(0)
-        write_config(limited_dir, {uuid: 8 << 30}, {uuid: (50, "share")})
-        host = Arbiter(root, env0, [])
-        host.wait_for([limited_dir])
+    lookups: dict[str, list[str]] = {}
+    figures: dict[str, dict[str, float]] = {p: {} for p in ("kernel", "proc", "direct")}
 
     def once(path: str, shim: bool, where: Path, extra: dict[str, str]) -> float:
         env = {**base_env(tmp, "latency.state", 1, shim), **extra, "CGPU_LEDGER_DIR": str(where)}
@@ -303,22 +319,63 @@ def latency(load: Path, tmp: Path, launches: int, arbiter: bool) -> list[tuple[s
         ).stdout
         return float(out.split()[-1])
 
-    rows = []
-    limited_env = {"CGPU_COMPUTE_LIMIT": "50", "CGPU_COMPUTE_POLICY": "share"}
+    def lookup(where: Path) -> list[str]:
+        env = {**base_env(tmp, "latency.state", 1, True), "CGPU_LEDGER_DIR": str(where)}
+        out = subprocess.run(
+            [str(load), "lookup"], env=env, check=True, capture_output=True, text=True
+        ).stdout
+        return [w.split("=")[1] for line in out.splitlines() for w in line.split()[1:]]
+
+    limited = {"CGPU_COMPUTE_LIMIT": "50", "CGPU_COMPUTE_POLICY": "share"}
+    kinds = {  # measured in turn for each path, so that they compare within one stretch
+        "bare": (False, dirs["free"], {}),
+        "free": (True, dirs["free"], {}),
+        "limited": (True, dirs["limited"], limited),
+    }
     try:
-        for path in ("kernel", "proc", "direct"):
-            bare = min(once(path, False, free_dir, {}) for _ in range(3))
-            free = min(once(path, True, free_dir, {}) for _ in range(3))
-            limited = min(once(path, True, limited_dir, limited_env) for _ in range(3))
-            rows += [
-                (f"{path:6s} without the shim", bare),
-                (f"{path:6s} shim, no limit  (+{free - bare:6.1f} ns)", free),
-                (f"{path:6s} shim, 50% limit (+{limited - bare:6.1f} ns)", limited),
-            ]
+        if arbiter:
+            from cgpu.core.config import write_config
+
+            # This process binds NVML to the latency machine alone (the cases run in children).
+            uuid = Nvml(sim_lib_dir(), Path(env0["CGPU_SIM_STATE"])).uuid(0)
+            write_config(dirs["plain"], {uuid: 8 << 30}, {})
+            write_config(dirs["elsewhere"], {ELSEWHERE: 8 << 30}, {ELSEWHERE: (30, "fixed")})
+            host = Arbiter(root, env0, [])
+            host.wait_for([dirs["elsewhere"]])  # it has seen the plain one too: no socket
+            assert not (dirs["plain"] / "compute.sock").exists(), "a socket on an ungated GPU"
+            lookups["plain"] = lookup(dirs["plain"])
+            for path, row in figures.items():  # before its GPU is gated below
+                row["plain"] = min(once(path, True, dirs["plain"], {}) for _ in range(3))
+            write_config(dirs["limited"], {uuid: 8 << 30}, {uuid: (50, "share")})
+            write_config(dirs["best effort"], {uuid: 8 << 30}, {})
+            host.wait_for([dirs["limited"], dirs["best effort"]])
+            lookups["best effort"] = lookup(dirs["best effort"])
+            kinds["best effort"] = (True, dirs["best effort"], {})
+        for path, row in figures.items():
+            for kind, (shim, where, extra) in kinds.items():
+                row[kind] = min(once(path, shim, where, extra) for _ in range(3))
     finally:
         if host:
             host.stop()
-    return rows
+    return figures, lookups
+
+
+def latency_lines(figures: dict[str, dict[str, float]]) -> list[str]:
+    """The latency table's rows: ns per launch, and what the shim adds to the bare figure."""
+    labels = {
+        "free": "shim, no limit",
+        "limited": "shim, 50% limit",
+        "plain": "hosted, GPU not gated",
+        "best effort": "shim, best effort",
+    }
+    lines = []
+    for path, row in figures.items():
+        lines.append(f"  {path + ' without the shim':44s} {row['bare']:8.1f}")
+        for kind, label in labels.items():
+            if kind in row:
+                added = f"{path:6s} {label} (+{row[kind] - row['bare']:6.1f} ns)"
+                lines.append(f"  {added:44s} {row[kind]:8.1f}")
+    return lines
 
 
 def band(values: list[float], target: float) -> str:
@@ -356,6 +413,27 @@ def verdict(name: str, shares: list[float], long: list[float]) -> str:
     return band(shares[1:], target)
 
 
+def shares_report(specs: list[dict], results: list, seconds: float, header: str) -> None:
+    """Print the share cases' windows and verdicts (issue 23's table)."""
+    n = int(seconds)
+    print(header)
+    print(f"{'case':34s} " + " ".join(f"{i:>5d}" for i in range(n)))
+    for spec, per_window in zip(specs, results, strict=True):
+        for c in spec["containers"]:
+            shares = [w[c["name"]] for w in per_window[:n]]
+            long = [w[c["name"]] for w in per_window[n:]]
+            print(f"{c['name']:34s} " + " ".join(f"{v:5.1f}" for v in shares))
+            print(f"{'':34s} {verdict(c['name'], shares, long)}")
+        here = {c["name"] for c in spec["containers"]}
+        for group in sorted({g for nm, g in GROUPS.items() if nm in here}):
+            names = [nm for nm, g in GROUPS.items() if g == group]
+            busy = [sum(w[nm] for nm in names) for w in per_window[1:n]]
+            print(
+                f"{'busy, ' + group:34s} lowest {min(busy):5.1f} "
+                f"({'ok' if min(busy) >= 90 else 'MISSED'}: >= 90)"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=12.0)
@@ -370,16 +448,26 @@ def main() -> None:
     )
     parser.add_argument(
         "--cases",
-        choices=("all", "shares", "priority"),
+        choices=("all", "shares", "priority", "turns"),
         default="all",
-        help="the share cases and the launch latency, the priority cases (issue 35), or both",
+        help="the share cases and the launch latency, the priority cases (issue 35 item 2), "
+        "every container taking turns (issue 35 item 1; with the launch latency), or all",
+    )
+    parser.add_argument(
+        "--turns-kernels",
+        default="10us,1ms,50ms",
+        help="kernel lengths of the turns mixes, comma-separated (us or ms; 1ms always adds "
+        "the waking neighbour beside fixed 30)",
     )
     args = parser.parse_args()
+    cases = {"shares", "priority", "turns"} if args.cases == "all" else {args.cases}
+    arbiter = not args.no_arbiter
+    if "turns" in cases and not arbiter:
+        parser.error("--cases turns needs the arbiter (every container takes turns under it)")
     tmp = Path(tempfile.mkdtemp(prefix="cgpu-compute-"))
     try:
         load = build_load(shutil.which("cc") or "cc", sim_lib_dir(), tmp)
-        arbiter = not args.no_arbiter
-        if args.cases != "shares":
+        if "priority" in cases:
             infer = build_inference(shutil.which("cc") or "cc", tmp)
             pspecs = [
                 priority_case(tmp, load, infer, args.seconds, args.attribution, case)
@@ -387,39 +475,47 @@ def main() -> None:
             ]
             presults = [run_isolated(spec) for spec in pspecs]  # one at a time
             priority_report(pspecs, presults, args.seconds)
-            if args.cases == "priority":
-                return
         specs = machines(tmp, load, args.seconds, args.attribution, arbiter)
+        specs = specs if "shares" in cases else []
+        goals: dict = {}
+        tspecs: list[dict] = []
+        if "turns" in cases:
+            tspecs, goals = turns_machines(
+                tmp, load, args.seconds, sim_lib_dir(),
+                lambda state: base_env(tmp, state, 4, shim=True, attribution=args.attribution),
+                [kernel_ns(word) for word in args.turns_kernels.split(",")],
+            )  # fmt: skip
         started = time.monotonic()
         with ThreadPoolExecutor(2) as pool:
-            results = list(pool.map(run_isolated, specs))
-        n = int(args.seconds)
-        how = "the compute arbiter" if arbiter else "the shim's NVML controller alone"
-        print(
-            f"share of the GPU's time in each 1 s window (percent), {how}, NVML attribution "
-            f"{args.attribution}; `share` 70% stops at {STOP:.0f} s, another arrives at "
-            f"{BACK:.0f} s ({time.monotonic() - started:.0f} s)"
-        )
-        print(f"{'case':34s} " + " ".join(f"{i:>5d}" for i in range(n)))
-        for spec, per_window in zip(specs, results, strict=True):
-            for c in spec["containers"]:
-                shares = [w[c["name"]] for w in per_window[:n]]
-                long = [w[c["name"]] for w in per_window[n:]]
-                print(f"{c['name']:34s} " + " ".join(f"{v:5.1f}" for v in shares))
-                print(f"{'':34s} {verdict(c['name'], shares, long)}")
-            here = {c["name"] for c in spec["containers"]}
-            for group in sorted({g for nm, g in GROUPS.items() if nm in here}):
-                names = [nm for nm, g in GROUPS.items() if g == group]
-                busy = [sum(w[nm] for nm in names) for w in per_window[1:n]]
-                print(
-                    f"{'busy, ' + group:34s} lowest {min(busy):5.1f} "
-                    f"({'ok' if min(busy) >= 90 else 'MISSED'}: >= 90)"
-                )
-        print("\nlaunch latency, ns per cuLaunchKernel (0 ns kernel, best of 3 x 5 rounds):")
-        for label, ns in latency(load, tmp, args.launches, arbiter):
-            print(f"  {label:40s} {ns:8.1f}")
+            results = list(pool.map(run_isolated, specs + tspecs))
+        took = time.monotonic() - started
+        if specs:
+            how = "the compute arbiter" if arbiter else "the shim's NVML controller alone"
+            shares_report(
+                specs, results[: len(specs)], args.seconds,
+                f"share of the GPU's time in each 1 s window (percent), {how}, NVML attribution "
+                f"{args.attribution}; `share` 70% stops at {STOP:.0f} s, another arrives at "
+                f"{BACK:.0f} s ({took:.0f} s)",
+            )  # fmt: skip
+        if tspecs:
+            outcomes = turns_report(tspecs, results[len(specs) :], goals, args.seconds)
+            print(f"turns: {sum(outcomes)} of {len(outcomes)} goals met ({took:.0f} s)")
+        if cases & {"shares", "turns"}:
+            figures, lookups = latency(load, tmp, args.launches, arbiter)
+            print("\nlaunch latency, ns per cuLaunchKernel (0 ns kernel, best of 3 x 5 rounds):")
+            print("\n".join(latency_lines(figures)))
+            if "turns" in cases:
+                launch_verdicts(figures, lookups)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def kernel_ns(word: str) -> int:
+    """A kernel length: "10us" or "50ms"."""
+    for suffix, scale in (("us", 1000), ("ms", MS)):
+        if word.strip().endswith(suffix) and word.strip()[: -len(suffix)].isdigit():
+            return int(word.strip()[: -len(suffix)]) * scale
+    raise SystemExit(f"kernel length {word!r}: a whole number of us or ms, such as 10us or 1ms")
 
 
 if __name__ == "__main__":
