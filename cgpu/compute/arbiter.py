@@ -32,9 +32,10 @@ from .guard import ACCEPTS_PER_PASS, PENALTY_NS, ContainerGuard, RateLimitedLog
 from .levers import Levers
 from .listener import Listener, intact, listen, unlisten
 from .peer import halted, peer_of
-from .sampler import HOLD_LOOKBACK_NS, GpuSnapshot, HostFigures, Sampler, Snapshot
+from .sampler import HOLD_LOOKBACK_NS, GpuSnapshot, HostFigures, Proc, Sampler, Snapshot
 from .schedule import BEST_EFFORT, GpuSchedule
 from .turnstate import Order
+from .unhooked import Unhooked, UnhookedTurns
 from .unmanaged import BusySource, NvmlSource
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ DRAIN_CHECK_NS = 2 * MS  # how often a process that owes a DONE is checked for s
 MAX_SLEEP_NS = 1000 * MS  # the longest sleep, whatever is due
 NOFILE_RESERVE = 64  # descriptors kept for listeners' peers, NVML, the status file
 MAX_STEP_ROUNDS = 8
+UNHOOKED_STATE_NAME = "compute-arbiter-stopped.json"  # beside the status file (unhooked.py)
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,10 @@ class Arbiter:
         self._sampler = Sampler(busy_source)
         self._sampler.start()
         self._levers = Levers(settings.enforce)
+        stopped = settings.status.with_name(UNHOOKED_STATE_NAME) if settings.status else None
+        self._unhooked = UnhookedTurns(stopped)
+        if self._unhooked.recover():
+            log.warning("continued the processes a previous arbiter had stopped outside turns")
         self._host: dict[str, HostFigures] = {}
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -148,6 +154,7 @@ class Arbiter:
         self._wake_r.close()
         self._wake_w.close()
         self._levers.release()
+        self._unhooked.release()
         ended = self._sampler.stop()  # a thread stuck in NVML is left behind
         if ended and isinstance(self._source, NvmlSource):
             self._source.close()
@@ -585,7 +592,9 @@ class Arbiter:
             for uuid, gpu in list(self._gpus.items()):
                 for client, order in gpu.step(now):
                     sent = True
-                    if not client.closed:
+                    if isinstance(client, Unhooked):
+                        self._unhooked.order(client, order, gpu, now)
+                    elif not client.closed:
                         packet = _packet(client, uuid, order, gpu.grant_work_ns(), gpu.sharers())
                         self._send(client, packet, now)
             if not sent:
@@ -599,6 +608,7 @@ class Arbiter:
             return
         peers: dict[int, str] = {}
         gpus: dict[str, GpuSnapshot] = {}
+        in_turns = self._unhooked.pids
         for container in self._containers.values():
             for client in container.clients:
                 if client.peer is not None:
@@ -609,7 +619,7 @@ class Arbiter:
                 for container in self._containers.values()
                 for client in container.clients
                 if client.peer is not None and uuid in client.devs.values()
-            }
+            } | in_turns.get(uuid, set())
             holds = tuple(gpu.holds_since(now - HOLD_LOOKBACK_NS, now))
             gpus[uuid] = GpuSnapshot(holds, frozenset(managed), tuple(gpu.containers))
         offset = now - time.time_ns()
@@ -631,8 +641,26 @@ class Arbiter:
                 log.info("%s: %.1f ms of out-of-turn work on %s charged", name, ns / MS, uuid)
                 self._gpus[uuid].charge_outside(name, ns, now)
         self._host = {uuid: host for uuid, host in report.host.items() if uuid in self._gpus}
-        for pid in self._levers.set_targets(report.targets):
+        self._unhooked.update(self._best_effort(report.unhooked), self._gpus, now)
+        targets = {  # processes in turns through their own lever are not stopped or killed
+            name: set(procs) - self._unhooked.managed(name)
+            for name, procs in report.targets.items()
+        }
+        for pid in self._levers.set_targets(targets):
             log.warning("pid %d killed (--enforce): out-of-turn work", pid)
+
+    def _best_effort(
+        self, found: dict[tuple[str, str], list[Proc]]
+    ) -> dict[tuple[str, str], list[Proc]]:
+        """The unhooked processes of containers that are best effort on that GPU (a limited
+        container's are its own affair: the host view judges them)."""
+        out = {}
+        for (uuid, name), procs in found.items():
+            container = self._containers.get(name)
+            limit = container.limits.get(uuid) if container else None
+            if limit is not None and limit[1] == BEST_EFFORT:
+                out[uuid, name] = procs
+        return out
 
     def _follow(self, now: int) -> None:
         """Stop flagged containers outside their turns, continue them in their turns; the

@@ -73,6 +73,8 @@ class Report:
     charges: list[tuple[str, str, int]] = field(default_factory=list)  # uuid, container, ns
     host: dict[str, HostFigures] = field(default_factory=dict)
     targets: dict[str, tuple[Proc, ...]] = field(default_factory=dict)  # flagged container
+    # (uuid, container) -> its processes on that GPU that are no connection's peer
+    unhooked: dict[tuple[str, str], list[Proc]] = field(default_factory=dict)
 
 
 @dataclass
@@ -176,7 +178,9 @@ class Sampler:
             self._charges, self._probes = [], {}
         if report is None:
             return None
-        return Report(report.at, report.loads, probes, charges, report.host, report.targets)
+        return Report(
+            report.at, report.loads, probes, charges, report.host, report.targets, report.unhooked
+        )
 
     # --- the NVML thread -------------------------------------------------------------------
 
@@ -253,6 +257,11 @@ class Sampler:
                 if owner == name and (pid in on_gpu or pid in snapshot.peers)
             ]
             report.targets[name] = tuple(sorted(procs))
+        for uuid, pids in running.items():
+            for pid in sorted(pids - snapshot.peers.keys()):
+                if pid in owners:
+                    name, started = owners[pid]
+                    report.unhooked.setdefault((uuid, name), []).append((pid, started))
         return report
 
     def _read(self, source: BusySource, uuid: str) -> set[int]:

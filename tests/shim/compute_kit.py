@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +108,9 @@ class Container:
     idle_first: float = 0.0  # seconds its processes hold a context and launch nothing
     cycle: float = 0.0  # busy this long, then idle this long, and so on (0: always busy)
     pidns: bool = False  # its processes share a pid namespace of their own (unshare)
+    # With pidns: meta.json names its init process, as the runtime hook records it, so the
+    # host places its processes by their namespace even without a connected one.
+    meta: bool = False
     # (percent, policy[, priority]): the host writes this compute limit into the container's
     # cgpu.conf, as the device plugin does (the arbiter reads only that); None: the
     # environment's, if any.
@@ -151,6 +155,8 @@ class Container:
                     argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
                 )
             ]
+            if self.meta:
+                self.record_init()
             return
         self.procs = [
             subprocess.Popen(
@@ -158,6 +164,21 @@ class Container:
             )
             for _ in range(self.processes)
         ]
+
+    def record_init(self, timeout: float = 5.0) -> None:
+        """Write meta.json's init_pid and init_start_time: the namespace's sh (pid 1 there)."""
+        from cgpu.core.containers import write_meta
+        from cgpu.core.procfs import start_time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            shells = [p for p in descendants({p.pid for p in self.procs}) if _comm(p) == "sh"]
+            started = start_time(shells[0]) if shells else None
+            if shells and started is not None:
+                write_meta(self.ledger, {"init_pid": shells[0], "init_start_time": started})
+                return
+            assert time.monotonic() < deadline, f"{self.name}: no init process"
+            time.sleep(0.01)
 
     def pids(self) -> set[int]:
         """The container's processes as the host sees them (none before it starts)."""
@@ -334,17 +355,28 @@ def _main(spec: dict) -> None:
         for c in spec["containers"]
     ]
     windows = [tuple(w) for w in spec["windows"]]
-    arbiter = None
+    arbiters: list[Arbiter] = []
+    late = None
     if spec.get("arbiter") is not None:
         for c in containers:
             c.write_conf(nvml.uuid(c.device))
         managed = [c.ledger for c in containers if c.conf or c.hosted]
-        arbiter = Arbiter(managed[0].parent, spec["env"], list(spec["arbiter"]))
-        arbiter.wait_for(managed)
+
+        def start() -> None:
+            arbiters.append(Arbiter(managed[0].parent, spec["env"], list(spec["arbiter"])))
+
+        if spec.get("arbiter_after"):  # the containers start first, the arbiter this much later
+            late = threading.Timer(float(spec["arbiter_after"]), start)
+            late.start()
+        else:
+            start()
+            arbiters[0].wait_for(managed)
     try:
         print(json.dumps(run(nvml, Path(spec["load"]), containers, windows)))
     finally:
-        if arbiter:
+        if late:
+            late.join()
+        for arbiter in arbiters:
             arbiter.stop()
 
 

@@ -7,7 +7,9 @@
  *     absolute path in CGPU_TEST_RAW_LIBCUDA and its cuLaunchKernel found with libc's own dlsym:
  *     past the shim's gate, as a hostile program would) or mixed (raw in odd threads, kernel in
  *     even ones); prints "launched N".  With cycle_s, it saturates for cycle_s, then waits for its
- *     work and idles for cycle_s, and so on (a neighbour that wakes and idles).
+ *     work and idles for cycle_s, and so on (a neighbour that wakes and idles).  With
+ *     COMPUTE_LOAD_SYNC_EVERY=N in the environment, it waits for its work every N launches (a
+ *     training loop that reads its loss each step), else it keeps the driver's queue full.
  *   compute_load cost <path> <launches>
  *     time <launches> launches of a 0 ns kernel, best of 5 rounds 100 ms apart (a limited
  *     container's budget refills between them); prints "ns_per_launch X".
@@ -125,6 +127,8 @@ static unsigned long long saturate(int index)
         exit(2);
     }
     double start = now_s();
+    const char *every = getenv("COMPUTE_LOAD_SYNC_EVERY");
+    unsigned long long sync_every = every ? strtoull(every, NULL, 10) : 0;
     CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1, .blockDimZ = 1};
     double end = now_s() + seconds;
     for (; now_s() < end; n++) {
@@ -145,6 +149,8 @@ static unsigned long long saturate(int index)
             OK(coop(busy_fn, 1, 1, 1, 32, 1, 1, 0, NULL, params));
         else
             OK(graph(exec, NULL));
+        if (sync_every && (n + 1) % sync_every == 0)
+            OK(cuCtxSynchronize());
     }
     return n;
 }

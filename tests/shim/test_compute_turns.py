@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from compute_kit import Arbiter, build_load, one_second_windows, run_isolated
+from compute_kit import Arbiter, build_load, one_second_windows, pidns_works, run_isolated
 
 from cgpu.core.config import write_config
 
@@ -152,3 +152,27 @@ def test_launches_are_hooked_only_on_a_gated_gpu(shim_env, load, tmp_path):
         assert after and set(after) == {"shim"}, after
     finally:
         arbiter.stop()
+
+
+@pytest.mark.skipif(SANITIZED, reason="timing: outside the sanitizer builds")
+@pytest.mark.skipif(
+    not pidns_works(), reason="needs unshare --pid (its processes are placed by it)"
+)
+def test_a_process_that_started_unhooked_is_brought_into_the_turns(
+    shim_env, sim_dir, load, tmp_path
+):
+    # A container without a limit starts saturating before its GPU is gated (the arbiter comes
+    # 2 s later, as after a node's restart or when a limited neighbour arrives): its process was
+    # handed the driver's own launch functions. The arbiter gives it turns from the host
+    # (stopped outside them, cgpu/compute/unhooked.py): fixed 60 beside it holds, where before it
+    # got the ceiling (about half); the neighbour keeps the rest.
+    containers = [
+        _container("f60", 0, (60, "fixed")),
+        _container("early", 0, None, pidns=True, meta=True, env={"COMPUTE_LOAD_SYNC_EVERY": "5"}),
+    ]
+    spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers)
+    spec["arbiter_after"] = 2.0
+    result = run_isolated(spec)[4:-1]  # from 2 s after the arbiter's start
+    f60, early = _shares(result, "f60"), _shares(result, "early")
+    assert all(abs(v - 60) <= TOL for v in f60), f60
+    assert all(v >= 35 - 1 for v in early), early
