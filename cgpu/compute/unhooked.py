@@ -81,6 +81,7 @@ class UnhookedTurns:
             log.warning("%s unreadable, nothing continued: %s", self._state, err)
             return 0
         continued = sum(self._send(pid, started, signal.SIGCONT) for pid, started in sorted(procs))
+        self._saved = procs  # what the file says: emptied now
         self._save(set())
         return continued
 
