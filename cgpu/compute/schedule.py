@@ -31,6 +31,8 @@ import math
 from collections import deque
 from typing import Generic
 
+from cgpu.core.computestatus import BEST_EFFORT
+
 from .turnstate import (
     HIGH,
     LOW,
@@ -46,7 +48,7 @@ from .turnstate import (
     Usage,
 )
 
-FIXED, SHARE, BEST_EFFORT = "fixed", "share", "best-effort"
+FIXED, SHARE = "fixed", "share"
 POLICIES = (FIXED, SHARE)  # a compute line's policies
 BEST_EFFORT_WEIGHT = 100  # a best-effort container's virtual time counts at this percent
 DEBT_FLOOR_NS = -2_000_000_000  # a fixed container's credit never goes below -2 s
@@ -649,6 +651,11 @@ class GpuSchedule(Generic[Conn]):
     def draining(self) -> list[Conn]:
         """The connections that owe a DONE for the current REVOKE."""
         return [conn for conn, link in self._links.items() if link.owes_done]
+
+    def queued_until(self) -> int:
+        """When the work the holder said it queued (SPENT) should have run; 0 when the token is
+        free (a REVOKE's drain is explained by that work until then)."""
+        return self._token.queued_until if self._token else 0
 
     def quiet(self) -> bool:
         """Nothing can happen without an event: the token is free and nobody wants it."""

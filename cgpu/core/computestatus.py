@@ -34,7 +34,8 @@ from cgpu.core.layout import COMPUTE_STATUS_NAME, UUID_RE
 
 STALE_AFTER = 5.0  # seconds; the arbiter writes every second
 MAX_BYTES = 8 << 20  # hundreds of containers on 8 GPUs take well under 1 MiB
-POLICIES = ("fixed", "share")
+BEST_EFFORT = "best-effort"  # a container without a limit on a GPU where others have one
+POLICIES = ("fixed", "share", BEST_EFFORT)
 PRIORITIES = ("high", "normal", "low")
 
 # What `read_status` found, in `ComputeStatus.state`.

@@ -21,6 +21,7 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from cgpu.core.computestatus import (
+    BEST_EFFORT,
     PROBLEMS,
     ComputeStatus,
     ContainerCompute,
@@ -221,6 +222,8 @@ class CgpuCollector(Collector):
                 figures = compute.get((usage.key, dev.uuid))
                 if figures is not None:
                     s.add_compute(figures, host_views.get(dev.uuid))
+                    if not dev.compute_limit and figures.policy == BEST_EFFORT:
+                        s.compute_kind = (BEST_EFFORT, figures.priority or "normal")
                 if dev.uuid in view.gpus:
                     s.host_used = (s.host_used or 0) + view.used(usage.key, dev.uuid)
                     s.over = s.over or (usage.key, dev.uuid) in over
@@ -244,6 +247,7 @@ class CgpuCollector(Collector):
                 fam.processes.add(labels, s.processes)
                 if s.compute_limit:
                     fam.compute_limit.add(labels, s.compute_limit)
+                if s.compute_limit or s.compute_kind[0] == BEST_EFFORT:
                     fam.compute_info.add((*labels, *s.compute_kind), 1)
                     used = s.compute_used if s.charged is None else s.charged
                     fam.compute_used.add(labels, used)

@@ -76,8 +76,9 @@ COMPUTE_LIMIT = _gauge(
 )
 COMPUTE_INFO = _gauge(
     "cgpu_container_gpu_compute_info",
-    "1 for a container with a compute limit on this GPU: its compute policy (fixed or share) "
-    "and the priority of its turns (high, normal or low), from its cgpu.conf.",
+    "1 for a container that takes turns on this GPU: its compute policy (fixed or share, from "
+    "its cgpu.conf; best-effort for one without a limit on a GPU where another has one, from "
+    "the compute arbiter) and the priority of its turns (high, normal or low).",
     (*CONTAINER_LABELS, "policy", "priority"),
 )
 COMPUTE_USED = _gauge(

@@ -360,3 +360,20 @@ def test_no_arbiter_no_compute_host_series(
     assert series[UP][labels()] == 0
     assert set(_errors(series).values()) == {0}
     assert series[USED] == {TRAIN: 0} and not series.get(HOST)
+
+
+def test_a_best_effort_container_shows_its_policy_and_turns_without_a_limit(
+    state_dir: Path, make_container: Callable[..., Path]
+) -> None:
+    """A container without a limit, on a GPU where another has one, takes turns as best effort:
+    the arbiter's status says so, and the exporter shows its policy and its share of the turns
+    (no limit series: it has none)."""
+    make_container("capped", {UUID0: GIB, UUID1: GIB}, namespace="ml", pod="p", container="train")
+    entry = {**FULL, "limit": 0, "policy": "best-effort", "share_percent": 12.5}
+    _write(state_dir, _status({str(state_dir / "containers" / "capped"): entry}))
+    series = scrape(CgpuCollector(state_dir))
+    info = TRAIN | labels(policy="best-effort", priority="normal")
+    assert series["cgpu_container_gpu_compute_info"] == {info: 1}
+    assert series[USED] == {TRAIN: 12.5}
+    assert LIMIT not in series or TRAIN not in series[LIMIT]
+    assert _errors(series)["entry"] == 0  # best-effort is a policy the reader knows
