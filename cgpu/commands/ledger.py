@@ -8,7 +8,13 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from cgpu.core.computestatus import ComputeStatus, ContainerCompute, read_status, status_path
+from cgpu.core.computestatus import (
+    BEST_EFFORT,
+    ComputeStatus,
+    ContainerCompute,
+    read_status,
+    status_path,
+)
 from cgpu.core.config import ConfigError, load_compute_lines
 from cgpu.core.containers import default_state_dir, list_container_dirs, read_meta
 from cgpu.core.layout import CONFIG_NAME, LEDGER_NAME
@@ -112,7 +118,10 @@ def _compute_line(dev: DeviceUsage, status: ComputeStatus, host: ContainerComput
         limit, policy = host.limit or 0, host.policy or ""
     if host is not None and host.priority:
         priority = host.priority  # what the arbiter serves it at
-    line = f"    compute limit {limit}% {policy} {priority}".rstrip()
+    if policy == BEST_EFFORT:  # no limit of its own: turns on a GPU where another has one
+        line = f"    compute {policy} {priority}".rstrip()
+    else:
+        line = f"    compute limit {limit}% {policy} {priority}".rstrip()
     line += f"  ledger {dev.compute_used:.1f}%"
     if status.state == "missing":
         return line + "  host: no arbiter status"

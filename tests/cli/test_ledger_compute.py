@@ -105,3 +105,17 @@ def test_ledger_shows_the_compute_priority(tmp_path: Path) -> None:
     assert "    compute limit 20% fixed high  ledger 0.0%  host: no arbiter status" in out.stdout
     (record,) = json.loads(_ledger("--state-dir", tmp_path, "--json").stdout)
     assert record["devices"][0]["compute_priority"] == "high"
+
+
+def test_ledger_shows_a_best_effort_container(tmp_path: Path) -> None:
+    """A container without a limit, on a GPU where another has one, takes turns as best effort:
+    its line says so, without a limit it does not have, with the host's figures."""
+    capped, plain = _containers(tmp_path)
+    best = {**FIGURES, "limit": 0, "policy": "best-effort", "share_percent": 60.0}
+    _status(tmp_path, {str(capped): FIGURES, str(plain): best})
+    out = _ledger("--state-dir", tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    at = lines.index("plain  (plain)")
+    line = "    compute best-effort normal  ledger 0.0%  host: turns 60.0%"
+    assert lines[at + 2].startswith(line), lines[at + 2]
