@@ -21,8 +21,9 @@ CYCLE = 1.5  # the waking neighbour's busy and idle phases, seconds
 TOL = 5.0
 
 # name -> (kind, figure, names): "band" (figure +- 5), "at least" (>= figure), "long" (figure
-# +- 5 over 5 s windows), "even" (within 5 of names[0]), "rest" (it and names together leave at
-# most 5 of the GPU idle), "busy" (it and names together >= figure), "shown" (no goal).
+# +- 5 over 5 s windows), "even" (within 5 of names[0]), "rest" (it gets what is left: it and
+# names together leave at most 5 of the GPU idle, as 60 + 35 in the first row), "busy" (it and
+# names together >= figure), "busy shown" (their sum, no goal), "shown" (no goal).
 Goal = tuple[str, float, tuple[str, ...]]
 
 
@@ -70,7 +71,7 @@ def _mixes(kernel_ns: int, seconds: float, goals: dict[str, Goal]) -> list[dict]
         n["f60"]: one,
         n["u60"]: ("at least", 35.0, ()),
         n["f30"]: f30,
-        n["a"]: ("rest", 0.0, (n["f30"], n["b"])),
+        n["a"]: ("busy shown", 0.0, (n["f30"], n["b"])),
         n["b"]: ("even", 0.0, (n["a"],)),
         n["f20"]: f20,
         n["s40"]: ("at least", 35.0, ()),
@@ -185,6 +186,8 @@ def turn_verdict(
         gap = max(abs(x - y) for x, y in zip(mine, others[0], strict=True))
         return f"{_span(mine)}, worst gap to its twin {gap:4.1f} ({_ok(gap <= TOL)}: <= 5)"
     together = [sum(vs) for vs in zip(mine, *others, strict=True)]
+    if kind == "busy shown":
+        return f"{_span(mine)}, GPU busy lowest {min(together):5.1f} (no goal)"
     if kind == "rest":
         idle = max(100 - v for v in together)
         return (
@@ -216,7 +219,7 @@ def turns_report(
             line = turn_verdict(goal, shares[1:], others, long)
             print(f"{name:34s} " + " ".join(f"{v:5.1f}" for v in shares))
             print(f"{'':34s} {line}")
-            if goal[0] != "shown":
+            if not goal[0].endswith("shown"):
                 outcomes.append(line.count("MISSED") == 0)
     return outcomes
 
