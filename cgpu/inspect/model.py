@@ -71,13 +71,7 @@ class Device:
     pods: list[PodShare] = field(default_factory=list)
     compute_total: int = 0
     compute_used: int = 0
-    unlimited: int = 0  # pods holding memory here with no compute limit (never gated)
-
-    @property
-    def compute_ceiling(self) -> int:
-        """What the compute-limited pods here get together beside the unlimited ones: an even
-        time slice each (the scheduler extender places within it, operations-scheduler.md)."""
-        return self.compute_total // (self.unlimited + 1)
+    unlimited: int = 0  # pods holding memory here with no compute limit (best effort)
 
 
 @dataclass

@@ -145,8 +145,9 @@ def _with_compute(out: list[dict[str, Any]], nodes: list[GpuNode]) -> None:
             dev["totalCompute"] = device.compute_total
             dev["usedCompute"] = device.compute_used
             if device.unlimited:
+                # No computeCeiling: the plugin cannot tell whether a node runs the arbiter,
+                # under which these pods are best effort and the limits hold whole.
                 dev["unlimitedPods"] = device.unlimited
-                dev["computeCeiling"] = device.compute_ceiling
             for pod, share in zip(dev["pods"], device.pods, strict=True):
                 pod["usedCompute"] = share.compute.get(device.index, 0)
         for pod, share in zip(entry["pendingPods"], pending.pods if pending else [], strict=True):

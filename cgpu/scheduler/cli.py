@@ -44,10 +44,11 @@ def register(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--unlimited-neighbours",
         choices=NEIGHBOURS,
-        default="count",
-        help="count: a GPU's compute-limited pods get at most 100/(u+1)%% together beside u "
-        "pods without a compute limit, and are placed so; ignore: as if those were idle "
-        "(count)",
+        default="ignore",
+        help="ignore: a GPU's compute limits add up to 100%%, whatever pods without a limit "
+        "run there (they are best effort under cgpu compute-arbiter); count: for nodes "
+        "without the arbiter, where beside u such pods the limited ones get at most "
+        "100/(u+1)%% together, and are placed so (ignore)",
     )
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING (INFO)")
 
@@ -79,7 +80,7 @@ def build(
     node_policy: str = "binpack",
     gpu_policy: str = "binpack",
     assume_timeout: float = 30.0,
-    unlimited_neighbours: str = "count",
+    unlimited_neighbours: str = "ignore",
 ) -> Extender:
     """Start informers, the reaper and the HTTP server; return the running extender."""
     if unlimited_neighbours not in NEIGHBOURS:

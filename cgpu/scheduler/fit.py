@@ -24,9 +24,9 @@ class NodeView:
     node advertises none, `compute_error` saying why when its capacity is malformed).
 
     `unlimited` counts, per GPU, the pods there that hold GPU memory but ask for no compute
-    (never gated: see "The compute ceiling beside pods without a limit" in
-    docs/operations-scheduler.md); empty when the
-    ceiling is not counted (`--unlimited-neighbours=ignore`, or no compute advertised).
+    (never gated on a node without the compute arbiter: see "The compute ceiling beside pods
+    without a limit" in docs/operations-scheduler.md); empty when the ceiling is not counted
+    (`--unlimited-neighbours=ignore`, the default, or no compute advertised).
     """
 
     per_gpu: int

@@ -63,7 +63,7 @@ class NodeState:
     holdings: dict[str, Holding] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
     view: NodeView = field(default_factory=lambda: NodeView(0, (), 0, "node not seen yet"))
-    count_unlimited: bool = True  # count the compute ceiling beside pods without a limit
+    count_unlimited: bool = False  # count the compute ceiling beside pods without a limit
 
     def refresh(self) -> None:
         """Recompute the published view (caller holds self.lock)."""
@@ -147,9 +147,11 @@ def _pod_compute(pod: PodContract) -> int:
 class ClusterState:
     """Nodes, GPU pods and assumptions, updated by the informers and the binder."""
 
-    def __init__(self, count_unlimited: bool = True) -> None:
+    def __init__(self, count_unlimited: bool = False) -> None:
         """`count_unlimited`: count the compute ceiling beside pods without a compute limit
-        (`--unlimited-neighbours=count`); False ignores them, as before the ceiling."""
+        (`--unlimited-neighbours=count`, for nodes without the compute arbiter); False (the
+        default) ignores them: under the arbiter they are best effort and limits add up to
+        100 per GPU."""
         self.count_unlimited = count_unlimited
         self.lock = threading.RLock()
         self.nodes: dict[str, NodeState] = {}

@@ -56,10 +56,23 @@ def test_policies_reach_the_extender() -> None:
         )
         ext = flags(container(one(objs, "Deployment", name), "extender"))
         assert (ext["node-policy"], ext["gpu-policy"]) == ("spread", "spread")
-        assert ext["unlimited-neighbours"] == "count"
-        objs = helm_template(f"scheduler.mode={mode}", "scheduler.unlimitedNeighbours=ignore")
+
+
+@pytest.mark.parametrize("mode", ["profile", "extender"])
+def test_the_compute_ceiling_is_counted_only_where_no_arbiter_runs(mode: str) -> None:
+    """auto (the default): the arbiter makes pods without a compute limit best effort, so the
+    extender ignores them; without the arbiter it counts their ceiling. An explicit value wins."""
+    name = "cgpu-scheduler" if mode == "profile" else "cgpu-scheduler-extender"
+    cases = [
+        ((), "ignore"),
+        (("computeArbiter.enabled=false",), "count"),
+        (("scheduler.unlimitedNeighbours=count",), "count"),
+        (("computeArbiter.enabled=false", "scheduler.unlimitedNeighbours=ignore"), "ignore"),
+    ]
+    for sets, expected in cases:
+        objs = helm_template(f"scheduler.mode={mode}", *sets)
         ext = flags(container(one(objs, "Deployment", name), "extender"))
-        assert ext["unlimited-neighbours"] == "ignore"
+        assert ext["unlimited-neighbours"] == expected, sets
 
 
 def test_scheduler_knobs_reach_the_scheduler_config() -> None:

@@ -1,6 +1,8 @@
 """The compute ceiling through the extender's HTTP verbs, the fake API server and a
-kube-scheduler-shaped peer: beside u pods without a compute limit (never gated), a GPU's
-compute-limited pods get at most 100/(u+1)% together, so the extender places no more there.
+kube-scheduler-shaped peer. On a node without the compute arbiter, beside u pods without a
+compute limit (never gated there), a GPU's compute-limited pods get at most 100/(u+1)% together:
+with --unlimited-neighbours=count the extender places no more there. By default (ignore: under
+the arbiter those pods are best effort) limits add up to 100 per GPU whatever runs beside them.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def test_limited_pods_are_placed_within_the_ceiling(kube_api, extender):
     kube_api.create("pods", running("train", 4, 60, "n2"))
     for name, units, percent in (("a", 2, 45), ("b", 2, 10), ("c", 2, 0), ("d", 2, 10)):
         kube_api.create("pods", compute_pod(name, units, percent))
-    ext = extender()
+    ext = extender(unlimited_neighbours="count")
     scheduler = KubeScheduler(kube_api, url_of(ext), managed=(MEM, CORE), seed=3)
 
     # a: 45% fits n1 (50% beside the notebook); n2 has 40% free.
@@ -98,7 +100,7 @@ def test_limited_pods_are_placed_within_the_ceiling(kube_api, extender):
     assert devs["n2"]["usedCompute"] == 80 and "computeCeiling" not in devs["n2"]
 
     # A restarted extender rebuilds the same view from the pods and refuses the same.
-    restarted = extender()
+    restarted = extender(unlimited_neighbours="count")
     assert restarted.state.inspect() == ext.state.inspect()
     late = kube_api.create("pods", compute_pod("late", 1, 10))
     assert SchedulerPeer(kube_api, url_of(restarted)).filter(late, ["n1"])["FailedNodes"] == {
@@ -116,7 +118,7 @@ def test_parallel_binds_keep_every_gpu_within_its_ceiling(kube_api, extender):
     shares = [20, 10, 15, 5, 0] * 8  # every fifth asks for no compute
     for i, share in enumerate(shares):
         kube_api.create("pods", compute_pod(f"p{i}", 1, share))
-    ext = extender()
+    ext = extender(unlimited_neighbours="count")
     peer = SchedulerPeer(kube_api, url_of(ext))
     barrier = threading.Barrier(len(shares), timeout=30)
     errors: dict[str, str] = {}
@@ -138,19 +140,48 @@ def test_parallel_binds_keep_every_gpu_within_its_ceiling(kube_api, extender):
         assert placed <= 100 // (unlimited + 1), (node, placed, unlimited)
 
 
-def test_the_option_ignore_places_as_without_the_ceiling(kube_api, tmp_path):
+def test_by_default_limits_add_up_to_100_beside_pods_without_a_limit(kube_api, tmp_path):
     kube_api.create("nodes", compute_node("n1", 1, 16))
     kube_api.create("pods", running("notebook", 4, 0, "n1"))
     kube_api.create("pods", running("a", 2, 45, "n1"))
-    with extender_cli(kube_api, tmp_path, "--unlimited-neighbours", "ignore") as (url, log_path):
+    kube_api.create("pods", compute_pod("b", 2, 55))
+    kube_api.create("pods", gpu_pod("c", 2))
+    kube_api.create("pods", compute_pod("d", 2, 1))
+    with extender_cli(kube_api, tmp_path) as (url, log_path):  # no --unlimited-neighbours
         peer = SchedulerPeer(kube_api, url)
-        kube_api.create("pods", compute_pod("b", 2, 55))
-        kube_api.create("pods", gpu_pod("c", 2))
         assert peer.schedule("default", "b").node == "n1"  # 100% placed beside the notebook
-        assert peer.schedule("default", "c").node == "n1"
+        assert peer.schedule("default", "c").node == "n1"  # a second pod without a limit
+        decision = peer.schedule("default", "d")  # but never past 100
+        assert decision.node is None
+        assert decision.failed == {
+            "n1": "no GPU has both 2 free units and 1% free compute "
+            "(best: GPU 0 with 6 units and 0%)"
+        }
         status, body = get(f"{url}{PREFIX}/inspect")
-        assert status == 200 and "computeCeiling" not in body["nodes"][0]["devs"][0]
+        dev = body["nodes"][0]["devs"][0]
+        assert status == 200 and dev["usedCompute"] == 100 and "computeCeiling" not in dev
     assert "unlimited neighbours: ignore" in log_path.read_text()
+    assert gpus_from_pods(kube_api) == {"n1": (100, 2)}
+
+
+def test_the_option_count_refuses_past_the_ceiling(kube_api, tmp_path):
+    kube_api.create("nodes", compute_node("n1", 1, 16))
+    kube_api.create("pods", running("notebook", 4, 0, "n1"))
+    kube_api.create("pods", running("a", 2, 45, "n1"))
+    kube_api.create("pods", compute_pod("b", 2, 10))
+    kube_api.create("pods", compute_pod("e", 2, 5))
+    with extender_cli(kube_api, tmp_path, "--unlimited-neighbours", "count") as (url, log_path):
+        peer = SchedulerPeer(kube_api, url)
+        decision = peer.schedule("default", "b")
+        assert decision.node is None
+        assert decision.failed == {
+            "n1": "GPU 0 runs 1 pod without a compute limit: compute-limited pods there get at "
+            "most 50% together (45% placed, the pod needs 10%)"
+        }
+        assert peer.schedule("default", "e").node == "n1"  # 50%: at the ceiling
+        status, body = get(f"{url}{PREFIX}/inspect")
+        assert status == 200 and body["nodes"][0]["devs"][0]["computeCeiling"] == 50
+    assert "unlimited neighbours: count" in log_path.read_text()
     command = extender_command(kube_api, tmp_path, "--unlimited-neighbours", "sometimes")
     bad = subprocess.run(command, env=extender_env(), capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--unlimited-neighbours" in bad.stderr

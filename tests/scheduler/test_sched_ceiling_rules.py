@@ -1,5 +1,6 @@
-"""The compute ceiling as pure rules: beside u pods without a compute limit, the compute-limited
-pods of a GPU get at most 100/(u+1)% together (see docs/operations-scheduler.md)."""
+"""The compute ceiling as pure rules, counted with --unlimited-neighbours=count (nodes without
+the compute arbiter): beside u pods without a compute limit, the compute-limited pods of a GPU
+get at most 100/(u+1)% together (see docs/operations-scheduler.md). Not counted by default."""
 
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ def test_cluster_state_counts_pods_without_a_limit_on_each_of_their_gpus() -> No
         "aliyun.com/gpu-mem": "32", "aliyun.com/gpu-count": "2", CORE: "200"}}}  # fmt: skip
     pods = [pod("wide", 4, 0, "0,1"), pod("one", 2, 0, "1"), pod("lim", 2, 30, "0"),
             pod("solo", 0, 10, "1")]  # fmt: skip
-    counted, ignored = ClusterState(), ClusterState(count_unlimited=False)
+    counted, ignored = ClusterState(count_unlimited=True), ClusterState()  # ignored: the default
     for state in (counted, ignored):
         state.observe_node(node)
         for obj in pods:

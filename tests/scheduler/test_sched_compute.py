@@ -53,15 +53,16 @@ def test_filter_needs_one_gpu_with_both_memory_and_compute(kube_api, extender):
         "(best: GPU 0 with 6 units and 20%)"
     }
     assert result["FailedAndUnresolvableNodes"] == {"memonly": f"node advertises no {CORE}"}
-    # The same pod without compute: GPU0 holds 6 units, but beside it pod a (80%) would get at
-    # most 50% (the compute ceiling); with --unlimited-neighbours=ignore it fits on "split".
+    # The same pod without compute fits GPU0's 6 units beside pod a's 80%: by default it is
+    # best effort there (the compute arbiter serves a first). With --unlimited-neighbours=count
+    # (nodes without the arbiter) pod a would get at most 50% beside it (the compute ceiling).
     plain = kube_api.create("pods", gpu_pod("plain", 4))
-    assert peer.filter(plain, ["split"])["FailedNodes"] == {
+    assert peer.filter(plain, ["split"])["NodeNames"] == ["split"]
+    strict = SchedulerPeer(kube_api, url_of(extender(unlimited_neighbours="count")))
+    assert strict.filter(plain, ["split"])["FailedNodes"] == {
         "split": "GPU 0 runs compute-limited pods with 80% placed: beside 1 pod without a "
         "compute limit (this one) they would get at most 50% together"
     }
-    lenient = SchedulerPeer(kube_api, url_of(extender(unlimited_neighbours="ignore")))
-    assert lenient.filter(plain, ["split"])["NodeNames"] == ["split"]
     assert schedule(peer, "want") == "roomy"
 
 
@@ -159,11 +160,11 @@ def test_node_scores_count_compute(kube_api, extender):
     # busy: memory 20% after, compute 90% after -> 5.5; idle: 20%, 10% -> 1.5.
     assert peer.prioritize(pod, ["busy", "idle"]) == {"busy": 6, "idle": 2}
     # A memory-only pod on the same nodes: compute taken by others still counts as fullness
-    # (with the ceiling ignored: counted, "busy" does not fit it beside the hog's 80%).
-    lenient = extender(node_policy="binpack", unlimited_neighbours="ignore")
-    scores = SchedulerPeer(kube_api, url_of(lenient)).prioritize(plain, ["busy", "idle", "old"])
-    assert scores == {"busy": 5, "idle": 1, "old": 2}
-    assert peer.prioritize(plain, ["busy", "idle", "old"]) == {"busy": 0, "idle": 1, "old": 2}
+    # (with the ceiling counted, "busy" does not fit it beside the hog's 80%).
+    assert peer.prioritize(plain, ["busy", "idle", "old"]) == {"busy": 5, "idle": 1, "old": 2}
+    strict = extender(node_policy="binpack", unlimited_neighbours="count")
+    scores = SchedulerPeer(kube_api, url_of(strict)).prioritize(plain, ["busy", "idle", "old"])
+    assert scores == {"busy": 0, "idle": 1, "old": 2}
 
 
 def test_fifty_parallel_binds_never_overcommit_compute(kube_api, extender):
@@ -206,9 +207,9 @@ def test_fifty_parallel_binds_never_overcommit_compute(kube_api, extender):
 
 def test_restart_rebuilds_compute_from_pods(kube_api, extender):
     kube_api.create("nodes", compute_node("n1", 2, 8))
-    # These placements put p3 (no compute limit) beside 90% of limited pods: the ceiling is
-    # ignored here (test_sched_ceiling.py rebuilds a counted one).
-    first = extender(unlimited_neighbours="ignore")
+    # These placements put p3 (no compute limit) beside 90% of limited pods: the default
+    # ignores the ceiling (test_sched_ceiling.py rebuilds a counted one).
+    first = extender()
     peer = SchedulerPeer(kube_api, url_of(first))
     for i, (units, share) in enumerate([(2, 60), (0, 30), (3, 50), (1, 0), (2, 40)]):
         kube_api.create("pods", compute_pod(f"p{i}", units, share))
@@ -218,7 +219,7 @@ def test_restart_rebuilds_compute_from_pods(kube_api, extender):
     wait_until(lambda: first.state.pod("default", "p0") is None, what="the watch shows p0 done")
     view = first.state.inspect()
     first.stop()
-    second = extender(unlimited_neighbours="ignore")
+    second = extender()
     assert second.state.inspect() == view
     node = view["nodes"][0]
     assert (node["totalCompute"], node["usedCompute"]) == (200, 120)

@@ -83,6 +83,17 @@ tolerations:
 {{- end }}
 {{- end -}}
 
+{{/* scheduler.unlimitedNeighbours, with auto resolved: ignore where the compute arbiter runs
+(pods without a compute limit are best effort under it), count where it does not. */}}
+{{- define "cgpu.unlimitedNeighbours" -}}
+{{- $value := .Values.scheduler.unlimitedNeighbours -}}
+{{- if eq $value "auto" -}}
+{{- ternary "ignore" "count" (.Values.computeArbiter.enabled | default false) -}}
+{{- else -}}
+{{- $value -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The extender container, less its name. Call with (list $ "ADDRESS"). */}}
 {{- define "cgpu.extenderContainer" -}}
 {{- $ := index . 0 -}}
@@ -95,7 +106,7 @@ args:
   - --node-policy={{ $.Values.scheduler.nodePolicy }}
   - --gpu-policy={{ $.Values.scheduler.gpuPolicy }}
   - --assume-timeout={{ $.Values.scheduler.assumeTimeoutSeconds }}
-  - --unlimited-neighbours={{ $.Values.scheduler.unlimitedNeighbours }}
+  - --unlimited-neighbours={{ include "cgpu.unlimitedNeighbours" $ }}
   - --log-level={{ $.Values.scheduler.logLevel }}
 resources:
   {{- toYaml $.Values.scheduler.resources | nindent 2 }}
