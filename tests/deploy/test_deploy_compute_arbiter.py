@@ -123,10 +123,12 @@ def test_rendered_command_serves_the_state_dir_and_stops_on_sigterm(tmp_path: Pa
     cont = container(ds, "compute-arbiter")
     limited = tmp_path / "containers" / "limited"
     unlimited = tmp_path / "containers" / "unlimited"
-    for directory in (limited, unlimited):
+    elsewhere = tmp_path / "containers" / "elsewhere"
+    for directory in (limited, unlimited, elsewhere):
         directory.mkdir(parents=True)
     write_config(limited, {UUID: 1 << 30}, {UUID: (30, "fixed")})
-    write_config(unlimited, {UUID: 1 << 30})
+    write_config(unlimited, {UUID: 1 << 30})  # best effort beside the limited one
+    write_config(elsewhere, {"GPU-99999999-9999-9999-9999-999999999999": 1 << 30})
     env = {e["name"]: e["value"] for e in cont["env"]}
     env["PATH"] = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
     log = tmp_path / "arbiter.log"
@@ -135,11 +137,12 @@ def test_rendered_command_serves_the_state_dir_and_stops_on_sigterm(tmp_path: Pa
     status = tmp_path / "compute-arbiter.json"
     try:
         deadline = time.monotonic() + 15
-        while not ((limited / "compute.sock").exists() and status.exists()):
+        sockets = (limited / "compute.sock", unlimited / "compute.sock")
+        while not (all(s.exists() for s in sockets) and status.exists()):
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "no compute.sock or status file"
             time.sleep(0.05)
-        assert not (unlimited / "compute.sock").exists(), "a socket without a compute limit"
+        assert not (elsewhere / "compute.sock").exists(), "a socket on a GPU nobody limits"
         assert "gpus" in json.loads(status.read_text())
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=5) == 0, log.read_text()[-3000:]
