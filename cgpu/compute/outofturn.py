@@ -2,32 +2,43 @@
 
 Pure: no NVML, no clock. One `Judge` per GPU is fed the sample periods NVML has closed, each with
 the device's busy fraction and the fraction it named per container (the sum over the container's
-processes), and the holds of that time (`schedule.Hold`, in the arbiter's clock).
+processes), and the holds of that time (`turnstate.Hold`, in the arbiter's clock).
 
 A container that follows the protocol runs kernels only while it holds the token (from its GRANT
 to its last DONE: its hand-over after a REVOKE is inside the hold). A real H100/H200 names one
 process per period when several ran (with the whole device's busy percent) and whole percent
-otherwise, with the process drawn as the one running at a sampling instant: so what is named for
-a container in a period, x, has an expectation of its busy share of the period, which for such a
-container is at most h, the share of the period it held (the period widened by `tolerance_ns`
-at each end, for where the driver's period boundaries and the hold log's clock disagree). Over n
-periods, D = sum(x - h) then has a mean of at most 0 and, x lying in [0, 1] with a mean at most
-h, a variance of at most V = sum(min(h, 1/4) + VAR_FLOOR). A container is flagged when, for a
-window of the last n periods (n in WINDOWS), D > Z * sqrt(V) + MARGIN * n.
+otherwise, the process drawn as the one running at a sampling instant: so what is named for such
+a container in a period, x, has a mean of at most h, the share of the period it held (the period
+widened by `tolerance_ns` at each end, for where the driver's period boundaries and the hold
+log's clock disagree), whatever happened before.
 
-The statistic is one bit a period (who was named), so speed and false alarms trade. With Z =
-3.5, on periods sampled as an H100 does (tests/compute/test_outofturn.py): two containers that
-take turns 50/50 and use every hold whole, the worst case, were flagged once in 320 container-
-minutes (none when they use 95% of their holds); beside processes outside the containers, which
-share their turns, their x falls well below h. A container that runs 84% of the device on 30% of
-the turns was flagged in 1.8-2.3 s (4.5 s at the worst of 20 draws).
+**A sequential test.** For any bet 0 <= lam < 1/h, 1 + lam (x - h) then has a mean of at most 1,
+so the product over periods is a test supermartingale for a follower, and the CUSUM of its
+logarithm, W = max(0, W + log(1 + lam (x - h))), reaches A at most once in about e^A periods
+(Lorden's bound; no assumption on how x is spread, nor on the periods being independent). The
+bet lam = r / max(h, H_MIN) is the likelihood ratio of "its processes also run r of the time it
+does not hold" against "named as often as it holds": a period it held little of and was named in
+weighs much (h = 0.05, r = 1/2: +2.4), one it held half of little (+0.4), a period it was not
+named in costs log(1 - r). Bets r in BETS run side by side, each against A = FLAG_AT (a blatant
+offender is caught by the large bet in a few periods, a mild one by the small bet in tens of
+seconds). A follower that uses every hold whole is the worst case; beside processes outside the
+containers (which share its turns) its x falls well below h.
+
+**Confirmation.** A period the containers held only part of (a probe, asked for by the sampler
+while some container is a suspect, W >= SUSPECT_AT) shows, in the device's own busy fraction,
+whether anything ran while nobody held: when every process on the GPU is placed in one of its
+containers (`Period.placed`), busy time past the held time by more than the boundary slack
+(2 tolerance) is out-of-turn work, measured and not drawn. Within CONFIRM_NS of such a period (or
+pair of periods: a probe's gap may straddle their boundary) the suspect with the largest W is
+flagged from W >= CONFIRMED_AT (no container flagged on the GPU, which would explain it; a flag
+uses the confirmation up). A follower's W reaches CONFIRMED_AT at most once in about
+e^CONFIRMED_AT periods, and it matters only while another container runs out of turn unflagged.
 
 Once flagged, a container stays flagged until `clear` (the arbiter clears it when none of its
 processes is left on the GPU). While flagged, its excess (x - h) * period, summed, is charged as
-out-of-turn time whenever it is positive; the excess of the periods that tripped the flag is
-charged at once. A container
-that was not flagged is never charged: single periods in which x exceeds h are the sampling's
-noise.
+out-of-turn time whenever it is positive; the excess of the periods before the flag (the last
+MAX_SEEN) is charged at once. A container that was not flagged is never charged: single periods
+in which x exceeds h are the sampling's noise.
 """
 
 from __future__ import annotations
@@ -39,10 +50,15 @@ from dataclasses import dataclass, field
 
 from .turnstate import Hold
 
-WINDOWS = (3, 6, 9, 12, 15, 18, 24, 30, 45, 60)  # periods (0.5 to 10 s at 1/6 s)
-Z = 3.5
-MARGIN = 0.02  # per period, for rounding to whole percent
-VAR_FLOOR = 0.05  # per period: a misplaced boundary, a driver's late sample
+BETS = (0.15, 0.4, 0.8)  # r: the share of others' time an offender is assumed to take
+H_MIN = 0.02  # h below this is bet on as this (a bet of r / h_min at most)
+FLAG_AT = 13.0  # W for a flag on its own (a follower: once in e^13/3 periods, 7 h, at worst)
+SUSPECT_AT = 3.5  # W from which the sampler asks for a probe
+CONFIRMED_AT = 4.0  # W for a flag within CONFIRM_NS of a period that showed out-of-turn work
+CONFIRM_NS = 3_000_000_000
+CONFIRM_MARGIN = 0.04  # busy past the held share and the boundary slack, for a confirmation
+MIN_FREE = 0.15  # a period with less free time (nobody held) than this confirms nothing
+MAX_SEEN = 60  # periods kept per container (10 s at 1/6 s): host_percent, the first charge
 TOLERANCE_NS = 10_000_000  # a period is widened by this at each end
 HOST_WINDOW_NS = 10_000_000_000  # host_percent is over the last 10 s
 
@@ -55,6 +71,7 @@ class Period:
     end: int
     busy: float  # the device's busy fraction
     named: Mapping[str, float]  # container -> what NVML named for its processes, a fraction
+    placed: bool = False  # every process on the GPU was placed in one of its containers
 
 
 @dataclass
@@ -62,10 +79,15 @@ class _Record:
     """One container's history on one GPU."""
 
     seen: deque[tuple[int, int, float, float]] = field(default_factory=deque)  # end, len, x, h
+    w: list[float] = field(default_factory=lambda: [0.0] * len(BETS))
     flagged: bool = False
     flagged_at: int | None = None
     owed: float = 0.0  # excess ns not charged yet (while flagged)
     charged_ns: int = 0
+
+    @property
+    def score(self) -> float:
+        return max(self.w)
 
 
 @dataclass(frozen=True)
@@ -78,10 +100,13 @@ class Verdict:
     charged_ns: int  # out-of-turn time charged so far
 
 
-def held_share(holds: Iterable[Hold], container: str, start: int, end: int) -> float:
-    """The share of [start, end) that `container` held (its holds merged), in [0, 1]."""
+def held_share(holds: Iterable[Hold], container: str | None, start: int, end: int) -> float:
+    """The share of [start, end) that `container` held (its holds merged; None: any container),
+    in [0, 1]."""
     spans = sorted(
-        (max(h.start, start), min(h.end, end)) for h in holds if h.container == container
+        (max(h.start, start), min(h.end, end))
+        for h in holds
+        if container is None or h.container == container
     )
     covered, reach = 0, start
     for a, b in spans:
@@ -92,20 +117,48 @@ def held_share(holds: Iterable[Hold], container: str, start: int, end: int) -> f
     return min(1.0, covered / (end - start)) if end > start else 0.0
 
 
-def trips(seen: Sequence[tuple[int, int, float, float]]) -> bool:
-    """Whether some window of the newest periods shows more than the holds explain."""
-    d = v = 0.0
-    windows = iter(WINDOWS)
-    target = next(windows)
-    for n, (_, _, x, h) in enumerate(reversed(seen), 1):
-        d += x - h
-        v += min(h, 0.25) + VAR_FLOOR
-        if n == target:
-            if d > Z * math.sqrt(v) + MARGIN * n:
-                return True
-            target = next(windows, 0)
-            if not target:
-                return False
+def step(w: Sequence[float], x: float, h: float) -> list[float]:
+    """The CUSUMs after one period in which `x` was named for a container that held `h`."""
+    h = min(max(h, H_MIN), 1.0)
+    out = []
+    for r, wi in zip(BETS, w, strict=True):
+        bet = min(r / h, (1 - 1e-9) / h)
+        out.append(max(0.0, wi + math.log1p(bet * (min(max(x, 0.0), 1.0) - h))))
+    return out
+
+
+@dataclass(frozen=True)
+class _Free:
+    """A period's device time as the confirmation weighs it (shares of the period)."""
+
+    end: int
+    length: int
+    free: float  # nobody held
+    unexplained: float  # busy past what was held (negative: less busy than held)
+
+
+def free_time(period: Period, holds: Sequence[Hold]) -> _Free | None:
+    """The period's free and unexplained busy time; None when a process outside the
+    containers was on the GPU (it would explain the busy time)."""
+    if not period.placed:
+        return None
+    held = held_share(holds, None, period.start, period.end)
+    length = period.end - period.start
+    return _Free(period.end, length, 1.0 - held, period.busy - held)
+
+
+def out_of_turn_shown(now: _Free, before: _Free | None, slack_ns: int) -> bool:
+    """Whether the device's busy time shows work while nobody held (see Confirmation): in this
+    period, or in it and the one before together (a probe's gap may straddle their boundary;
+    the split of the time between the two cancels out, the outer ends' slack stays)."""
+    spans = [(now,)]
+    if before is not None and before.end == now.end - now.length:
+        spans.append((before, now))
+    for span in spans:  # in ns, the thresholds in shares of one period
+        free = sum(p.free * p.length for p in span)
+        unexplained = sum(p.unexplained * p.length for p in span)
+        if free >= MIN_FREE * now.length and unexplained > slack_ns + CONFIRM_MARGIN * now.length:
+            return True
     return False
 
 
@@ -115,6 +168,8 @@ class Judge:
     def __init__(self, tolerance_ns: int = TOLERANCE_NS) -> None:
         self.tolerance_ns = tolerance_ns
         self._records: dict[str, _Record] = {}
+        self._last: _Free | None = None  # the period before, for the confirmation
+        self.confirmed_at: int | None = None  # the end of the last period that showed it
 
     def add(
         self, period: Period, holds: Sequence[Hold], containers: Iterable[str]
@@ -124,26 +179,63 @@ class Judge:
         length = period.end - period.start
         if length <= 0:
             return {}
+        free = free_time(period, holds)
+        if free is not None and out_of_turn_shown(free, self._last, 2 * self.tolerance_ns):
+            self.confirmed_at = period.end
+        self._last = free
         wide = (period.start - self.tolerance_ns, period.end + self.tolerance_ns)
-        charges: dict[str, int] = {}
+        records: dict[str, tuple[_Record, float, float]] = {}
         for name in containers:
             record = self._records.setdefault(name, _Record())
             x = min(1.0, max(0.0, period.named.get(name, 0.0)))
             h = min(1.0, held_share(holds, name, *wide) * (wide[1] - wide[0]) / length)
             record.seen.append((period.end, length, x, h))
-            while len(record.seen) > WINDOWS[-1]:
+            while len(record.seen) > MAX_SEEN:
                 record.seen.popleft()
-            if not record.flagged and trips(record.seen):
-                record.flagged, record.flagged_at = True, period.end
-                record.owed = max(0.0, sum((xi - hi) * li for _, li, xi, hi in record.seen))
-            elif record.flagged:
-                record.owed += (x - h) * length
-            if record.flagged and record.owed >= 1:
+            record.w = step(record.w, x, h)
+            records[name] = (record, x, h)
+        for name in self._tripped(records, period.end):
+            record = self._records[name]
+            record.flagged, record.flagged_at = True, period.end
+            self.confirmed_at = None  # explained by this one: it settles no other suspect
+            record.owed = max(0.0, sum((xi - hi) * li for _, li, xi, hi in record.seen))
+            record.owed -= (records[name][1] - records[name][2]) * length  # added below
+        charges: dict[str, int] = {}
+        for name, (record, x, h) in records.items():
+            if not record.flagged:
+                continue
+            record.owed += (x - h) * length
+            if record.owed >= 1:
                 ns = int(record.owed)
                 record.owed -= ns
                 record.charged_ns += ns
                 charges[name] = ns
         return charges
+
+    def _tripped(self, records: Mapping[str, tuple[_Record, float, float]], end: int) -> list[str]:
+        """The containers flagged by this period: W past FLAG_AT, or, within CONFIRM_NS of a
+        confirmation and with nobody flagged, the suspect with the largest W if past
+        CONFIRMED_AT."""
+        fresh = {name: r for name, (r, _, _) in records.items() if not r.flagged}
+        tripped = [name for name, r in fresh.items() if r.score >= FLAG_AT]
+        confirmed = (
+            self.confirmed_at is not None
+            and end - self.confirmed_at <= CONFIRM_NS
+            and not self.flagged()
+        )
+        if confirmed and fresh and not tripped:
+            top = max(fresh, key=lambda name: fresh[name].score)
+            if fresh[top].score >= CONFIRMED_AT:
+                tripped.append(top)
+        return tripped
+
+    def suspects(self) -> set[str]:
+        """Containers not flagged whose W is past SUSPECT_AT (a probe would settle them)."""
+        return {
+            name
+            for name, record in self._records.items()
+            if not record.flagged and record.score >= SUSPECT_AT
+        }
 
     def verdict(self, container: str, now: int) -> Verdict:
         """The container's figures as of `now` (arbiter ns)."""

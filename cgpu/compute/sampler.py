@@ -7,29 +7,44 @@ view and the processes of flagged containers). Both exchanges hold a lock only t
 values, so the arbiter never waits for NVML: a call that hangs (a GPU fallen off the bus) leaves
 the last report in place, and turns go on with the last load estimate.
 
-Each cycle (every `interval` s, or at a new snapshot) reads, per GPU: the compute processes, the
-device's busy samples (through `UnmanagedLoad`, as before), and the per-process samples since the
-last period read, which `outofturn.Judge` weighs against the holds, once the snapshot's hold log
-covers the period.
+A read, per GPU: the compute processes, the device's busy samples (through `UnmanagedLoad`) and
+the per-process samples since the last period read, which `outofturn.Judge` weighs against the
+holds once a snapshot's hold log covers the period (a snapshot wakes the thread only while read
+periods wait for one). Reads are paced by NVML's own periods: one just after each period's
+samples are out (PUBLISH_LAG_S after its end), so that each period is read alone and its
+processes are its own (NVML gives one mean per process over all the periods asked for). While
+nobody held a token since the last read and the periods read show the GPU idle, the thread reads
+every IDLE_READ_S instead (NVML keeps 10 s of samples, and work out of turn makes the device busy:
+the next read sees it and the pace returns to every period). While the judge has a suspect and
+every process on the GPU is placed in one of its containers, a probe of CONFIRM_GAP of a period
+is asked for (at most one per CONFIRM_EVERY_NS): busy time in it that no hold explains confirms
+out-of-turn work (outofturn.py, Confirmation).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import cast
 
 from .attribution import ComputeAttributor
-from .outofturn import TOLERANCE_NS, Judge, Period, Verdict
+from .outofturn import TOLERANCE_NS, Judge, Period, Verdict, held_share
 from .turnstate import Hold
 from .unmanaged import BusySource, HeldNs, ProcessSource, UnmanagedLoad
 
 log = logging.getLogger(__name__)
 
 US = 1000
-INTERVAL_S = 0.04  # a cycle at least every 40 ms: one NVML period (1/6 s) read at a time
+PUBLISH_LAG_S = 0.015  # a period's samples are read this long after it ends (the driver: 10 ms)
+RETRY_S = 0.02  # a period due and not out yet is asked for again after this
+MAX_WAIT_S = 0.5  # while busy, the longest wait between reads (the period not known yet)
+IDLE_READ_S = 1.0  # while nothing ran and nobody held, NVML is read this often (it keeps 10 s)
+CONFIRM_GAP = 0.2  # a suspect's probe leaves the token free this share of a period
+CONFIRM_EVERY_NS = 2_000_000_000  # at most one such probe per GPU this often
 HOLD_LOOKBACK_NS = 4_000_000_000  # the hold log a snapshot carries (the schedule keeps 5 s)
 MAX_PERIOD_US = 1_000_000  # a gap in the samples longer than this is not one period
 Proc = tuple[int, int]  # (host pid, start time)
@@ -92,6 +107,15 @@ class _Periods:
         self.cursor_us: int | None = None  # the end of the newest period read
         self.period_us = 166_667
         self.pending: list[_Raw] = []
+        self.unplaced_us = 0  # periods that start before this may hold unplaced processes' work
+        self.ran = True  # the newest periods read show the GPU busy
+        self.probed_at = 0  # when a suspect's probe was last asked for (arbiter ns)
+
+    def due_s(self) -> float:
+        """CLOCK_REALTIME seconds at which the next period's samples are out."""
+        if self.cursor_us is None:
+            return 0.0
+        return (self.cursor_us + self.period_us) / 1e6 + PUBLISH_LAG_S
 
     def read(self, source: ProcessSource, uuid: str) -> None:
         """Read the periods closed since the last read, with the processes named in each."""
@@ -111,7 +135,9 @@ class _Periods:
             prev = end
         if not new:
             return
-        processes = source.process_samples(uuid, self.cursor_us)
+        self.ran = any(raw.busy for raw in new)
+        # (an idle GPU names nobody: not asked)
+        processes = source.process_samples(uuid, self.cursor_us) if self.ran else []
         for pid, stamp, percent in processes:
             for raw in new:  # the period that holds its stamp; newer ones are read next time
                 if raw.start_us < stamp <= raw.end_us:
@@ -128,12 +154,15 @@ class Sampler:
         self,
         source: BusySource | None,
         attributor: ComputeAttributor | None = None,
-        interval_s: float = INTERVAL_S,
         tolerance_ns: int = TOLERANCE_NS,
+        idle_read_s: float = IDLE_READ_S,
     ) -> None:
         self.source = source
-        self.interval_s = interval_s
         self.tolerance_ns = tolerance_ns
+        self.idle_read_s = idle_read_s
+        self.idle = False  # nothing ran and nobody held at the last read: NVML read rarely
+        self._last_read_ns: int | None = None  # the snapshot `now` of the last read
+        self._awaiting = False  # periods read wait for a snapshot whose hold log covers them
         self._unmanaged = UnmanagedLoad(source)
         self._attributor = attributor or ComputeAttributor()
         self._judges: dict[str, Judge] = {}
@@ -147,6 +176,7 @@ class Sampler:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cgpu-nvml", daemon=True)
         self._failed: set[str] = set()
+        self._running: dict[str, set[int]] = {}  # each GPU's compute processes at the last read
 
     # --- the arbiter's side: never waits on NVML ----------------------------------------------
 
@@ -169,7 +199,9 @@ class Sampler:
         """Hand the thread the arbiter's latest state."""
         with self._lock:
             self._snapshot = snapshot
-        self._wake.set()
+            wake = self._awaiting or self._last_read_ns is None
+        if wake:
+            self._wake.set()
 
     def take(self) -> Report | None:
         """The latest report (None before the first), with the charges and probes not taken yet."""
@@ -185,62 +217,90 @@ class Sampler:
     # --- the NVML thread -------------------------------------------------------------------
 
     def _run(self) -> None:
-        done = None
+        done: Snapshot | None = None
+        due = 0.0  # time.monotonic() of the next NVML read
         while not self._stopping.is_set():
-            self._wake.wait(self.interval_s)
+            self._wake.wait(None if done is None else max(0.0, due - time.monotonic()))
             self._wake.clear()
             with self._lock:
                 snapshot = self._snapshot
             if snapshot is None or self._stopping.is_set():
                 continue
-            fresh = snapshot is not done
+            read = time.monotonic() >= due
+            if not read and snapshot is done:
+                continue
             try:
-                report = self.cycle(snapshot, fresh=fresh)
+                report = self.cycle(snapshot, read=read)
             except Exception:  # a bug here must not end the thread
                 log.exception("the NVML thread's cycle failed")
+                due = time.monotonic() + self.idle_read_s
                 continue
             done = snapshot
+            if read:
+                due = time.monotonic() + self._wait_s()
             with self._lock:
-                if not fresh and self._report is not None:
+                if not read and self._report is not None:
                     report.loads = self._report.loads  # not polled again: the last still holds
+                self._awaiting = any(p.pending for p in self._periods.values())
                 self._report = report
                 self._charges += report.charges
                 for uuid, gap in report.probes.items():
                     self._probes[uuid] = max(gap, self._probes.get(uuid, 0))
 
-    def cycle(self, snapshot: Snapshot, fresh: bool = True) -> Report:
-        """One pass over every GPU of the snapshot (`fresh`: a snapshot not seen before: the
-        unmanaged load is polled; else only the per-process samples are read)."""
+    def _wait_s(self) -> float:
+        """How long until the next read: IDLE_READ_S while idle, else until the next NVML
+        period is out (one period a read, so each is judged with its own processes)."""
+        if self.idle:
+            return self.idle_read_s
+        due = [p.due_s() for p in self._periods.values() if p.cursor_us is not None]
+        if not due:
+            return min(MAX_WAIT_S, self.idle_read_s)
+        return min(MAX_WAIT_S, max(RETRY_S, min(due) - time.time()))
+
+    def cycle(self, snapshot: Snapshot, read: bool = True) -> Report:
+        """One pass over every GPU of the snapshot (`read`: NVML is read: the unmanaged load,
+        the compute processes and the periods closed since; else the periods read before are
+        judged against this snapshot's hold log)."""
         report = Report(snapshot.now)
         source = self.source
         for gone in [u for u in self._judges if u not in snapshot.gpus]:
             self._judges.pop(gone)
             self._periods.pop(gone, None)
+            self._running.pop(gone, None)
             self._unmanaged.forget(gone)
-        running: dict[str, set[int]] = {}
         for uuid, gpu in snapshot.gpus.items():
             self._judges.setdefault(uuid, Judge(self.tolerance_ns))
-            if source is None:
+            if source is None or not read:
                 continue
-            if fresh:
-                load = self._unmanaged.poll(
-                    uuid, set(gpu.managed), _held(gpu.holds), snapshot.offset, snapshot.now
-                )
-                report.loads[uuid] = load
-                gap = self._unmanaged.probe_gap(uuid, snapshot.now)
-                if gap:
-                    report.probes[uuid] = gap
-            running[uuid] = self._read(source, uuid)
-        owners = self._attributor.attribute(
-            [c for gpu in snapshot.gpus.values() for c in gpu.containers],
-            {u: pids | self._named_pids(u) for u, pids in running.items()},
-            snapshot.peers,
-        )
+            load = self._unmanaged.poll(
+                uuid, set(gpu.managed), _held(gpu.holds), snapshot.offset, snapshot.now
+            )
+            report.loads[uuid] = load
+            gap = self._unmanaged.probe_gap(uuid, snapshot.now)
+            if gap:
+                report.probes[uuid] = gap
+            self._running[uuid] = self._read(source, uuid)
+        running = {u: self._running[u] for u in snapshot.gpus if u in self._running}
+        on_gpus = {u: pids | self._named_pids(u) for u, pids in running.items()}
+        owners: dict[int, tuple[str, int]] = {}
+        if any(on_gpus.values()) or any(j.flagged() for j in self._judges.values()):
+            # (nothing on the GPUs and nobody flagged: nothing to place; 16 idle containers'
+            # peers cost /proc reads at every read otherwise)
+            owners = self._attributor.attribute(
+                [c for gpu in snapshot.gpus.values() for c in gpu.containers],
+                on_gpus,
+                snapshot.peers,
+            )
+        quiet = read and self._quiet(snapshot)
         for uuid, gpu in snapshot.gpus.items():
             judge = self._judges[uuid]
             judge.retain(gpu.containers)
+            self._mark_unplaced(uuid, gpu, running.get(uuid, set()), owners)
             for name, ns in self._judge(uuid, judge, gpu, snapshot, owners).items():
                 report.charges.append((uuid, name, ns))
+            gap = self._confirm_gap(uuid, judge, snapshot.now)
+            if gap:
+                report.probes[uuid] = max(gap, report.probes.get(uuid, 0))
             present = {owners[p][0] for p in running.get(uuid, set()) if p in owners}
             present |= set(snapshot.peers.values())
             for name in judge.flagged() - present:  # its processes are gone: start afresh
@@ -262,7 +322,51 @@ class Sampler:
                 if pid in owners:
                     name, started = owners[pid]
                     report.unhooked.setdefault((uuid, name), []).append((pid, started))
+        if read:
+            self.idle = quiet
+            self._last_read_ns = snapshot.now
         return report
+
+    def _quiet(self, snapshot: Snapshot) -> bool:
+        """Whether nobody held a token since the last read and every period read since shows
+        the GPU idle: nothing to judge until something runs (out of turn too: the device's busy
+        samples show it, and NVML keeps the samples for 10 s)."""
+        since = self._last_read_ns
+        if since is None:
+            return False
+        if any(h.end >= since for gpu in snapshot.gpus.values() for h in gpu.holds):
+            return False
+        return all(p.cursor_us is not None and not p.ran for p in self._periods.values())
+
+    def _mark_unplaced(
+        self,
+        uuid: str,
+        gpu: GpuSnapshot,
+        running: set[int],
+        owners: Mapping[int, tuple[str, int]],
+    ) -> None:
+        """Note that the periods up to the one in progress may hold work of processes placed in
+        none of the GPU's containers (busy time past the holds then proves nothing)."""
+        periods = self._periods.get(uuid)
+        if periods is None or periods.cursor_us is None:
+            return
+        mine = set(gpu.containers)
+        if any(pid not in owners or owners[pid][0] not in mine for pid in running):
+            periods.unplaced_us = periods.cursor_us + 2 * periods.period_us
+
+    def _confirm_gap(self, uuid: str, judge: Judge, now: int) -> int:
+        """A probe's gap (ns) that would settle a suspect (outofturn.py, Confirmation), or 0:
+        nobody suspect, someone flagged already, a process outside the containers on the GPU,
+        or one asked for within CONFIRM_EVERY_NS."""
+        periods = self._periods.get(uuid)
+        if periods is None or periods.cursor_us is None or not judge.suspects():
+            return 0
+        if judge.flagged() or periods.unplaced_us > periods.cursor_us:
+            return 0
+        if periods.probed_at and now - periods.probed_at < CONFIRM_EVERY_NS:
+            return 0
+        periods.probed_at = now
+        return round(CONFIRM_GAP * periods.period_us * US)
 
     def _read(self, source: BusySource, uuid: str) -> set[int]:
         """The GPU's compute processes, and its new periods (when the source names processes);
@@ -310,11 +414,20 @@ class Sampler:
                 keep.append(raw)  # its holds are not all known yet
                 continue
             named: dict[str, float] = {}
+            placed = raw.start_us >= periods.unplaced_us
             for pid, percent in raw.named.items():
                 owner = owners.get(pid)
                 if owner is not None:
                     named[owner[0]] = named.get(owner[0], 0.0) + percent / 100
-            period = Period(start, end, raw.busy / 100, named)
+                placed = placed and owner is not None and owner[0] in gpu.containers
+            period = Period(start, end, raw.busy / 100, named, placed)
+            if log.isEnabledFor(logging.DEBUG):
+                held = {
+                    Path(n).name: round(held_share(gpu.holds, n, start, end), 3)
+                    for n in gpu.containers
+                }
+                who = {Path(n).name: x for n, x in named.items()}
+                log.debug("period %d-%d busy %d named %s held %s", start, end, raw.busy, who, held)
             for name, ns in judge.add(period, gpu.holds, gpu.containers).items():
                 charges[name] = charges.get(name, 0) + ns
         periods.pending = keep

@@ -11,7 +11,7 @@ from arbiter_kit import UUID, Client, make_container
 
 from cgpu.compute.arbiter import Arbiter, ArbiterConfig
 from cgpu.compute.levers import Levers
-from cgpu.compute.sampler import GpuSnapshot, Sampler, Snapshot
+from cgpu.compute.sampler import IDLE_READ_S, MAX_WAIT_S, GpuSnapshot, Sampler, Snapshot
 from cgpu.compute.turnstate import Hold
 
 MS = 1_000_000
@@ -169,3 +169,67 @@ def test_enforce_kills_the_flagged_containers_processes_once():
     assert levers.follow(set()) == []
     assert sent == [(10, signal.SIGKILL), (12, signal.SIGKILL)]
     assert levers.kills == 2
+
+
+class QuietSource(ScriptedSource):
+    """ScriptedSource whose device is idle until `busy` is set."""
+
+    def __init__(self, named) -> None:
+        super().__init__(named)
+        self.busy = 0
+
+    def busy_samples(self, uuid: str, after_us: int) -> list[tuple[int, int]]:
+        return [(end, self.busy) for end in self._ends(after_us)]
+
+
+def test_the_nvml_thread_reads_once_a_second_while_nothing_runs_and_every_period_after():
+    source = QuietSource(lambda k: {})
+    sampler = Sampler(source, FixedAttributor({}), tolerance_ns=0)
+    gpu = GpuSnapshot((), frozenset(), ("a",))
+    for step in range(1, 6):
+        source.now_us = step * 100_000
+        sampler.cycle(Snapshot(source.now_us * 1000, 0, 0, {UUID: gpu}, {}))
+    assert sampler.idle and sampler._wait_s() == IDLE_READ_S
+    # Work appears (a container granted, or a process out of turn): every period again.
+    source.busy, source.now_us = 100, 700_000
+    sampler.cycle(Snapshot(source.now_us * 1000, 0, 0, {UUID: gpu}, {}))
+    assert not sampler.idle and sampler._wait_s() <= MAX_WAIT_S
+    # A hold alone, with the device still idle, is work too.
+    source.busy = 0
+    for step in (8, 9, 10):
+        source.now_us = step * 100_000
+        now = source.now_us * 1000
+        held = GpuSnapshot((Hold("a", now - 50 * MS, None, now),), frozenset(), ("a",))
+        sampler.cycle(Snapshot(now, 0, 0, {UUID: held}, {}))
+        assert not sampler.idle
+
+
+def _rotation(now: int) -> tuple[Hold, ...]:
+    """off 30%, n 70%, turns of 20 ms, up to `now`."""
+    holds, t = [], 0
+    while t < now:
+        holds += [Hold("off", t, None, t + 6 * MS), Hold("n", t + 6 * MS, None, t + 20 * MS)]
+        t += 20 * MS
+    return tuple(holds)
+
+
+def _probes_asked(owners: dict[int, tuple[str, int]]) -> list[int]:
+    # off holds 30% of the turns and is named in every period: a suspect within a second.
+    source = ScriptedSource(lambda k: {1: 100})
+    sampler = Sampler(source, FixedAttributor(owners), tolerance_ns=0)
+    asked = []
+    for step in range(1, 25):
+        source.now_us = step * 100_000
+        now = source.now_us * 1000
+        gpu = GpuSnapshot(_rotation(now), frozenset({1, 2}), ("off", "n"))
+        report = sampler.cycle(Snapshot(now, 0, 0, {UUID: gpu}, {1: "off", 2: "n"}))
+        asked += [gap for uuid, gap in report.probes.items() if uuid == UUID]
+    return asked
+
+
+def test_a_suspect_gets_a_probe_only_while_every_process_on_the_gpu_is_placed():
+    asked = _probes_asked({1: ("off", 11), 2: ("n", 22)})
+    # one probe of a fifth of a period (at most one per 2 s in these 2.4 s)
+    assert asked == [round(0.2 * PERIOD_US * 1000)]
+    # pid 2 placed in no container of the GPU: busy time could be its; no probe
+    assert _probes_asked({1: ("off", 11)}) == []
