@@ -2,9 +2,10 @@
 
 A container is its directory. A GPU where some container has a compute line is *gated*: every
 container whose config lists that GPU takes turns on it, those without a compute line there as
-best effort (percent 0, `BEST_EFFORT`). A GPU where nobody has one is left alone. A malformed
-config is logged once per version of the file, counted, and read as having no GPUs; nothing
-here raises for what a file holds.
+best effort (percent 0, `BEST_EFFORT`), at the priority the host recorded for its pod in
+meta.json (`compute_priority`; normal without one). A GPU where nobody has one is left alone. A
+malformed config is logged once per version of the file, counted, and read as having no GPUs;
+nothing here raises for what a file holds.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cgpu.core.config import ConfigError, load_compute_lines, load_config
-from cgpu.core.layout import CONFIG_NAME
+from cgpu.core.containers import META_COMPUTE_PRIORITY, read_meta
+from cgpu.core.layout import CONFIG_NAME, META_NAME
 
 from .schedule import BEST_EFFORT, check_limit
 from .turnstate import NORMAL
@@ -37,6 +39,7 @@ class Discovery:
         self.roots = tuple(roots)
         self.bad_configs = 0
         self._seen: dict[Path, tuple[Stamp, Parsed]] = {}
+        self._meta: dict[Path, tuple[Stamp, str]] = {}
 
     def scan(self) -> dict[Path, Limits]:
         """{container directory: what it takes turns with on each gated GPU}, for those that
@@ -46,12 +49,18 @@ class Discovery:
         directories = list(self._directories())
         for gone in set(self._seen) - set(directories):
             del self._seen[gone]
+        for gone in set(self._meta) - set(directories):
+            del self._meta[gone]
         found = {directory: self._config(directory) for directory in directories}
         gated = {uuid for _, limits in found.values() for uuid in limits}
-        turns = {
-            directory: _with_best_effort(gpus, limits, gated)
-            for directory, (gpus, limits) in found.items()
-        }
+        turns = {}
+        for directory, (gpus, limits) in found.items():
+            best_effort = gpus & gated - limits.keys()
+            priority = self._priority(directory) if best_effort else NORMAL
+            turns[directory] = {
+                **limits,
+                **{uuid: (0, BEST_EFFORT, priority) for uuid in best_effort},
+            }
         return {directory: limits for directory, limits in turns.items() if limits}
 
     def _directories(self) -> Iterable[Path]:
@@ -67,6 +76,22 @@ class Discovery:
             for entry in entries:
                 if not entry.name.startswith(".") and entry.is_dir(follow_symlinks=False):
                     yield Path(entry.path)
+
+    def _priority(self, directory: Path) -> str:
+        """The priority of a best-effort container's turns: meta.json's `compute_priority` (the
+        host's record of its pod's), normal without one; re-read when the file changes."""
+        path = directory / META_NAME
+        try:
+            info = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return NORMAL
+        stamp = (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_size)
+        cached = self._meta.get(directory)
+        if cached and cached[0] == stamp:
+            return cached[1]
+        priority = read_meta(directory).get(META_COMPUTE_PRIORITY) or NORMAL
+        self._meta[directory] = (stamp, priority)
+        return priority
 
     def _config(self, directory: Path) -> Parsed:
         """The directory's GPUs and compute lines, from the cache while its config is
@@ -118,9 +143,3 @@ class Discovery:
         self.bad_configs += 1
         log.warning("malformed %s, no compute limit taken from it: %s", path, reason)
         return NO_GPUS
-
-
-def _with_best_effort(gpus: frozenset[str], limits: Limits, gated: set[str]) -> Limits:
-    """A container's compute lines, and best effort on each gated GPU it has none for."""
-    turns = {uuid: (0, BEST_EFFORT, NORMAL) for uuid in gpus & gated if uuid not in limits}
-    return {**limits, **turns}

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from cgpu.core.config import ComputeShare, write_config
+from cgpu.core.config import PRIORITIES, ComputeShare, write_config
 from cgpu.core.files import atomic_write, read_plain_file
 from cgpu.core.layout import CONTAINERS_SUBDIR, DEFAULT_STATE_DIR, LEDGER_NAME, META_NAME
 from cgpu.core.ledger import init_ledger
@@ -97,6 +97,7 @@ def write_meta(container_dir: str | os.PathLike[str], meta: dict[str, Any]) -> N
 
 
 META_MAX_BYTES = 64 * 1024
+META_COMPUTE_PRIORITY = "compute_priority"
 
 
 class MetaError(ValueError):
@@ -130,6 +131,10 @@ def _is_str_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
+def _is_priority(value: Any) -> bool:
+    return value in PRIORITIES
+
+
 def _is_str_map(value: Any) -> bool:
     return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
 
@@ -147,6 +152,10 @@ _FIELD_TYPES = {
     "created": _is_time,
     "init_pid": _is_count,
     "init_start_time": _is_count,
+    # The pod's compute priority (cgpu.io/compute-priority, or a DRA ComputeConfig), recorded
+    # whether or not it has a compute limit: a container without one takes turns at it as best
+    # effort (cgpu/compute/discovery.py).
+    META_COMPUTE_PRIORITY: _is_priority,
 }
 
 

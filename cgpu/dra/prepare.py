@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from cgpu.core.containers import containers_root, create_container_dir, remove_container_dir
+from cgpu.core.containers import (
+    META_COMPUTE_PRIORITY,
+    containers_root,
+    create_container_dir,
+    remove_container_dir,
+)
 from cgpu.core.layout import SOURCE_DRA
 from cgpu.dra import cdi
 from cgpu.dra.checkpoint import Checkpoint, Prepared, PreparedDevice
@@ -166,6 +171,8 @@ def _meta(ref: ClaimRef, claim: dict[str, Any], allocation: Allocation) -> dict[
         "gpu_uuids": list(allocation.memory),
         "devices": [r.device for r in allocation.results],
         "share_ids": [r.share_id for r in allocation.results if r.share_id],
+        # its turns' priority, with or without a compute limit (best effort: discovery.py)
+        META_COMPUTE_PRIORITY: claim_priority(claim),
     }
     pods = [
         r

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 import grpc
 
+from cgpu.core.containers import META_COMPUTE_PRIORITY
 from cgpu.core.layout import (
     ENV_GPU_MEM_IDX,
     ENV_GPU_MEM_POD,
@@ -75,6 +76,7 @@ class MemoryPolicy:
             try:
                 gpu_count = pod.gpu_count if pod else 1
                 pinned = pod.pinned if pod else []
+                priority = pod.compute_priority if pod else None
             except PodError as err:
                 raise AllocationError(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
             placed = placement.check(self.inventory, ids, self.host.resource, gpu_count, pinned)
@@ -84,6 +86,8 @@ class MemoryPolicy:
             pod_container = (match[0].uid, match[1].name) if match else None
             self._check_one_gpu(pod_container, placed)
             meta = placement_meta(self.host.resource, self.inventory.unit.bytes, ids, placed, match)
+            if priority is not None:  # its turns' priority, with or without a compute limit
+                meta[META_COMPUTE_PRIORITY] = priority
             key, directory, entry = self.pairing.add_memory(
                 pod_container, [g.gpu for g in placed.gpus], limits, list(ids), meta
             )

@@ -357,3 +357,30 @@ def test_renewals_beside_a_high_container_wait_for_the_queue_to_run() -> None:
     gpu.step(sim.now)
     token = gpu._token
     assert gpu.next_deadline(sim.now) == token.queued_until - LEAD
+
+
+def test_a_best_effort_container_takes_turns_at_its_pods_priority(tmp_path) -> None:
+    """A container without a limit, on a GPU where another has one, is best effort at the
+    priority the host recorded for its pod (meta.json's compute_priority, written by the device
+    plugin or the DRA driver from cgpu.io/compute-priority or a ComputeConfig); normal without
+    one, and normal for a value the host could not have written."""
+    from cgpu.core.containers import write_meta
+
+    uuid = "GPU-5eed0000-0000-4000-8000-000000000000"
+    for name, compute in (
+        ("limited", {uuid: (30, "fixed", "high")}),
+        ("trainer", {}),
+        ("plain", {}),
+    ):
+        (tmp_path / name).mkdir()
+        write_config(tmp_path / name, {uuid: 1 << 30}, compute)
+    write_meta(tmp_path / "trainer", {"compute_priority": "low"})
+    write_meta(tmp_path / "plain", {"compute_priority": "urgent"})
+    found = Discovery([tmp_path])
+    assert found.scan() == {
+        tmp_path / "limited": {uuid: (30, "fixed", "high")},
+        tmp_path / "trainer": {uuid: (0, "best-effort", "low")},
+        tmp_path / "plain": {uuid: (0, "best-effort", "normal")},
+    }
+    write_meta(tmp_path / "plain", {"compute_priority": "high"})  # the host's record changed
+    assert found.scan()[tmp_path / "plain"] == {uuid: (0, "best-effort", "high")}

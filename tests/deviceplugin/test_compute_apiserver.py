@@ -220,3 +220,25 @@ def test_a_malformed_compute_priority_fails_the_allocate(with_pods) -> None:
     )
     made = plugin.state_dir / "containers"
     assert not made.exists() or not list(made.iterdir())
+
+
+def test_a_pod_without_a_compute_limit_has_its_priority_recorded(with_pods) -> None:
+    """Without a compute request the container has no compute line, but its turns, as best
+    effort on a GPU where another has a limit, are at its pod's priority: the device plugin
+    records it in meta.json (the host's file), where the arbiter reads it."""
+    from cgpu.core.containers import read_meta
+
+    notes = {"cgpu.io/compute-priority": "low"}
+    plugin, _ = with_pods([pod("train", "uid-train", [container("main", 4, 0)], **notes)])
+    (resp,) = plugin.client.allocate(mem_ids(0, 4))
+    assert not any(line.startswith("compute") for line in conf(resp))
+    assert read_meta(directory(resp))["compute_priority"] == "low"
+
+
+def test_a_malformed_priority_fails_a_memory_allocate_too(with_pods) -> None:
+    bad = {"cgpu.io/compute-priority": "urgent"}
+    plugin, _ = with_pods([pod("odd", "uid-odd", [container("main", 4, 0)], **bad)])
+    with pytest.raises(grpc.RpcError) as err:
+        plugin.client.allocate(mem_ids(0, 4))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "cgpu.io/compute-priority='urgent'" in err.value.details()
