@@ -34,7 +34,7 @@ from .listener import Listener, intact, listen, unlisten
 from .peer import halted, peer_of
 from .sampler import HOLD_LOOKBACK_NS, GpuSnapshot, HostFigures, Proc, Sampler, Snapshot
 from .schedule import BEST_EFFORT, GpuSchedule
-from .turnstate import Order
+from .turnstate import Order, Phase
 from .unhooked import Unhooked, UnhookedTurns
 from .unmanaged import BusySource, NvmlSource
 
@@ -48,6 +48,7 @@ DRAIN_CHECK_NS = 2 * MS  # how often a process that owes a DONE is checked for s
 MAX_SLEEP_NS = 1000 * MS  # the longest sleep, whatever is due
 NOFILE_RESERVE = 64  # descriptors kept for listeners' peers, NVML, the status file
 MAX_STEP_ROUNDS = 8
+NEVER = 1 << 63  # no deadline
 UNHOOKED_STATE_NAME = "compute-arbiter-stopped.json"  # beside the status file (unhooked.py)
 
 
@@ -115,6 +116,12 @@ class Arbiter:
         self._ready: dict[_Container, set[Client]] = {}  # connections with packets waiting
         self._rotation = 0  # which container is read first in a pass
         self._next_drain_check = 0
+        # When a GPU's schedule next acts without an event (`next_deadline` after the last
+        # step); None: its state changed since.
+        self._gpu_due: int | None = None
+        self._drain_looked: dict[str, int] = {}  # GPU: the epoch whose drain was looked at
+        self._drain_due = NEVER  # when a process that owes a DONE is next looked at
+        self._resume_due = 0  # when a paused socket or a slowed container is next due
         self._fds_paused_until = 0  # every socket's accepts wait after EMFILE
         self.refused_connections = 0
         self.closed_clients = 0  # closed for misbehaving (malformed, flooding, unreadable)
@@ -160,8 +167,12 @@ class Arbiter:
             self._source.close()
 
     def _pass(self) -> None:
-        """One turn of the loop."""
-        self._periodic(self._clock())
+        """One turn of the loop. The GPUs are stepped when something reached their schedules
+        (a packet, a closed connection, a stopped process, a chore) or a deadline of theirs is
+        due: in between a step does nothing (`GpuSchedule.next_deadline`), so a wakeup that
+        only checks the drains costs no step."""
+        if self._periodic(self._clock()):
+            self._gpu_due = None
         timeout = self._timeout(self._clock())
         events = self._selector.select(timeout)
         now = self._clock()
@@ -169,43 +180,52 @@ class Arbiter:
             key.data(now)
         self._serve(now)
         self._check_drains(now)
-        self._step(now)
+        if self._gpu_due is None or now >= self._gpu_due:
+            self._step(now)
         if self._levers.active:
             self._follow(now)
 
     def _timeout(self, now: int) -> float:
         """Seconds to wait: until the earliest of the GPUs' deadlines, the chores, the end of
         a pause, and (while a process owes a DONE) its next check."""
-        due = [self._next["scan"], now + MAX_SLEEP_NS]
+        due = min(self._next["scan"], now + MAX_SLEEP_NS, self._resume_due)
         if self._source is not None and self._gpus:
-            due.append(self._next["unmanaged"])
+            due = min(due, self._next["unmanaged"])
         if self.settings.status is not None:
-            due.append(self._next["status"])
+            due = min(due, self._next["status"])
+        # Changed since the last step (a chore): the deadlines as the GPUs stand now.
+        gpu_due = self._deadline(now) if self._gpu_due is None else self._gpu_due
+        self._drain_due = self._drain_check_due()
+        due = min(due, gpu_due, self._drain_due)
+        return max(0.0, (due - now) / 1e9)
+
+    def _deadline(self, now: int) -> int:
+        """The GPUs' earliest deadline (NEVER for none)."""
+        due = NEVER
         for gpu in self._gpus.values():
             deadline = gpu.next_deadline(now)
             if deadline is not None:
-                due.append(deadline)
-            if gpu.draining():
-                due.append(max(now, self._next_drain_check))
-        for container in self._containers.values():
-            if container.slowed_until:
-                due.append(container.slowed_until)
-            if not container.listening:
-                due.append(max(container.guard.paused_until, self._fds_paused_until))
-        return max(0.0, (min(due) - now) / 1e9)
+                due = min(due, deadline)
+        return due
 
-    def _periodic(self, now: int) -> None:
-        """The chores that are due: paused sockets, rescan, unmanaged load, status."""
-        self._resume(now)
+    def _periodic(self, now: int) -> bool:
+        """The chores that are due: paused sockets, rescan, unmanaged load, status. True when
+        one that changes the GPUs' schedules ran (the rescan, the unmanaged load)."""
+        if now >= self._resume_due:
+            self._resume(now)
+        changed = False
         if now >= self._next["scan"]:
             self._next["scan"] = now + SCAN_NS
             self._scan(now)
+            changed = True
         if now >= self._next["unmanaged"]:
             self._next["unmanaged"] = now + UNMANAGED_NS
             self._poll_unmanaged(now)
+            changed = True
         if self.settings.status is not None and now >= self._next["status"]:
             self._next["status"] = now + STATUS_NS
             self._write_status(now)
+        return changed
 
     def _drain_wake(self, now: int) -> None:
         with contextlib.suppress(OSError):
@@ -285,7 +305,10 @@ class Arbiter:
     def _listen(self, container: _Container, now: int) -> None:
         """Put the container's listener in the selector, unless its accepts are paused."""
         paused = max(container.guard.paused_until, self._fds_paused_until)
-        if container.listening or now < paused:
+        if container.listening:
+            return
+        if now < paused:
+            self._resume_due = min(self._resume_due, paused)
             return
         self._selector.register(
             container.listener.sock, selectors.EVENT_READ, partial(self._accept, container)
@@ -298,9 +321,13 @@ class Arbiter:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(container.listener.sock)
             container.listening = False
+            paused = max(container.guard.paused_until, self._fds_paused_until)
+            self._resume_due = min(self._resume_due, paused)
 
     def _resume(self, now: int) -> None:
-        """Listeners whose pause has ended listen again; slowed containers are read again."""
+        """Listeners whose pause has ended listen again; slowed containers are read again.
+        When the next of those is due is kept (`_mute` and `_slow` bring it forward)."""
+        self._resume_due = NEVER
         for container in self._containers.values():
             if not container.listening:
                 self._listen(container, now)
@@ -308,6 +335,11 @@ class Arbiter:
                 container.slowed_until = 0
                 for client in container.clients:
                     self._watch(client)
+            if container.slowed_until:
+                self._resume_due = min(self._resume_due, container.slowed_until)
+            if not container.listening:
+                paused = max(container.guard.paused_until, self._fds_paused_until)
+                self._resume_due = min(self._resume_due, paused)
 
     def _drop(self, name: str, now: int) -> None:
         """Close a container's connections and listener, unlink its socket, forget it."""
@@ -325,6 +357,7 @@ class Arbiter:
         """Apply new limits: a GPU that lost its line closes the connections that use it; one
         where the container was best effort and nobody has a limit any more is REFUSEd to
         them (their gates open at once, with no wait for a reconnection)."""
+        self._gpu_due = None
         for uuid in container.limits.keys() - limits.keys():
             best_effort = container.limits[uuid][1] == BEST_EFFORT
             for client in [c for c in container.clients if uuid in c.devs.values()]:
@@ -338,6 +371,7 @@ class Arbiter:
                 del self._gpus[uuid]
                 self._loads.pop(uuid, None)
                 self._host.pop(uuid, None)
+                self._drain_looked.pop(uuid, None)
         for uuid, (percent, policy, priority) in limits.items():
             gpu = self._gpus.get(uuid)
             if gpu is None:
@@ -478,6 +512,7 @@ class Arbiter:
     def _slow(self, container: _Container, now: int) -> None:
         """Stop reading a container whose packets are spent until its bucket refills."""
         container.slowed_until = container.guard.packets.ready_at(now)
+        self._resume_due = min(self._resume_due, container.slowed_until)
         for client in container.clients:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(client.sock)
@@ -505,6 +540,7 @@ class Arbiter:
         if not client.meter.count_one(now):
             self._misbehaved(client, now, "more packets in a second than a shim sends")
             return True
+        self._gpu_due = None  # the message may change a GPU's schedule: step it
         try:
             message = protocol.unpack_client(packet)
             limits = self._containers[client.container].limits
@@ -566,6 +602,7 @@ class Arbiter:
             gpu = self._gpus.get(uuid)
             if gpu is not None:
                 gpu.gone(client, now)
+                self._gpu_due = None
         container = self._containers.get(client.container)
         if container is not None:
             container.clients.discard(client)
@@ -574,19 +611,46 @@ class Arbiter:
     # --- scheduling ------------------------------------------------------------------------
 
     def _check_drains(self, now: int) -> None:
-        """A process that owes a DONE but is stopped or dead is drained as far as it can be:
-        looked at every DRAIN_CHECK_NS while some process owes one (a running one answers
-        within a drain; /proc is read only then, not at every packet)."""
-        if now < self._next_drain_check:
+        """A process that owes a DONE but is stopped or dead is drained as far as it can be.
+        /proc is read just after the REVOKE (a holder stopped before it is passed over at
+        once), then, once the work its container said it queued (SPENT) should have run,
+        every DRAIN_CHECK_NS until it answers. Before that no DONE is what a running process
+        does too, and what a stopped one queued still runs: looking every DRAIN_CHECK_NS
+        through every drain was half the arbiter's wakeups under load."""
+        if now < self._drain_due:  # as `_timeout` found it this pass
             return
-        self._next_drain_check = now + DRAIN_CHECK_NS
-        for gpu in self._gpus.values():
-            for client in gpu.draining():
+        looked = False
+        for uuid, gpu in self._gpus.items():
+            if gpu.phase is not Phase.REVOKING:
+                continue
+            explained = self._drain_looked.get(uuid) == gpu.epoch and now < gpu.queued_until()
+            owing = [] if explained else gpu.draining()
+            if not owing:
+                continue
+            self._drain_looked[uuid] = gpu.epoch
+            looked = True
+            for client in owing:
                 if client.peer is not None and halted(client.peer):
                     gpu.stopped(client, now)
+                    self._gpu_due = None
+        if looked:
+            self._next_drain_check = now + DRAIN_CHECK_NS
+
+    def _drain_check_due(self) -> int:
+        """When `_check_drains` next has a process to look at (NEVER while none owes a DONE;
+        a GPU whose holder is revoked has one that does, or its step would have ended the
+        hold)."""
+        due = NEVER
+        for uuid, gpu in self._gpus.items():
+            if gpu.phase is Phase.REVOKING:
+                looked = self._drain_looked.get(uuid) == gpu.epoch
+                due = min(due, gpu.queued_until() if looked else 0)
+        return due if due == NEVER else max(due, self._next_drain_check)
 
     def _step(self, now: int) -> None:
-        """Step every GPU and send its orders, again while sending closed connections."""
+        """Step every GPU and send its orders, again while sending closed connections; then
+        note the GPUs' next deadline (none known while they still had orders to send)."""
+        self._gpu_due = None
         for _ in range(MAX_STEP_ROUNDS):
             sent = False
             for uuid, gpu in list(self._gpus.items()):
@@ -598,6 +662,7 @@ class Arbiter:
                         packet = _packet(client, uuid, order, gpu.grant_work_ns(), gpu.sharers())
                         self._send(client, packet, now)
             if not sent:
+                self._gpu_due = self._deadline(now)
                 return
 
     def _poll_unmanaged(self, now: int) -> None:
@@ -672,6 +737,7 @@ class Arbiter:
                 for uuid in client.devs.values():
                     if uuid in self._gpus:
                         self._gpus[uuid].want(client, now)
+                        self._gpu_due = None
 
     def _write_status(self, now: int) -> None:
         path = self.settings.status

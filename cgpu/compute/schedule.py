@@ -605,10 +605,11 @@ class GpuSchedule(Generic[Conn]):
         quantum ends, an idle holder's release, a revoke's deadline, a `fixed` container's
         credit, a probe's gap), or None when only an event can change anything. Called after
         `step(now)`; the arbiter sleeps until then."""
-        if self._probe_ns:
-            return now
-        times: list[float] = []
         token = self._token
+        if self._probe_ns and (token is None or token.phase is Phase.GRANTED):
+            return now  # a probe asked for: `step` revokes, or leaves the token free, now
+        # (while the holder drains, a probe waits for its DONE or the revoke's deadline)
+        times: list[float] = []
         holder = token.holder if token else None
         if self._paused_until > now:
             times.append(self._paused_until)

@@ -504,6 +504,25 @@ def test_a_probe_ends_the_turn_and_leaves_the_token_free_for_the_gap() -> None:
     assert (doc["gpus"]["GPU-a"]["probes"], doc["gpus"]["GPU-a"]["probe_ms"]) == (1, 25.0)
 
 
+def test_a_probe_asked_for_while_the_holder_drains_waits_for_its_done() -> None:
+    """Nothing but the DONE (or the revoke's deadline) ends a drain: a probe asked for then
+    gives no deadline at `now` (the arbiter would wake at once, again and again, until the
+    DONE came), and the gap starts at the DONE."""
+    sim = Sim()
+    (a,) = sim.add("a", 50, "share")
+    sim.add("b", 50, "share")
+    sim.saturating.discard(a)  # a drains until told below
+    while not (sim.gpu.holder == "a" and sim.gpu.phase is Phase.REVOKING):
+        assert sim.now < SECOND, "a was never revoked"
+        sim.run(0.001)
+    revoked_at = sim.sent[-1][0]
+    sim.gpu.probe(25 * MS)
+    assert sim.gpu.next_deadline(sim.now) == revoked_at + sim.gpu.revoke_deadline_ns()
+    sim.gpu.done(a, sim.orders_to(a, "revoke")[-1].epoch, sim.now)
+    sim.settle()
+    assert sim.gpu.holder is None and sim.gpu.next_deadline(sim.now) == sim.now + 25 * MS
+
+
 def test_a_fixed_holders_grant_admits_no_more_work_than_its_credit() -> None:
     """A container of several busy processes queues what its grant admits; for `fixed` that is
     its credit (at least the 2 quanta a grant admits while others wait), not the 20 quanta a
