@@ -1,7 +1,7 @@
 """The compute arbiter against hostile clients (issue 34, item 3), on the simulator with NVML
 as coarse as a real GPU's, and the arbiter's own cost.
 
-    python benchmarks/arbiter_hostile.py [--seconds 12] [--case flood|silent|restart|cost]...
+    python benchmarks/arbiter_hostile.py [--seconds 12] [--case flood|silent|...]...
 
 Each case runs `cgpu compute-arbiter` over container directories on one simulated GPU. The
 well-behaved containers are real processes under the shim (tests/shim/compute_load.c, 1 ms
@@ -18,6 +18,12 @@ containers are tests/compute/hostile_kit.py's clients, written from the wire for
 - cost: the arbiter's CPU (% of one core), wakeups (context switches a second) and RSS, with
   four `share` 25 containers of two busy processes each, then with 16 idle containers (each
   with one connected process that launches nothing).
+- outofturn (issue 34, item 1): `fixed` 30 `off`, whose process also launches straight through
+  libcuda.so.1 (path `mixed`: one thread gated, one not), beside `fixed` 30 `n` and `share` 40
+  `s`; `--runs` times: when the arbiter first charged `off` (its log), and the windows from 3 s.
+- beside: `fixed` 30 and `share` 40 that follow the protocol beside an unmanaged saturating
+  process (a container without a cgpu.conf), `--beside-seconds` (600): whether either is ever
+  flagged or charged (the status file, every second), their windows, the probes asked for.
 
 Goals (issue 34): 30 +- 5 and >= 60 beside the flood, a new socket within 1 s; within 5 beside
 a silent holder and from 1 s after a restart; CPU <= 2% of a core busy, <= 0.5% idle; RSS <= 30
@@ -27,6 +33,8 @@ MiB.
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import shutil
 import sys
@@ -45,7 +53,8 @@ import hostile_kit as hk  # noqa: E402
 from compute_kit import Arbiter, Container, Nvml, build_load, now_us  # noqa: E402
 
 MS = 1_000_000
-CASES = ("flood", "silent", "restart", "cost")
+CASES = ("flood", "silent", "restart", "cost", "outofturn", "beside")
+DEFAULT_CASES = ("flood", "silent", "restart", "cost")  # the two long ones on request
 
 
 def sim_env(tmp: Path) -> dict[str, str]:
@@ -93,8 +102,8 @@ class Machine:
         self.busy.append(c)
         return c
 
-    def start_arbiter(self) -> Arbiter:
-        self.arbiter = Arbiter(self.root, self.env, [])
+    def start_arbiter(self, args: list[str] | None = None) -> Arbiter:
+        self.arbiter = Arbiter(self.root, self.env, args or [])
         self.arbiter.wait_for([c.ledger for c in self.busy])
         return self.arbiter
 
@@ -252,10 +261,97 @@ def case_cost(m: Machine, seconds: float) -> None:
         sock.close()
 
 
+def _first_charge(log: Path, since: float) -> float | None:
+    """Seconds from `since` (time.time()) to the arbiter's first out-of-turn charge (its log)."""
+    for line in log.read_text().splitlines():
+        if "out-of-turn work" in line and "charged" in line:
+            at = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            return at - since
+    return None
+
+
+def case_outofturn(m: Machine, seconds: float, runs: int = 5) -> None:
+    seconds = max(seconds, 10.0)
+    flags: list[float | None] = []
+    held = 0
+    for run in range(runs):
+        r = Machine(m.root / f"run{run}", m.load, m.env, m.nvml)
+        try:
+            r.container("off", (30, "fixed"), seconds + 1, path="mixed", threads=2)
+            r.container("n", (30, "fixed"), seconds + 1)
+            r.container("s", (40, "share"), seconds + 1)
+            r.start_arbiter()
+            t0, since = time.monotonic(), time.time()
+            for c in r.busy:
+                c.start(r.load)
+            rows = r.windows(t0, int(seconds))
+        finally:
+            failures = r.close()
+        assert not failures, failures
+        assert r.arbiter is not None
+        flag = _first_charge(r.arbiter.log, since)
+        flags.append(flag)
+        after = rows[3:]
+        n_ok = all(abs(row["n"] - 30) <= 5 for row in after)
+        fives = [sum(row["off"] for row in after[i : i + 5]) / 5 for i in range(len(after) - 4)]
+        off_ok = all(v <= 35 for v in fives)
+        ok = flag is not None and flag <= 3.0 and n_ok and off_ok
+        held += ok
+        shown = "never" if flag is None else f"{flag:.2f} s"
+        print(f"outofturn run {run + 1}: first charged at {shown}; every goal held: {ok}")
+        print(f"  off 5 s windows from 3 s: {' '.join(f'{v:.1f}' for v in fives)} (<= 35)")
+        table(rows, {"off": ("band", 30), "n": ("band", 30), "s": ("least", 0)})
+    known = sorted(f for f in flags if f is not None)
+    print(f"outofturn: flagged (first charge) at {', '.join(f'{f:.2f}' for f in known)} s; ")
+    print(f"  {sum(f <= 3.0 for f in known)} of {runs} within 3 s; all goals in {held} of {runs}")
+
+
+def case_beside(m: Machine, seconds: float) -> None:
+    m.container("fixed30", (30, "fixed"), seconds + 3)
+    m.container("share40", (40, "share"), seconds + 3)
+    m.container("unmanaged", None, seconds + 3)  # no cgpu.conf: no container of the arbiter's
+    status = m.root / "status.json"
+    m.start_arbiter(["--status", str(status)])
+    for c in m.busy:
+        c.start(m.load)
+    t0 = time.monotonic() + 1
+    worst: dict[str, list[float]] = {}
+    seen_flag: list[str] = []
+    last: dict = {}
+    for i in range(int(seconds) - 1):
+        (row,) = m.windows(t0 + i, 1)
+        for name, value in row.items():
+            low, high = worst.setdefault(name, [value, value])
+            worst[name] = [min(low, value), max(high, value)]
+        try:
+            last = json.loads(status.read_text())
+        except (OSError, ValueError):
+            continue
+        for gpu in last.get("gpus", {}).values():
+            for path, figures in gpu.get("containers", {}).items():
+                if figures.get("over_compute") or figures.get("out_of_turn_s", 0) > 0:
+                    seen_flag.append(f"{Path(path).name} at {i + 1} s: {figures}")
+    print(f"beside an unmanaged saturating process, {seconds:.0f} s (status read every second):")
+    for name, (low, high) in worst.items():
+        print(f"  {name:10s} windows {low:.1f}-{high:.1f}")
+    for gpu in last.get("gpus", {}).values():
+        print(f"  probes {gpu.get('probes')} ({gpu.get('probe_ms')} ms)")
+        for path, figures in gpu.get("containers", {}).items():
+            name, ot = Path(path).name, figures.get("out_of_turn_s")
+            flagged = figures.get("over_compute")
+            print(f"  {name}: host {figures.get('host_percent')}%, out of turn {ot} s, {flagged=}")
+    verdict = "MISSED" if seen_flag else "ok"
+    print(f"  flagged or charged: {seen_flag[:3] or 'never'} ({verdict}: never)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=12.0)
-    parser.add_argument("--case", action="append", choices=CASES, help="(default: all)")
+    parser.add_argument(
+        "--case", action="append", choices=CASES, help=f"(default: {', '.join(DEFAULT_CASES)})"
+    )
+    parser.add_argument("--runs", type=int, default=5, help="outofturn: runs")
+    parser.add_argument("--beside-seconds", type=float, default=600.0, help="beside: length")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="cgpu-hostile-"))
     try:
@@ -263,10 +359,15 @@ def main() -> None:
         env = sim_env(tmp)
         nvml = Nvml(sim_lib_dir(), Path(env["CGPU_SIM_STATE"]))
         print(f"arbiter_hostile: {args.seconds:.0f} s a case, {os.cpu_count()} CPUs")
-        for name in args.case or CASES:
+        for name in args.case or DEFAULT_CASES:
             machine = Machine(tmp / name, load, env, nvml)
             try:
-                globals()[f"case_{name}"](machine, args.seconds)
+                if name == "outofturn":
+                    case_outofturn(machine, args.seconds, args.runs)
+                elif name == "beside":
+                    case_beside(machine, args.beside_seconds)
+                else:
+                    globals()[f"case_{name}"](machine, args.seconds)
             finally:
                 failures = machine.close()
             if failures:

@@ -43,6 +43,7 @@ PUBLISH_LAG_S = 0.015  # a period's samples are read this long after it ends (th
 RETRY_S = 0.02  # a period due and not out yet is asked for again after this
 MAX_WAIT_S = 0.5  # while busy, the longest wait between reads (the period not known yet)
 IDLE_READ_S = 1.0  # while nothing ran and nobody held, NVML is read this often (it keeps 10 s)
+STALE_WAIT_S = 0.15  # a read waits this long at most for a snapshot newer than its time
 CONFIRM_GAP = 0.2  # a suspect's probe leaves the token free this share of a period
 CONFIRM_EVERY_NS = 2_000_000_000  # at most one such probe per GPU this often
 HOLD_LOOKBACK_NS = 4_000_000_000  # the hold log a snapshot carries (the schedule keeps 5 s)
@@ -163,6 +164,7 @@ class Sampler:
         self.idle = False  # nothing ran and nobody held at the last read: NVML read rarely
         self._last_read_ns: int | None = None  # the snapshot `now` of the last read
         self._awaiting = False  # periods read wait for a snapshot whose hold log covers them
+        self._fresh_wanted = False  # a read is due: the next snapshot wakes the thread
         self._unmanaged = UnmanagedLoad(source)
         self._attributor = attributor or ComputeAttributor()
         self._judges: dict[str, Judge] = {}
@@ -199,7 +201,12 @@ class Sampler:
         """Hand the thread the arbiter's latest state."""
         with self._lock:
             self._snapshot = snapshot
-            wake = self._awaiting or self._last_read_ns is None
+            wake = self._awaiting or self._fresh_wanted or self._last_read_ns is None
+            if self.idle and not wake:  # a hold since the last read: read at once
+                since = self._last_read_ns or 0
+                wake = any(
+                    gpu.holds and gpu.holds[-1].end >= since for gpu in snapshot.gpus.values()
+                )
         if wake:
             self._wake.set()
 
@@ -218,26 +225,37 @@ class Sampler:
 
     def _run(self) -> None:
         done: Snapshot | None = None
-        due = 0.0  # time.monotonic() of the next NVML read
+        due = 0.0  # CLOCK_REALTIME seconds of the next NVML read
         while not self._stopping.is_set():
-            self._wake.wait(None if done is None else max(0.0, due - time.monotonic()))
+            wait = None if done is None else max(0.0, due - time.time())
+            if self._fresh_wanted:
+                wait = STALE_WAIT_S
+            self._wake.wait(wait)
             self._wake.clear()
             with self._lock:
                 snapshot = self._snapshot
+                self._fresh_wanted = False
             if snapshot is None or self._stopping.is_set():
                 continue
-            read = time.monotonic() >= due
+            timed = time.time() >= due
+            read = timed or self.idle  # (idle: woken by a hold)
+            if timed and _wall_s(snapshot) < due and time.time() < due + STALE_WAIT_S:
+                # The snapshot is older than the read's time: its hold log would not cover the
+                # newest periods (time held would look free to the unmanaged load). The next.
+                with self._lock:
+                    self._fresh_wanted = True
+                continue
             if not read and snapshot is done:
                 continue
             try:
                 report = self.cycle(snapshot, read=read)
             except Exception:  # a bug here must not end the thread
                 log.exception("the NVML thread's cycle failed")
-                due = time.monotonic() + self.idle_read_s
+                due = time.time() + self.idle_read_s
                 continue
             done = snapshot
             if read:
-                due = time.monotonic() + self._wait_s()
+                due = time.time() + self._wait_s()
             with self._lock:
                 if not read and self._report is not None:
                     report.loads = self._report.loads  # not polled again: the last still holds
@@ -441,3 +459,8 @@ def _held(holds: tuple[Hold, ...]) -> HeldNs:
         return sum(max(0, min(end, h.end) - max(start, h.start)) for h in holds)
 
     return held
+
+
+def _wall_s(snapshot: Snapshot) -> float:
+    """The snapshot's time in CLOCK_REALTIME seconds."""
+    return (snapshot.now - snapshot.offset) / 1e9
