@@ -17,10 +17,11 @@
 # globals (module globals and the stack a launch grows) and contexts (2026-11-27, not yet run
 # on a GPU) some 20 s;
 # shim_overhead is capped at a minute, torch_throughput at 150 s (three rounds did not finish in
-# 60 s on an H200, 2026-11-26).
+# 60 s on an H200, 2026-11-26). outofturn (2026-12-02, not yet run on a GPU; about a minute on
+# the simulator) is capped at 120 s: the default steps stay under 8 minutes.
 set -u
 PY=${PY:-python3}
-STEPS=${STEPS:-smoke compute_share compute_matmul compute_long pytest globals contexts smi compute_many}
+STEPS=${STEPS:-smoke compute_share compute_matmul compute_long pytest globals contexts smi compute_many outofturn}
 # Also there: compute_200 compute_nvml shim_overhead torch_throughput (STEPS="..." to run them).
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
@@ -92,6 +93,11 @@ step compute_200 120 "$PY" benchmarks/compute_share_real.py --seconds 11 --work 
 # The shim's NVML controller alone (no arbiter), for comparison, if time allows.
 step compute_nvml 60 "$PY" benchmarks/compute_share_real.py --seconds 5 --no-arbiter \
     --only "share 30% + share 70%" --json "$OUT/compute_nvml.json"
+# Out-of-turn work seen from the host (issue 34): a `fixed` 30 worker that also launches past
+# the shim (its own PTX through libcuda.so.1 opened by path) beside a `fixed` 30 one: flagged
+# within 3 s, charged, the neighbour within 5; then `fixed` 30 + `share` 40 beside an unmanaged
+# worker: never flagged. The script says "every goal met" or which one missed.
+step outofturn 120 "$PY" -P benchmarks/outofturn_real.py --seconds 12
 # What a second and third context cost the real driver, bare and under the shim (the shim and
 # the simulator charge a device's first context only).
 step contexts 60 "$PY" -P benchmarks/context_cost_real.py --contexts 2 --under-shim
