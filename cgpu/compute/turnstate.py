@@ -84,6 +84,7 @@ class Tenant(Generic[Conn]):
     priority: str = NORMAL  # high, normal or low: the order of the classes (see _rank)
     vtime: float = 0.0  # charged ns / percent
     refilling: bool = False  # fixed: spent its budget; eligible again at full credit
+    spent_work_ns: float = 0.0  # the work its latest SPENT said it queued (a grant's worth)
     active: bool = False  # eligible or holding at the last step
     next_limit: tuple[int, str] | None = None  # a change that waits for the hold's end
     charged_ns: float = 0.0

@@ -156,9 +156,15 @@ int token_spent(int dev, uint64_t n)
     if (n == __atomic_load_n(&g_token.stop_at[dev], __ATOMIC_RELAXED)) {
         __atomic_store_n(&g_token.open[dev], 0, __ATOMIC_SEQ_CST);
         /* The work still queued: what the grant admitted, less what has had time to run since
-         * it came (short kernels run while the driver's queue fills; long ones barely start). */
+         * it came (short kernels run while the driver's queue fills; long ones barely start),
+         * and at least this launch's own, which has only just reached the driver (a launch that
+         * waited in the driver behind the last grant's kernel would otherwise say its kernel had
+         * run: 6 ms said for a 50 ms kernel, and the next holder was granted beside it). */
         long long left = __atomic_load_n(&tk.granted_at[dev], __ATOMIC_RELAXED) +
                          (long long)__atomic_load_n(&tk.work[dev], __ATOMIC_RELAXED) - now_ns();
+        long long one = (long long)__atomic_load_n(&tk.cost[dev], __ATOMIC_RELAXED);
+        if (left < one)
+            left = one;
         send_msg(MSG_SPENT, (uint32_t)dev, __atomic_load_n(&tk.epoch[dev], __ATOMIC_RELAXED),
                  left > 0 ? (uint64_t)left : 0, NULL);
         return 1;
@@ -352,7 +358,8 @@ static void learn_cost(int d)
     if (!n || t <= 0)
         return;
     uint64_t sample = (uint64_t)t / n;
-    tk.cost[d] = tk.cost[d] ? (tk.cost[d] + sample) / 2 : sample;
+    /* Atomic: a launcher reads it for SPENT (token_spent). */
+    __atomic_store_n(&tk.cost[d], tk.cost[d] ? (tk.cost[d] + sample) / 2 : sample, __ATOMIC_RELAXED);
 }
 
 static void on_message(const struct token_msg *m)
