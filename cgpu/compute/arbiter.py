@@ -101,7 +101,7 @@ class Arbiter:
         self._sampler.start()
         self._levers = Levers(settings.enforce)
         stopped = settings.status.with_name(UNHOOKED_STATE_NAME) if settings.status else None
-        self._unhooked = UnhookedTurns(stopped)
+        self._unhooked = UnhookedTurns(stopped, drain_ns=settings.quantum_ns // 4)
         if self._unhooked.recover():
             log.warning("continued the processes a previous arbiter had stopped outside turns")
         self._host: dict[str, HostFigures] = {}
@@ -180,6 +180,8 @@ class Arbiter:
             key.data(now)
         self._serve(now)
         self._check_drains(now)
+        if self._unhooked.tick(self._gpus, now):  # an unhooked holder's drain allowance ended
+            self._gpu_due = None
         if self._gpu_due is None or now >= self._gpu_due:
             self._step(now)
         if self._levers.active:
@@ -196,7 +198,7 @@ class Arbiter:
         # Changed since the last step (a chore): the deadlines as the GPUs stand now.
         gpu_due = self._deadline(now) if self._gpu_due is None else self._gpu_due
         self._drain_due = self._drain_check_due()
-        due = min(due, gpu_due, self._drain_due)
+        due = min(due, gpu_due, self._drain_due, self._unhooked.next_due or NEVER)
         return max(0.0, (due - now) / 1e9)
 
     def _deadline(self, now: int) -> int:

@@ -9,9 +9,12 @@ functions are what it was handed), so the host gives it turns:
 - it is one pseudo-connection (`Unhooked`) of its container on that GPU, always wanting while its
   processes are on the GPU (a best-effort container that idles takes turns it does not use only
   when nobody with work waits);
-- a GRANT continues its processes (SIGCONT), a REVOKE stops them (SIGSTOP) and is answered at
-  once: what the processes had queued on the GPU still runs after the stop, time-sliced against
-  the next holder (its out-of-turn work, charged to it by the host view);
+- a GRANT continues its processes (SIGCONT), a REVOKE stops them (SIGSTOP) and is answered
+  `drain_ns` later (a quarter of a quantum by default): what the processes had queued on the GPU
+  still runs after the stop, and the host cannot see how much; that allowance lets a queue of a
+  few milliseconds drain in their own turn (with none, `fixed` 60 beside a process that syncs
+  every 5 ms got 53.9-60.7), and a longer queue runs on, time-sliced against the next holder
+  (its out-of-turn work, charged to it by the host view);
 - processes are found by the NVML thread (the container's processes on the GPU that are no
   connection's peer) and signalled through a pidfd checked against their start time
   (`cgpu.core.procfs.signal_process`), so a recycled pid is never hit.
@@ -52,14 +55,19 @@ class Unhooked:
 
     container: str
     uuid: str
-    closed: bool = False  # never: a connection's field, for the arbiter's send loop
+    closed: bool = False  # never: a connection's fields, for the arbiter's loops
+    peer: None = None  # no process of its own to look at in /proc (its DONE is the allowance)
 
 
 class UnhookedTurns:
     """Gives the unhooked processes of best-effort containers turns by stopping them outside."""
 
-    def __init__(self, state: Path | None = None, send: Signal = signal_process) -> None:
+    def __init__(
+        self, state: Path | None = None, send: Signal = signal_process, drain_ns: int = 0
+    ) -> None:
         self._send = send
+        self._drain_ns = drain_ns
+        self._draining: dict[Unhooked, tuple[int, int]] = {}  # conn -> (DONE due, epoch)
         self._state = state
         self._procs: dict[Unhooked, set[Proc]] = {}
         self._granted: set[Unhooked] = set()
@@ -134,8 +142,27 @@ class UnhookedTurns:
             return
         self._granted.discard(conn)
         self._signal(procs, signal.SIGSTOP)
+        if self._drain_ns > 0:
+            self._draining[conn] = (now + self._drain_ns, order.epoch)
+            return
         gpu.done(conn, order.epoch, now)
         gpu.want(conn, now)  # still has work as far as anyone can tell
+
+    @property
+    def next_due(self) -> int | None:
+        """When the next DONE is due (None: none pending)."""
+        return min((due for due, _ in self._draining.values()), default=None)
+
+    def tick(self, gpus: Mapping[str, GpuSchedule[object]], now: int) -> bool:
+        """Answer the DONEs that are due; whether one was."""
+        due = [c for c, (at, _) in self._draining.items() if at <= now]
+        for conn in due:
+            _, epoch = self._draining.pop(conn)
+            gpu = gpus.get(conn.uuid)
+            if gpu is not None:
+                gpu.done(conn, epoch, now)
+                gpu.want(conn, now)
+        return bool(due)
 
     def release(self) -> None:
         """Continue every process (the arbiter is closing)."""
@@ -143,11 +170,13 @@ class UnhookedTurns:
             self._signal(procs, signal.SIGCONT)
         self._procs.clear()
         self._granted.clear()
+        self._draining.clear()
         self._save(set())
 
     def _leave(self, conn: Unhooked, gpus: Mapping[str, GpuSchedule[object]], now: int) -> None:
         self._signal(self._procs.pop(conn, set()), signal.SIGCONT)
         self._granted.discard(conn)
+        self._draining.pop(conn, None)
         gpu = gpus.get(conn.uuid)
         if gpu is not None:
             gpu.gone(conn, now)

@@ -112,3 +112,26 @@ def test_an_unreadable_state_file_continues_nothing(tmp_path: Path) -> None:
     state.write_text('[["1", 2], [3]]')
     assert UnhookedTurns(state, send=signals).recover() == 0
     assert signals.sent == []
+
+
+def test_a_revoke_is_answered_after_the_drain_allowance(tmp_path: Path) -> None:
+    """What the stopped processes had queued still runs: the token stays theirs for the
+    allowance, and the next holder is granted when it ends."""
+    signals = Signals()
+    turns = UnhookedTurns(send=signals, drain_ns=5 * MS)
+    gpu = _gpu()
+    gpus = {GPU: gpu}
+    turns.update({(GPU, EARLY): [(101, 7)]}, gpus, 0)
+    assert (Unhooked(EARLY, GPU), "grant") in _run(gpu, turns, 1 * MS)
+    limited = object()
+    gpu.connect(limited, LIMITED, 2 * MS)
+    gpu.want(limited, 2 * MS)
+    orders = _run(gpu, turns, 25 * MS)  # the quantum is over: revoked for the limited one
+    assert (Unhooked(EARLY, GPU), "revoke") in orders
+    assert (limited, "grant") not in orders
+    assert signals.state(101) == signal.SIGSTOP
+    assert turns.next_due == 30 * MS
+    assert not turns.tick(gpus, 29 * MS)
+    assert turns.tick(gpus, 30 * MS)
+    assert (limited, "grant") in _run(gpu, turns, 30 * MS)
+    assert turns.next_due is None

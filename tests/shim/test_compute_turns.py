@@ -175,4 +175,33 @@ def test_a_process_that_started_unhooked_is_brought_into_the_turns(
     result = run_isolated(spec)[4:-1]  # from 2 s after the arbiter's start
     f60, early = _shares(result, "f60"), _shares(result, "early")
     assert all(abs(v - 60) <= TOL for v in f60), f60
-    assert all(v >= 35 - 1 for v in early), early
+    # The cost of the host's lever: each stop holds the token a quarter of a quantum for what
+    # the process had queued, idle when it had less (60 + 36-37 of the GPU's time, windows of
+    # 31.5-39.5 for it in three runs on 2026-12-02).
+    assert all(v >= 30 - 1 for v in early), early
+
+
+@pytest.mark.skipif(SANITIZED, reason="timing: outside the sanitizer builds")
+def test_fixed_holds_beside_work_conserving_neighbours_with_long_kernels(
+    shim_env, sim_dir, load, tmp_path
+):
+    # Kernels longer than the quantum: a running one cannot be taken back, so a `fixed`
+    # container is served by what it is told it may queue and by when it may come back. Before:
+    # fixed 60 beside a best-effort container of 50 ms kernels got 33, fixed 20 beside share 40
+    # got 10, fixed 20 beside share 80 of 200 ms kernels 0-20 by turns.
+    containers = [
+        _container("f60", 0, (60, "fixed"), kernel_ns=50 * MS),
+        _container("be", 0, None, kernel_ns=50 * MS),
+        _container("f20", 1, (20, "fixed"), kernel_ns=50 * MS),
+        _container("s40", 1, (40, "share"), kernel_ns=50 * MS),
+        _container("be1", 1, None, kernel_ns=50 * MS),
+        _container("f20long", 2, (20, "fixed"), kernel_ns=200 * MS),
+        _container("s80", 2, (80, "share"), kernel_ns=200 * MS),
+    ]
+    spec = _spec(shim_env, sim_dir, load, tmp_path, 3, containers)
+    result = run_isolated(spec)[1:-1]
+    for name, target in (("f60", 60), ("f20", 20), ("f20long", 20)):
+        got = _shares(result, name)
+        assert all(abs(v - target) <= TOL for v in got), (name, got)
+    assert all(v >= 35 - 1 for v in _shares(result, "be")), _shares(result, "be")
+    assert all(v >= 35 - 1 for v in _shares(result, "s40")), _shares(result, "s40")
