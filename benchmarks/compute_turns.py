@@ -7,7 +7,8 @@ it is best effort under the arbiter. `fixed` 60 beside one, `fixed` 30 beside tw
 + `share` 40 beside one run with 10 us, 1 ms and 50 ms kernels (50 ms: judged over 5 s windows,
 as kernels longer than the arbiter's 20 ms quantum are); a neighbour that wakes and idles every
 1.5 s (beside `fixed` 30 and `fixed` 20) and two saturating best-effort containers beside an idle
-limited one run with 1 ms kernels.
+limited one (a process that holds a context and launches nothing, or no process) run with 1 ms
+kernels.
 """
 
 from __future__ import annotations
@@ -99,27 +100,29 @@ def _waking_beside_fixed30(seconds: float, goals: dict[str, Goal]) -> list[dict]
 
 
 def _best_effort_machine(seconds: float, goals: dict[str, Goal]) -> list[dict]:
-    """Two saturating best-effort containers beside a `fixed` 30 one that holds a context and
-    launches nothing (GPU 0: gated, and theirs), and the waking neighbour beside `fixed` 20
-    (GPU 1)."""
+    """Two saturating best-effort containers beside an idle `fixed` 30 one, whose process holds
+    a context and launches nothing (GPU 0: gated, and theirs; its shim never connects, so the
+    arbiter may probe for it), and beside a `fixed` 30 one with no process (GPU 2: its
+    cgpu.conf alone gates the GPU); the waking neighbour beside `fixed` 20 (GPU 1)."""
     t = seconds
-    idle = "2 unl. + idle fixed 30: fixed"
-    a, b = "2 unl. + idle fixed 30: unl a", "2 unl. + idle fixed 30: unl b"
     fixed, waking = "fixed 20 + waking unl.: 20", "fixed 20 + waking unl.: unl"
-    goals.update({
-        idle: ("shown", 0.0, ()),
-        a: ("busy", 95.0, (b,)),
-        b: ("even", 0.0, (a,)),
-        fixed: ("band", 20.0, ()),
-        waking: ("shown", 0.0, ()),
-    })  # fmt: skip
-    return [
-        _container(idle, 0, (30, "fixed"), MS, t, idle_first=t + 0.5),
-        _container(a, 0, None, MS, t),
-        _container(b, 0, None, MS, t),
+    goals[fixed] = ("band", 20.0, ())
+    goals[waking] = ("shown", 0.0, ())
+    out = [
         _container(fixed, 1, (20, "fixed"), MS, t),
         _container(waking, 1, None, MS, t, cycle=CYCLE),
     ]
+    idlers = ((0, "idle", {"idle_first": t + 0.5}), (2, "no proc.", {"processes": 0}))
+    for device, what, extra in idlers:
+        idle = f"2 unl. + {what} fixed 30: fixed"
+        a, b = f"2 unl. + {what} fixed 30: unl a", f"2 unl. + {what} fixed 30: unl b"
+        goals.update({idle: ("shown", 0.0, ()), a: ("busy", 95.0, (b,)), b: ("even", 0.0, (a,))})
+        out += [
+            _container(idle, device, (30, "fixed"), MS, t, **extra),
+            _container(a, device, None, MS, t),
+            _container(b, device, None, MS, t),
+        ]
+    return out
 
 
 def turns_machines(
