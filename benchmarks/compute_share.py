@@ -499,7 +499,7 @@ def main() -> None:
             )  # fmt: skip
         if tspecs:
             outcomes = turns_report(tspecs, results[len(specs) :], goals, args.seconds)
-            print(f"turns: {sum(outcomes)} of {len(outcomes)} goals met ({took:.0f} s)")
+            print(f"turns: {sum(outcomes)} of {len(outcomes)} share goals met ({took:.0f} s)")
         if cases & {"shares", "turns"}:
             figures, lookups = latency(load, tmp, args.launches, arbiter)
             print("\nlaunch latency, ns per cuLaunchKernel (0 ns kernel, best of 3 x 5 rounds):")
