@@ -227,8 +227,8 @@ def launch_verdicts(figures: dict[str, dict[str, float]], lookups: dict[str, lis
     best = lookups.get("best effort", [])
     print("\nturns: launches")
     print(
-        f"  no limit on the GPU (a hosted container, the arbiter running): {len(plain)} entry "
-        f"points' lookups give {sorted(set(plain))} "
+        f"  no limit on the GPU (a hosted container, the arbiter running): {len(plain)} "
+        f"lookups of launch entry points (dlsym, cuGetProcAddress) give {sorted(set(plain))} "
         f"({_ok(bool(plain) and set(plain) == {'driver'})}: the driver's own, 0 ns added)"
     )
     print(
@@ -237,7 +237,7 @@ def launch_verdicts(figures: dict[str, dict[str, float]], lookups: dict[str, lis
     )
     for path, row in figures.items():
         added = {k: row[k] - row["bare"] for k in row if k != "bare"}
-        words = ", ".join(f"{k} +{v:.1f}" for k, v in added.items())
+        words = ", ".join(f"{k} {v:+.1f}" for k, v in added.items())
         holding = [added[k] for k in ("limited", "best effort") if k in added]
         print(
             f"  {path:6s} ns added: {words} "
