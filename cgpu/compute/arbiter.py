@@ -168,11 +168,10 @@ class Arbiter:
 
     def _pass(self) -> None:
         """One turn of the loop. The GPUs are stepped when something reached their schedules
-        (a packet, a closed connection, a stopped process, a chore) or a deadline of theirs is
-        due: in between a step does nothing (`GpuSchedule.next_deadline`), so a wakeup that
-        only checks the drains costs no step."""
-        if self._periodic(self._clock()):
-            self._gpu_due = None
+        (a packet that changed one, a closed connection, a stopped process, a new limit, the
+        NVML thread's report: each sets `_gpu_due` to None) or a deadline of theirs is due: in
+        between a step does nothing (`GpuSchedule.next_deadline`)."""
+        self._periodic(self._clock())
         timeout = self._timeout(self._clock())
         events = self._selector.select(timeout)
         now = self._clock()
@@ -210,24 +209,19 @@ class Arbiter:
                 due = min(due, deadline)
         return due
 
-    def _periodic(self, now: int) -> bool:
-        """The chores that are due: paused sockets, rescan, unmanaged load, status. True when
-        one that changes the GPUs' schedules ran (the rescan, the unmanaged load)."""
+    def _periodic(self, now: int) -> None:
+        """The chores that are due: paused sockets, rescan, unmanaged load, status."""
         if now >= self._resume_due:
             self._resume(now)
-        changed = False
         if now >= self._next["scan"]:
             self._next["scan"] = now + SCAN_NS
             self._scan(now)
-            changed = True
         if now >= self._next["unmanaged"]:
             self._next["unmanaged"] = now + UNMANAGED_NS
             self._poll_unmanaged(now)
-            changed = True
         if self.settings.status is not None and now >= self._next["status"]:
             self._next["status"] = now + STATUS_NS
             self._write_status(now)
-        return changed
 
     def _drain_wake(self, now: int) -> None:
         with contextlib.suppress(OSError):
@@ -542,20 +536,22 @@ class Arbiter:
         if not client.meter.count_one(now):
             self._misbehaved(client, now, "more packets in a second than a shim sends")
             return True
-        self._gpu_due = None  # the message may change a GPU's schedule: step it
         try:
             message = protocol.unpack_client(packet)
             limits = self._containers[client.container].limits
-            replies = handle(client, message, limits, self._gpus, now)
-        except protocol.ProtocolError as err:
+            handled = handle(client, message, limits, self._gpus, now)
+        except protocol.ProtocolError as err:  # raised before any change
             self.bad_messages += 1
             self._misbehaved(client, now, str(err))
             return True
         except Exception:  # a bug here must not take the other containers down
             log.exception("%s: closing a connection after an error", client.container)
+            self._gpu_due = None
             self._close(client, now)
             return True
-        for reply in replies:
+        if handled.changed:
+            self._gpu_due = None  # step the GPUs in this pass
+        for reply in handled.replies:
             self._send(client, reply, now)
         return True
 
@@ -694,6 +690,7 @@ class Arbiter:
         report = self._sampler.take()
         if report is None:
             return
+        self._gpu_due = None  # what follows may change the GPUs' schedules
         for uuid, load in report.loads.items():
             gpu = self._gpus.get(uuid)
             if gpu is not None:

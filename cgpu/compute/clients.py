@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import protocol
 from .discovery import Limits
@@ -39,32 +40,44 @@ class Client:
         return self.sock.fileno()
 
 
+class Handled(NamedTuple):
+    """What a message did: the replies (REFUSE) to send, and whether a GPU's schedule may have
+    changed (False for HELLO and a WANT it knew: the arbiter need not step for them)."""
+
+    replies: tuple[bytes, ...]
+    changed: bool
+
+
+UNCHANGED = Handled((), False)
+CHANGED = Handled((), True)
+
+
 def handle(
     client: Client,
     message: protocol.Message,
     limits: Limits,
     gpus: Mapping[str, GpuSchedule[Client]],
     now: int,
-) -> list[bytes]:
-    """Apply one message; returns the replies (REFUSE) to send. ProtocolError if malformed."""
+) -> Handled:
+    """Apply one message; what it did. ProtocolError if malformed."""
     if not client.helloed:
         if message.type != protocol.HELLO or message.a != protocol.VERSION:
             raise protocol.ProtocolError("the first message must be HELLO of version 1")
         client.helloed = True
-        return []
+        return UNCHANGED
     if message.type == protocol.HELLO:
         raise protocol.ProtocolError("HELLO twice")
     if message.type == protocol.DEV:
         return _declare(client, message, limits, gpus, now)
     uuid = client.devs.get(message.dev)
     if uuid is None and message.dev in client.released:
-        return []  # sent before it read the REFUSE: the GPU is no longer gated
+        return UNCHANGED  # sent before it read the REFUSE: the GPU is no longer gated
     if uuid is None or uuid not in gpus:
         raise protocol.ProtocolError(f"device {message.dev} was not declared")
     gpu = gpus[uuid]
     if message.type == protocol.WANT:
-        gpu.want(client, now)
-    elif message.type == protocol.IDLE:
+        return CHANGED if gpu.want(client, now) else UNCHANGED
+    if message.type == protocol.IDLE:
         gpu.idle(client, now)
     elif message.type == protocol.BUSY:
         gpu.busy(client)
@@ -72,7 +85,7 @@ def handle(
         gpu.done(client, message.a, now)
     elif message.type == protocol.SPENT:
         gpu.spent(client, message.a, message.b, now)
-    return []
+    return CHANGED
 
 
 def _declare(
@@ -81,14 +94,14 @@ def _declare(
     limits: Limits,
     gpus: Mapping[str, GpuSchedule[Client]],
     now: int,
-) -> list[bytes]:
+) -> Handled:
     """DEV: bind a ledger index to a GPU with a limit, or REFUSE it."""
     uuid = protocol.text_uuid(message.text)
     if uuid in client.declared or message.dev in client.devs:
         raise protocol.ProtocolError(f"DEV for {uuid} or index {message.dev} twice")
     client.declared.add(uuid)
     if uuid not in limits or uuid not in gpus:
-        return [protocol.refuse(message.dev, REFUSE_REASON)]
+        return Handled((protocol.refuse(message.dev, REFUSE_REASON),), False)
     client.devs[message.dev] = uuid
-    gpus[uuid].connect(client, client.container, now)
-    return []
+    gpus[uuid].connect(client, client.container, now)  # a GRANT at once if its container holds
+    return CHANGED

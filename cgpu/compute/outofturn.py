@@ -172,17 +172,24 @@ class Judge:
         self.confirmed_at: int | None = None  # the end of the last period that showed it
 
     def add(
-        self, period: Period, holds: Sequence[Hold], containers: Iterable[str]
+        self,
+        period: Period,
+        holds: Sequence[Hold],
+        containers: Iterable[str],
+        confirm: bool = True,
     ) -> dict[str, int]:
-        """Judge one period for every container with a limit on the GPU; returns the
-        out-of-turn ns to charge now, per container."""
+        """Judge one period for the `containers` (every container with a limit on the GPU, or
+        some of them: a period may be judged for each container once its holds are final);
+        `confirm`: look at the period for a confirmation (once, with every hold final). Returns
+        the out-of-turn ns to charge now, per container."""
         length = period.end - period.start
         if length <= 0:
             return {}
-        free = free_time(period, holds)
-        if free is not None and out_of_turn_shown(free, self._last, 2 * self.tolerance_ns):
-            self.confirmed_at = period.end
-        self._last = free
+        if confirm:
+            free = free_time(period, holds)
+            if free is not None and out_of_turn_shown(free, self._last, 2 * self.tolerance_ns):
+                self.confirmed_at = period.end
+            self._last = free
         wide = (period.start - self.tolerance_ns, period.end + self.tolerance_ns)
         records: dict[str, tuple[_Record, float, float]] = {}
         for name in containers:

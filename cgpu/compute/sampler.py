@@ -46,6 +46,8 @@ IDLE_READ_S = 1.0  # while nothing ran and nobody held, NVML is read this often 
 STALE_WAIT_S = 0.15  # a read waits this long at most for a snapshot newer than its time
 CONFIRM_GAP = 0.2  # a suspect's probe leaves the token free this share of a period
 CONFIRM_EVERY_NS = 2_000_000_000  # at most one such probe per GPU this often
+LATE_DRAIN_NS = 1_000_000  # a drain this long after the REVOKE may have been forced to end
+DRAIN_CAP_NS = 1_000_000_000  # and its end moved later until this long after (the drain cap)
 HOLD_LOOKBACK_NS = 4_000_000_000  # the hold log a snapshot carries (the schedule keeps 5 s)
 MAX_PERIOD_US = 1_000_000  # a gap in the samples longer than this is not one period
 Proc = tuple[int, int]  # (host pid, start time)
@@ -99,6 +101,7 @@ class _Raw:
     end_us: int
     busy: int  # percent
     named: dict[int, int] = field(default_factory=dict)  # pid -> percent
+    done: set[str] = field(default_factory=set)  # the containers it was judged for
 
 
 class _Periods:
@@ -417,12 +420,16 @@ class Sampler:
         snapshot: Snapshot,
         owners: Mapping[int, tuple[str, int]],
     ) -> dict[str, int]:
-        """Judge the pending periods the hold log now covers; the charges, summed."""
+        """Judge the pending periods the hold log now covers; the charges, summed. A period
+        after a hold that may still grow (`_growing`) waits, for that container, until the hold's
+        end is known (the others are judged; the confirmation waits for all)."""
         periods = self._periods.get(uuid)
         charges: dict[str, int] = {}
         if periods is None:
             return charges
         keep: list[_Raw] = []
+        growing = _growing(gpu.holds, snapshot.now)
+        blocked: set[str] = set()  # containers a period before waits for: judged in order
         for raw in periods.pending:
             start = raw.start_us * US + snapshot.offset
             end = raw.end_us * US + snapshot.offset
@@ -439,6 +446,18 @@ class Sampler:
                     named[owner[0]] = named.get(owner[0], 0.0) + percent / 100
                 placed = placed and owner is not None and owner[0] in gpu.containers
             period = Period(start, end, raw.busy / 100, named, placed)
+            todo = [
+                c
+                for c in gpu.containers
+                if c not in raw.done and c not in blocked and not end > growing.get(c, end)
+            ]
+            settled = set(gpu.containers) <= raw.done | set(todo)
+            if not settled:  # a late DONE may still move the end of a hold of the others'
+                keep.append(raw)
+                blocked |= set(gpu.containers) - raw.done - set(todo)
+                if not todo:
+                    continue
+            raw.done |= set(todo)
             if log.isEnabledFor(logging.DEBUG):
                 held = {
                     Path(n).name: round(held_share(gpu.holds, n, start, end), 3)
@@ -446,10 +465,24 @@ class Sampler:
                 }
                 who = {Path(n).name: x for n, x in named.items()}
                 log.debug("period %d-%d busy %d named %s held %s", start, end, raw.busy, who, held)
-            for name, ns in judge.add(period, gpu.holds, gpu.containers).items():
+            for name, ns in judge.add(period, gpu.holds, todo, confirm=settled).items():
                 charges[name] = charges.get(name, 0) + ns
         periods.pending = keep
         return charges
+
+
+def _growing(holds: tuple[Hold, ...], now: int) -> dict[str, int]:
+    """{container: the end of its latest hold that may still grow}: one whose drain after the
+    REVOKE took LATE_DRAIN_NS or more may have been forced to end at the revoke's deadline, and
+    then a DONE that comes later moves its end there (the late drain is the holder's hand-over,
+    charged by the schedule), up to DRAIN_CAP_NS after it."""
+    out: dict[str, int] = {}
+    for hold in holds:
+        if hold.revoke is None or hold.end - hold.revoke < LATE_DRAIN_NS:
+            continue
+        if now < hold.end + DRAIN_CAP_NS:
+            out[hold.container] = max(out.get(hold.container, 0), hold.end)
+    return out
 
 
 def _held(holds: tuple[Hold, ...]) -> HeldNs:

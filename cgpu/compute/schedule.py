@@ -167,16 +167,21 @@ class GpuSchedule(Generic[Conn]):
             link.granted = link.active = True
             self._outbox.append((conn, Order("grant", token.epoch, self._share(tenant, now))))
 
-    def want(self, conn: Conn, now: int) -> None:
+    def want(self, conn: Conn, now: int) -> bool:
         """A thread of `conn` waits to launch (from a granted connection: it is busy, unless its
-        grant is spent)."""
+        grant is spent). False when that was known already: nothing changed, and a step would
+        do nothing new (the arbiter then does not step for it)."""
         link = self._links.get(conn)
         if link is None:
-            return
+            return False
         if link.granted and self._phase_of(link) is Phase.GRANTED and not link.spent:
+            known = link.active and not link.idle
             link.idle, link.active = False, True
-        elif not link.wanting:  # a spent grant's launcher waits for the next one
-            link.wanting, link.want_since = True, now
+            return not known
+        if link.wanting:  # a spent grant's launcher waits for the next one
+            return False
+        link.wanting, link.want_since = True, now
+        return True
 
     def idle(self, conn: Conn, now: int) -> None:
         """`conn` is granted but has not launched for a while."""
@@ -301,7 +306,13 @@ class GpuSchedule(Generic[Conn]):
 
     def _wants(self, tenant: Tenant[Conn]) -> bool:
         """Some connection of the container waits to launch."""
-        return any(self._links[c].wanting for c in tenant.conns)
+        links = self._links
+        # A loop, not any() over a generator (2.5 times as fast): called for every tenant,
+        # several times at every step.
+        for conn in tenant.conns:  # noqa: SIM110
+            if links[conn].wanting:
+                return True
+        return False
 
     def _eligible(self, tenant: Tenant[Conn]) -> bool:
         """Some connection wants, and (fixed) the container has credit to spend, and (low) no

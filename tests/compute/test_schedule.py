@@ -504,6 +504,26 @@ def test_a_probe_ends_the_turn_and_leaves_the_token_free_for_the_gap() -> None:
     assert (doc["gpus"]["GPU-a"]["probes"], doc["gpus"]["GPU-a"]["probe_ms"]) == (1, 25.0)
 
 
+def test_a_want_says_whether_it_changed_anything() -> None:
+    """The arbiter steps the schedule only for what changed it: a WANT it knew is a no-op."""
+    sim = Sim()
+    gpu = sim.gpu
+    gpu.set_limit("a", 50, "share")
+    gpu.set_limit("b", 50, "share")
+    for conn, container in (("a/0", "a"), ("b/0", "b")):
+        gpu.connect(conn, container, 0)
+    assert gpu.want("a/0", 0) and gpu.want("b/0", 0)  # first asked
+    sim.settle()
+    holder, waiter = ("a/0", "b/0") if gpu.holder == "a" else ("b/0", "a/0")
+    assert not gpu.want(waiter, 1)  # still waiting
+    assert not gpu.want(holder, 1)  # granted and busy already
+    gpu.idle(holder, 2)
+    assert gpu.want(holder, 3)  # busy again after IDLE
+    gpu.spent(holder, gpu.epoch, 0, 4)
+    assert gpu.want(holder, 5)  # a spent grant's launcher waits for the next
+    assert not gpu.want(holder, 6)
+
+
 def test_a_probe_asked_for_while_the_holder_drains_waits_for_its_done() -> None:
     """Nothing but the DONE (or the revoke's deadline) ends a drain: a probe asked for then
     gives no deadline at `now` (the arbiter would wake at once, again and again, until the
