@@ -381,6 +381,19 @@ static void on_message(const struct token_msg *m)
              * launch; wait for its work once to learn what a launch takes. */
             sync_device(d);
             learn_cost(d);
+            uint64_t budget;
+            memcpy(&budget, m->text, sizeof budget);
+            if (budget && tk.cost[d] > budget) {
+                /* That one launch was longer than this grant's budget: its SPENT, sent before
+                 * its work was known, said nothing was queued, so the arbiter renewed on credit
+                 * the launch has since used (a `fixed` 20 of 200 ms kernels ran two in its first
+                 * turn, then nothing for two seconds).  Hand the grant back unused: the arbiter
+                 * decides again with the turn charged, and later grants know the cost. */
+                __atomic_store_n(&tk.epoch[d], m->a, __ATOMIC_RELAXED);
+                __atomic_store_n(&g_token.want_sent[d], 0, __ATOMIC_RELEASE);
+                send_msg(MSG_SPENT, (uint32_t)d, m->a, 0, NULL);
+                break;
+            }
         }
         set_budget(d, m, tk.seen[d]);
         if (m->b <= 10000) /* the container's share, for readers of the ledger */
