@@ -1,6 +1,7 @@
 /* Contexts: the overhead a device's first context costs, and the memory that
  * dies with a context (destroy, detach, primary reset and release). */
 #include "charge.h"
+#include "compute.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -26,6 +27,12 @@ static CUresult context_created(CUdevice ordinal, CUcontext ctx)
     if (dev < 0 || !ctx)
         return CUDA_SUCCESS;
     track(PT_KIND_CTXDEV ^ (uint64_t)(uintptr_t)ctx, dev, 0, NULL);
+    /* A GPU where launches take turns: connect to the arbiter now, not at the first launch.  A
+     * process that holds a context and launches nothing is then one of its container's, idle;
+     * unconnected it was a process outside the containers, and the arbiter left the GPU free
+     * about once a second to see its demand (two best-effort containers beside it: 94% busy). */
+    if (g_shim.ledger.turns[dev])
+        compute_start();
     if (__atomic_fetch_add(&g_shim.contexts[dev], 1, __ATOMIC_ACQ_REL) != 0)
         return CUDA_SUCCESS;
     uint64_t overhead = shim_context_overhead(dev);
