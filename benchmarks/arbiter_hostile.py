@@ -69,6 +69,8 @@ def sim_env(tmp: Path) -> dict[str, str]:
         CGPU_SIM_MEMORY="16GiB",
         CGPU_SIM_UTIL_ATTRIBUTION="sampled",
         LD_PRELOAD=str(shim_path()),
+        # the outofturn case's `mixed` path: libcuda.so.1 by its absolute path, past the gate
+        CGPU_TEST_RAW_LIBCUDA=str(sim_lib_dir() / "libcuda.so.1"),
     )
     return env
 
