@@ -151,10 +151,14 @@ class UnhookedTurns:
     @property
     def next_due(self) -> int | None:
         """When the next DONE is due (None: none pending)."""
-        return min((due for due, _ in self._draining.values()), default=None)
+        if not self._draining:  # asked at every pass of the loop
+            return None
+        return min(due for due, _ in self._draining.values())
 
     def tick(self, gpus: Mapping[str, GpuSchedule[object]], now: int) -> bool:
         """Answer the DONEs that are due; whether one was."""
+        if not self._draining:  # called at every pass of the loop
+            return False
         due = [c for c, (at, _) in self._draining.items() if at <= now]
         for conn in due:
             _, epoch = self._draining.pop(conn)
