@@ -708,6 +708,7 @@ void compute_start(void)
         any |= g_shim.ledger.turns[d] != 0;
     pthread_mutex_lock(&start_mutex);
     if (any && !ctl.started && g_shim.ledger.l && g_shim.ledger.writable) {
+        token_enable_slots(); /* before any GRANT can open a gate */
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);

@@ -21,9 +21,9 @@ void compute_forget_process(void);
  * arbiter is there.  Returns what compute_admit does. */
 int compute_wait(int dev);
 
-/* Admit one launch (or graph launch) on the calling thread's current device.  Returns the
- * ledger device whose in-flight count the launch holds (token mode: pass it to
- * compute_submitted once the driver has the work), or -1. */
+/* Admit one launch (or graph launch) on the calling thread's current device.  Returns where
+ * the launch is marked in flight (token mode: pass it to compute_submitted once the driver has
+ * the work), or -1. */
 static inline int compute_admit(void)
 {
     if (unlikely(mode() != SHIM_LIMITED))
@@ -47,10 +47,10 @@ static inline int compute_admit(void)
 }
 
 /* The driver has taken (or refused) the launch compute_admit counted. */
-static inline void compute_submitted(int dev)
+static inline void compute_submitted(int held)
 {
-    if (dev >= 0)
-        __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_RELEASE);
+    if (held >= 0)
+        token_submitted(held);
 }
 
 #endif

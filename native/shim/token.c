@@ -32,6 +32,7 @@
 
 #include <errno.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -76,6 +77,92 @@ struct token_msg {
 _Static_assert(sizeof(struct token_msg) == 64, "the arbiter's message is 64 bytes");
 
 struct token_gate g_token;
+
+/* ---- the launching threads' slots ----------------------------------------------------- */
+
+struct token_slot token_no_slot;
+__thread struct token_slot *token_my_slot __attribute__((tls_model("initial-exec")));
+static struct token_slot slot_table[TOKEN_SLOTS];
+static struct {
+    int ok;                               /* membarrier is ours: threads may take slots */
+    unsigned used;                        /* slots ever taken (a high-water mark) */
+    uint64_t retired[CGPU_MAX_DEVICES];   /* launches of the threads that have ended */
+    pthread_key_t key;                    /* its destructor gives an ending thread's slot back */
+    int key_made;
+    pthread_once_t once;
+} slots = {.once = PTHREAD_ONCE_INIT};
+
+static void slot_release(void *p)
+{
+    struct token_slot *s = p;
+    for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) {
+        uint64_t n = __atomic_exchange_n(&s->launches[d], 0, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&slots.retired[d], n, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->inflight[d], 0, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&s->owner, 0, __ATOMIC_RELEASE);
+}
+
+static void make_key(void)
+{
+    slots.key_made = pthread_key_create(&slots.key, slot_release) == 0;
+}
+
+void token_enable_slots(void)
+{
+    if (__atomic_load_n(&slots.ok, __ATOMIC_ACQUIRE))
+        return;
+    pthread_once(&slots.once, make_key);
+    if (!slots.key_made || syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) != 0)
+        return; /* refused (an old kernel, a seccomp profile): the shared counters */
+    __atomic_store_n(&slots.ok, 1, __ATOMIC_RELEASE);
+}
+
+struct token_slot *token_claim_slot(void)
+{
+    struct token_slot *s = &token_no_slot;
+    if (__atomic_load_n(&slots.ok, __ATOMIC_ACQUIRE))
+        for (unsigned i = 0; i < TOKEN_SLOTS; i++) {
+            uint32_t none = 0;
+            if (__atomic_compare_exchange_n(&slot_table[i].owner, &none, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+                if (pthread_setspecific(slots.key, &slot_table[i]) != 0) {
+                    __atomic_store_n(&slot_table[i].owner, 0, __ATOMIC_RELEASE);
+                    break;
+                }
+                s = &slot_table[i];
+                unsigned used = __atomic_load_n(&slots.used, __ATOMIC_RELAXED);
+                while (used < i + 1 &&
+                       !__atomic_compare_exchange_n(&slots.used, &used, i + 1, 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+                    ;
+                break;
+            }
+        }
+    token_my_slot = s;
+    return s;
+}
+
+/* Launches admitted on `dev`, ever: the shared counter's, the slots', the ended threads'. */
+static uint64_t launches(int dev)
+{
+    uint64_t n = __atomic_load_n(&g_token.launches[dev], __ATOMIC_RELAXED) +
+                 __atomic_load_n(&slots.retired[dev], __ATOMIC_RELAXED);
+    unsigned used = __atomic_load_n(&slots.used, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < used; i++)
+        n += __atomic_load_n(&slot_table[i].launches[dev], __ATOMIC_RELAXED);
+    return n;
+}
+
+/* Whether a launch on `dev` is between the gate and the driver. */
+static int inflight(int dev)
+{
+    if (__atomic_load_n(&g_token.inflight[dev], __ATOMIC_SEQ_CST) > 0)
+        return 1;
+    unsigned used = __atomic_load_n(&slots.used, __ATOMIC_ACQUIRE);
+    for (unsigned i = 0; i < used; i++)
+        if (__atomic_load_n(&slot_table[i].inflight[dev], __ATOMIC_ACQUIRE))
+            return 1;
+    return 0;
+}
 
 typedef int (*ctx_fn)(void *);
 typedef int (*ctx_out_fn)(void **);
@@ -137,8 +224,9 @@ int token_wait(int dev)
         if (__atomic_load_n(&g_token.mode, __ATOMIC_ACQUIRE) != TOKEN_ON)
             return TOKEN_LEFT;
         uint32_t seq = __atomic_load_n(&g_token.seq, __ATOMIC_ACQUIRE);
-        if (token_try(dev))
-            return dev;
+        int held = token_try(dev);
+        if (held >= 0)
+            return held;
         /* Ask once per turn, and again every WANT_AGAIN_MS while nothing comes: a WANT that
          * crossed a reconnection or the end of a turn is never the last word. */
         uint32_t last = __atomic_load_n(&g_token.want_sent[dev], __ATOMIC_ACQUIRE);
@@ -170,7 +258,6 @@ int token_spent(int dev, uint64_t n)
         return 1;
     }
     __atomic_fetch_sub(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
-    __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
     return 0;
 }
 
@@ -225,7 +312,11 @@ static void sync_device(int dev)
 static void drain(int dev)
 {
     __atomic_store_n(&g_token.open[dev], 0, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&g_token.inflight[dev], __ATOMIC_SEQ_CST) > 0) {
+    /* Every thread of the process passes a full barrier: one that marked its slot before
+     * reading the gate is seen marked below, or reads the gate closed. */
+    if (__atomic_load_n(&slots.ok, __ATOMIC_ACQUIRE))
+        syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+    while (inflight(dev)) {
         struct timespec t = {0, 20000};
         nanosleep(&t, NULL);
     }
@@ -353,7 +444,7 @@ static void set_budget(int d, const struct token_msg *m, uint64_t launched)
  * its launches. */
 static void learn_cost(int d)
 {
-    uint64_t n = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED) - tk.turn_launches[d];
+    uint64_t n = launches(d) - tk.turn_launches[d];
     long long t = now_ns() - tk.turn_start[d];
     if (!n || t <= 0)
         return;
@@ -370,7 +461,7 @@ static void on_message(const struct token_msg *m)
     switch (m->type) {
     case MSG_GRANT:
         tk.idle[d] = tk.synced[d] = 0;
-        tk.seen[d] = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED);
+        tk.seen[d] = launches(d);
         tk.last_launch[d] = now_ns();
         if (!tk.held[d]) { /* a turn starts (not a renewal after SPENT) */
             tk.held[d] = 1;
@@ -395,7 +486,7 @@ static void on_message(const struct token_msg *m)
                 break;
             }
         }
-        set_budget(d, m, tk.seen[d]);
+        set_budget(d, m, __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED));
         if (m->b <= 10000) /* the container's share, for readers of the ledger */
             __atomic_store_n(&g_shim.ledger.l->compute[d].used, (uint32_t)m->b, __ATOMIC_RELAXED);
         __atomic_store_n(&g_token.want_sent[d], 0, __ATOMIC_RELEASE);
@@ -431,8 +522,8 @@ static void watch_idle(void)
     for (unsigned d = 0; d < CGPU_MAX_DEVICES; d++) {
         if (!g_shim.ledger.turns[d] || tk.refused[d] || !__atomic_load_n(&g_token.open[d], __ATOMIC_RELAXED))
             continue;
-        uint64_t n = __atomic_load_n(&g_token.launches[d], __ATOMIC_RELAXED);
-        if (n != tk.seen[d] || __atomic_load_n(&g_token.inflight[d], __ATOMIC_RELAXED) > 0) {
+        uint64_t n = launches((int)d);
+        if (n != tk.seen[d] || inflight((int)d)) {
             tk.seen[d] = n;
             tk.last_launch[d] = now;
             tk.synced[d] = 0;
@@ -510,6 +601,15 @@ void token_forget_process(void)
     if (tk.fd >= 0)
         close(tk.fd);
     memset(&g_token, 0, sizeof g_token);
+    /* This thread alone goes on: the slots are free, and membarrier is the parent's (a
+     * process registers its own; until token_enable_slots does, the shared counters). */
+    memset(slot_table, 0, sizeof slot_table);
+    memset(slots.retired, 0, sizeof slots.retired);
+    slots.used = 0;
+    slots.ok = 0;
+    token_my_slot = NULL;
+    if (slots.key_made)
+        pthread_setspecific(slots.key, NULL);
     memset(&tk, 0, sizeof tk); /* the driver's functions are looked up again by token_run */
     tk.fd = -1;
     refused_dev = 0;

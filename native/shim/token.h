@@ -9,12 +9,18 @@
  * the host's cgpu.conf and its identity from the socket it connected on, so nothing a container
  * writes changes another's share.
  *
- * The launch path: count the launch in flight, then read the gate (both sequentially consistent,
- * so a REVOKE that closes the gate and then sees nothing in flight has seen every launch that
- * passed it), then compare the launch's number with the grant's budget: a grant admits about a
+ * The launch path: mark the launch in flight, then read the gate, so a REVOKE that closes the
+ * gate and then sees nothing in flight has seen every launch that passed it.  Each launching
+ * thread marks and counts its launches in a slot of its own (struct token_slot): plain stores,
+ * no locked instruction; the REVOKE's side pays for the order with membarrier(2), which makes
+ * every running thread of the process pass a full barrier between the gate's close and the look
+ * at the slots (the asymmetric fence of userspace RCU).  Where membarrier is refused, or the
+ * slots are all taken, a thread counts in the shared counters instead (locked, sequentially
+ * consistent).  A grant with a budget (long kernels, or a container of several busy processes)
+ * counts on the shared counter too: the launch's number is compared with the grant's budget, a
  * work budget's worth of launches (the arbiter's, at the process's learnt time per launch; at
- * least one), so a turn of long kernels is not several of them long.  Process-local memory only: no syscall, no shared cache line with another
- * container. */
+ * least one), so a turn of long kernels is not several of them long.  Process-local memory
+ * only: no syscall, no shared cache line with another container. */
 #ifndef CGPU_TOKEN_H
 #define CGPU_TOKEN_H
 
@@ -36,11 +42,32 @@ struct token_gate {
 
 extern struct token_gate g_token;
 
-/* The gate was closed: ask for the GPU and wait.  Returns `dev` with the launch counted in
- * flight, or TOKEN_LEFT when the process has left token mode (the caller takes a ticket). */
+#define TOKEN_SLOTS 256          /* launching threads counted without a locked instruction */
+#define TOKEN_HELD_SLOT 0x100    /* compute_admit's result: the launch is marked in the thread's slot */
+
+/* One launching thread's marks, written by that thread alone. */
+struct token_slot {
+    uint32_t owner;                      /* 1 while a thread has it */
+    uint32_t inflight[CGPU_MAX_DEVICES]; /* 1 while the thread is between the gate and the driver */
+    uint64_t launches[CGPU_MAX_DEVICES]; /* launches admitted without a budget, ever */
+} __attribute__((aligned(64)));
+
+extern struct token_slot token_no_slot; /* the thread counts in g_token's counters */
+extern __thread struct token_slot *token_my_slot __attribute__((tls_model("initial-exec")));
+
+/* The calling thread's first gated launch: a slot, or &token_no_slot. */
+struct token_slot *token_claim_slot(void);
+/* Ask the kernel for membarrier (once per process, before the compute thread starts): without
+ * it every thread counts in the shared counters. */
+void token_enable_slots(void);
+
+/* The gate was closed: ask for the GPU and wait.  Returns what token_try does on success (the
+ * launch marked in flight), or TOKEN_LEFT when the process has left token mode (the caller
+ * takes a ticket). */
 int token_wait(int dev);
 /* Launch `n` reached the grant's budget: the one that equals it closes the gate and says SPENT
- * (1: admitted); one past it (another thread's) is turned back (0, uncounted). */
+ * (1: admitted); one past it (another thread's) is turned back (0, its number given back; the
+ * caller unmarks it). */
 int token_spent(int dev, uint64_t n);
 /* Remember a context that launched on `dev` (drained on REVOKE). */
 void token_note_context(int dev, void *ctx);
@@ -60,27 +87,69 @@ static inline void token_seen_context(int dev)
         token_note_context(dev, c);
 }
 
-/* Pass the gate of ledger device `dev` if it is open: 1 with the launch counted in flight, or 0
- * (nothing counted). */
-static inline int token_try(int dev)
+/* A launch under a grant with a budget: its number on the shared counter. 1: admitted. */
+static inline int token_budgeted(int dev)
 {
-    __atomic_fetch_add(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
-    if (likely(__atomic_load_n(&g_token.open[dev], __ATOMIC_SEQ_CST))) {
-        uint64_t n = __atomic_add_fetch(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
-        if (unlikely(n >= __atomic_load_n(&g_token.stop_at[dev], __ATOMIC_RELAXED)) && !token_spent(dev, n))
-            return 0;
-        token_seen_context(dev);
-        return 1;
-    }
-    __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
-    return 0;
+    uint64_t n = __atomic_add_fetch(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
+    return likely(n < __atomic_load_n(&g_token.stop_at[dev], __ATOMIC_RELAXED)) || token_spent(dev, n);
 }
 
-/* Admit one launch on ledger device `dev` in token mode: `dev`, counted in flight, or
- * TOKEN_LEFT. */
+/* Pass the gate of ledger device `dev` if it is open: `dev` (marked in the shared in-flight
+ * count) or `dev | TOKEN_HELD_SLOT` (in the thread's slot), or -1 (nothing marked). */
+static inline int token_try(int dev)
+{
+    struct token_slot *s = token_my_slot;
+    if (unlikely(!s))
+        s = token_claim_slot();
+    if (likely(s != &token_no_slot)) {
+        __atomic_store_n(&s->inflight[dev], 1, __ATOMIC_RELAXED);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the CPU's barrier: the REVOKE's membarrier */
+        if (likely(__atomic_load_n(&g_token.open[dev], __ATOMIC_ACQUIRE))) {
+            if (likely(__atomic_load_n(&g_token.stop_at[dev], __ATOMIC_RELAXED) == UINT64_MAX)) {
+                __atomic_store_n(&s->launches[dev], __atomic_load_n(&s->launches[dev], __ATOMIC_RELAXED) + 1,
+                                 __ATOMIC_RELAXED);
+                token_seen_context(dev);
+                return dev | TOKEN_HELD_SLOT;
+            }
+            if (token_budgeted(dev)) {
+                token_seen_context(dev);
+                return dev | TOKEN_HELD_SLOT;
+            }
+        }
+        __atomic_store_n(&s->inflight[dev], 0, __ATOMIC_RELEASE);
+        return -1;
+    }
+    __atomic_fetch_add(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
+    if (likely(__atomic_load_n(&g_token.open[dev], __ATOMIC_SEQ_CST))) {
+        if (likely(__atomic_load_n(&g_token.stop_at[dev], __ATOMIC_RELAXED) == UINT64_MAX)) {
+            __atomic_fetch_add(&g_token.launches[dev], 1, __ATOMIC_RELAXED);
+            token_seen_context(dev);
+            return dev;
+        }
+        if (token_budgeted(dev)) {
+            token_seen_context(dev);
+            return dev;
+        }
+    }
+    __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_SEQ_CST);
+    return -1;
+}
+
+/* The driver has returned the launch `held` (token_try's result) marked. */
+static inline void token_submitted(int held)
+{
+    int dev = held & (TOKEN_HELD_SLOT - 1);
+    if (held & TOKEN_HELD_SLOT)
+        __atomic_store_n(&token_my_slot->inflight[dev], 0, __ATOMIC_RELEASE);
+    else
+        __atomic_fetch_sub(&g_token.inflight[dev], 1, __ATOMIC_RELEASE);
+}
+
+/* Admit one launch on ledger device `dev` in token mode: token_try's result, or TOKEN_LEFT. */
 static inline int token_admit(int dev)
 {
-    return likely(token_try(dev)) ? dev : token_wait(dev);
+    int held = token_try(dev);
+    return likely(held >= 0) ? held : token_wait(dev);
 }
 
 #endif

@@ -9,10 +9,14 @@
  *     even ones); prints "launched N".  With cycle_s, it saturates for cycle_s, then waits for its
  *     work and idles for cycle_s, and so on (a neighbour that wakes and idles).  With
  *     COMPUTE_LOAD_SYNC_EVERY=N in the environment, it waits for its work every N launches (a
- *     training loop that reads its loss each step), else it keeps the driver's queue full.
+ *     training loop that reads its loss each step), else it keeps the driver's queue full.  With
+ *     COMPUTE_LOAD_THREAD_LIFE_S=T, each launching thread ends after T seconds and a new one
+ *     takes its place (threads that come and go, as a server's pool).
  *   compute_load cost <path> <launches>
  *     time <launches> launches of a 0 ns kernel, best of 5 rounds 100 ms apart (a limited
- *     container's budget refills between them); prints "ns_per_launch X".
+ *     container's budget refills between them), each after an untimed launch (under the arbiter
+ *     it waits for the GPU, given up in the pause: what is timed is the launch while holding
+ *     it); prints "ns_per_launch X".
  *   compute_load lookup
  *     print "same" or "wrapped" for each launch entry point: whether dlsym and cuGetProcAddress
  *     hand out the driver's own function (the address that dlvsym in libcuda gives).
@@ -90,7 +94,7 @@ static launch_fn raw_launch(void)
 }
 
 /* Launch kernels through `path` until `seconds` have passed; returns the count. */
-static unsigned long long saturate(int index)
+static unsigned long long saturate(int index, double secs)
 {
     unsigned long long ns = kernel_ns, n = 0;
     void *params[] = {&ns};
@@ -130,7 +134,7 @@ static unsigned long long saturate(int index)
     const char *every = getenv("COMPUTE_LOAD_SYNC_EVERY");
     unsigned long long sync_every = every ? strtoull(every, NULL, 10) : 0;
     CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 32, .blockDimY = 1, .blockDimZ = 1};
-    double end = now_s() + seconds;
+    double end = now_s() + secs;
     for (; now_s() < end; n++) {
         double t = now_s();
         if (cycle_s > 0 && (long)((t - start) / cycle_s) % 2) { /* an idle phase */
@@ -160,10 +164,31 @@ struct worker {
     unsigned long long count;
 };
 
+static double thread_life;
+
+static void *life_main(void *arg)
+{
+    struct worker *w = arg;
+    w->count += saturate(w->index, thread_life);
+    return NULL;
+}
+
 static void *thread_main(void *arg)
 {
     struct worker *w = arg;
-    w->count = saturate(w->index);
+    if (thread_life <= 0) {
+        w->count = saturate(w->index, seconds);
+        return NULL;
+    }
+    /* Threads that come and go: each launches for thread_life seconds and ends, and the next
+     * takes its place, until the run's end. */
+    for (double end = now_s() + seconds; now_s() < end;) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, life_main, w) != 0 || pthread_join(t, NULL) != 0) {
+            fprintf(stderr, "FAIL pthread\n");
+            exit(2);
+        }
+    }
     return NULL;
 }
 
@@ -177,6 +202,8 @@ static int run(int argc, char **argv)
     int threads = argc > 5 ? atoi(argv[5]) : 1;
     double idle_first = argc > 6 ? atof(argv[6]) : 0.0; /* its context made, no launch yet */
     cycle_s = argc > 7 ? atof(argv[7]) : 0.0;
+    const char *life = getenv("COMPUTE_LOAD_THREAD_LIFE_S");
+    thread_life = life ? atof(life) : 0.0;
     setup();
     if (idle_first > 0) {
         struct timespec idle = {(time_t)idle_first, (long)((idle_first - (time_t)idle_first) * 1e9)};
@@ -219,6 +246,9 @@ static int cost(int argc, char **argv)
     }
     double best = 1e9;
     for (int round = 0; round < 5; round++) {
+        /* Untimed: under the arbiter the process went idle in the pause and gave the GPU up, so
+         * this launch waits for a grant.  What is timed is the launch while holding the GPU. */
+        OK(launch(busy_fn, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
         double t0 = now_s();
         for (long i = 0; i < n; i++)
             OK(launch(busy_fn, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL));
