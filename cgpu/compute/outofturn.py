@@ -244,6 +244,10 @@ class Judge:
             if not record.flagged and record.score >= SUSPECT_AT
         }
 
+    def top_suspect(self) -> float:
+        """The largest W of the containers not flagged (0 for none)."""
+        return max((r.score for r in self._records.values() if not r.flagged), default=0.0)
+
     def verdict(self, container: str, now: int) -> Verdict:
         """The container's figures as of `now` (arbiter ns)."""
         record = self._records.get(container)

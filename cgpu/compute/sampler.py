@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import cast
 
 from .attribution import ComputeAttributor
-from .outofturn import TOLERANCE_NS, Judge, Period, Verdict, held_share
+from .outofturn import CONFIRMED_AT, TOLERANCE_NS, Judge, Period, Verdict, held_share
 from .turnstate import Hold
 from .unmanaged import BusySource, HeldNs, ProcessSource, UnmanagedLoad
 
@@ -44,8 +44,14 @@ RETRY_S = 0.02  # a period due and not out yet is asked for again after this
 MAX_WAIT_S = 0.5  # while busy, the longest wait between reads (the period not known yet)
 IDLE_READ_S = 1.0  # while nothing ran and nobody held, NVML is read this often (it keeps 10 s)
 STALE_WAIT_S = 0.15  # a read waits this long at most for a snapshot newer than its time
-CONFIRM_GAP = 0.2  # a suspect's probe leaves the token free this share of a period
+# A suspect's probe leaves the token free this share of a period. A fifth (33 ms) left 4 ms past
+# the boundary slack and margin: the device's busy read 98-99% while saturated, and the first
+# probe confirmed nothing in one run of three (flagged 3.5 s in, the goal 3 s).
+CONFIRM_GAP = 0.3
 CONFIRM_EVERY_NS = 2_000_000_000  # at most one such probe per GPU this often
+# and this often while a suspect's W is past CONFIRMED_AT (a confirmation would flag it now: a
+# probe that showed nothing, its work paused by chance, cost 2 s more; flagged at 4-6 s)
+CONFIRM_AGAIN_NS = 1_000_000_000
 LATE_DRAIN_NS = 1_000_000  # a drain this long after the REVOKE may have been forced to end
 DRAIN_CAP_NS = 1_000_000_000  # and its end moved later until this long after (the drain cap)
 HOLD_LOOKBACK_NS = 4_000_000_000  # the hold log a snapshot carries (the schedule keeps 5 s)
@@ -378,13 +384,15 @@ class Sampler:
     def _confirm_gap(self, uuid: str, judge: Judge, now: int) -> int:
         """A probe's gap (ns) that would settle a suspect (outofturn.py, Confirmation), or 0:
         nobody suspect, someone flagged already, a process outside the containers on the GPU,
-        or one asked for within CONFIRM_EVERY_NS."""
+        or one asked for within CONFIRM_EVERY_NS (CONFIRM_AGAIN_NS for a suspect past
+        CONFIRMED_AT)."""
         periods = self._periods.get(uuid)
         if periods is None or periods.cursor_us is None or not judge.suspects():
             return 0
         if judge.flagged() or periods.unplaced_us > periods.cursor_us:
             return 0
-        if periods.probed_at and now - periods.probed_at < CONFIRM_EVERY_NS:
+        every = CONFIRM_AGAIN_NS if judge.top_suspect() >= CONFIRMED_AT else CONFIRM_EVERY_NS
+        if periods.probed_at and now - periods.probed_at < every:
             return 0
         periods.probed_at = now
         return round(CONFIRM_GAP * periods.period_us * US)

@@ -11,7 +11,15 @@ from arbiter_kit import UUID, Client, make_container
 
 from cgpu.compute.arbiter import Arbiter, ArbiterConfig
 from cgpu.compute.levers import Levers
-from cgpu.compute.sampler import IDLE_READ_S, MAX_WAIT_S, GpuSnapshot, Sampler, Snapshot
+from cgpu.compute.outofturn import TOLERANCE_NS, Period, free_time, out_of_turn_shown
+from cgpu.compute.sampler import (
+    CONFIRM_GAP,
+    IDLE_READ_S,
+    MAX_WAIT_S,
+    GpuSnapshot,
+    Sampler,
+    Snapshot,
+)
 from cgpu.compute.turnstate import Hold
 
 MS = 1_000_000
@@ -229,7 +237,26 @@ def _probes_asked(owners: dict[int, tuple[str, int]]) -> list[int]:
 
 def test_a_suspect_gets_a_probe_only_while_every_process_on_the_gpu_is_placed():
     asked = _probes_asked({1: ("off", 11), 2: ("n", 22)})
-    # one probe of a fifth of a period (at most one per 2 s in these 2.4 s)
-    assert asked == [round(0.2 * PERIOD_US * 1000)]
+    # probes of CONFIRM_GAP of a period; W is soon past CONFIRMED_AT, where a confirmation
+    # would flag it: one a second in these 2.4 s, not one per 2 s (a probe that showed
+    # nothing, the offender paused by chance, cost 2 s more: flagged 4-6 s in, the goal 3 s)
+    assert asked == [round(CONFIRM_GAP * PERIOD_US * 1000)] * 2
     # pid 2 placed in no container of the GPU: busy time could be its; no probe
     assert _probes_asked({1: ("off", 11)}) == []
+
+
+def test_a_probes_gap_shows_out_of_turn_work_though_the_device_reads_95_percent():
+    """A probe's gap, in one period, beside holds over the rest of it: work that ran through the
+    gap confirms, though a saturated device's busy reads a little under 100% (a fifth of a period
+    left 4 ms past the slack and margin at 100%, none at 95%: on the simulator the first probe
+    confirmed nothing in one run of three, flagged at 3.5 s)."""
+    length = PERIOD_US * 1000
+    gap = round(CONFIRM_GAP * length)
+    start = 10 * length
+    holds = [
+        Hold("n", start - length, None, start + 1 * MS),
+        Hold("s", start + 1 * MS + gap, None, start + 2 * length),
+    ]
+    period = Period(start, start + length, 0.95, {"off": 0.95}, placed=True)
+    free = free_time(period, holds)
+    assert free is not None and out_of_turn_shown(free, None, 2 * TOLERANCE_NS)
