@@ -77,6 +77,11 @@ LIMITED = {
     # Beside a busy unlimited container the limited ones together get about one even turn of
     # the GPU's time-slicing (architecture.md, "Known limits"): these two show how much.
     "fixed 60% + unlimited": [("fixed60", 60, "fixed"), ("unlimited", 0, "")],
+    # The same beside a *hosted* container without a compute limit: a cgpu.conf with a memory
+    # slice and no compute line, as the device plugin writes it for a pod that asks for no
+    # compute; under the arbiter it takes turns as best effort (issue 35: fixed 60 +- 5 in every
+    # window from the second, the neighbour at least 35).
+    "fixed 60% + hosted unlimited": [("fixed60", 60, "fixed"), ("hosted", 0, "hosted")],
     "fixed 20% + share 40% + unlimited": [
         ("fixed20", 20, "fixed"),
         ("share40", 40, "share"),
@@ -121,11 +126,98 @@ def run_group(
     return out
 
 
+# Goals judged and printed: scenario -> [(process, "band" (target +- 5) or "at least", target)],
+# over every 1 s window from the second.
+GOALS = {
+    "fixed 60% + hosted unlimited": [("fixed60", "band", 60.0), ("hosted", "at least", 35.0)],
+}
+
+
+def judge(title: str, members: dict[str, list[float]]) -> list[str]:
+    """One line per goal of `title`: met or missed, with the windows' range."""
+    lines = []
+    for name, kind, target in GOALS.get(title, []):
+        shares = members[name][1:]
+        low, high = min(shares), max(shares)
+        ok = low >= target - 5 and high <= target + 5 if kind == "band" else low >= target
+        want = f"{target:.0f} +- 5" if kind == "band" else f">= {target:.0f}"
+        lines.append(f"goal {title}: {name} {want} in every window from the second: "
+                     f"{low:.1f}-{high:.1f} {'met' if ok else 'MISSED'}")
+    return lines
+
+
+def bare_env() -> dict[str, str]:
+    """This process's environment without cgpu's settings or the shim (the simulator's
+    CGPU_SIM_* stay, so that every process shares one simulated GPU)."""
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if k.startswith("CGPU_SIM_") or not k.startswith(("CGPU_", "LD_PRELOAD"))
+    }
+
+
+def start_arbiter(tmp: Path, root: Path, env: dict[str, str]) -> subprocess.Popen:
+    """`cgpu compute-arbiter --containers root`, its log in tmp/arbiter.log."""
+    return subprocess.Popen(
+        [sys.executable, "-P", "-m", "cgpu.cli", "compute-arbiter",
+         "--containers", str(root), "--status", str(Path(tmp, "arbiter.json"))],
+        env=env,
+        stderr=open(Path(tmp, "arbiter.log"), "w"),
+    )  # fmt: skip
+
+
+def stop_arbiter(arbiter: subprocess.Popen, tmp: Path) -> None:
+    """Stop it; its log's last lines and last status go to stderr."""
+    arbiter.terminate()
+    arbiter.wait(timeout=10)
+    log = Path(tmp, "arbiter.log").read_text().splitlines()
+    print("\n".join(["# the arbiter's log, last lines:", *log[-15:]]), file=sys.stderr)
+    status = Path(tmp, "arbiter.json")
+    if status.exists():
+        print(f"# its last status: {status.read_text()}", file=sys.stderr)
+
+
+def make_container(
+    ledger: Path,
+    uuid: str,
+    compute: tuple | None,
+    env: dict[str, str],
+    arbiter: subprocess.Popen | None,
+    tmp: Path,
+) -> dict[str, str]:
+    """A container directory with the host's cgpu.conf: an 8 GiB slice and the compute line
+    `compute` ((percent, policy[, priority]); None: no compute line, best effort under the
+    arbiter). Waits for the arbiter's compute.sock there; returns the environment of a process
+    under the shim in it."""
+    ledger.mkdir()
+    write_config(ledger, {uuid: 8 << 30}, {uuid: compute} if compute else {})
+    if arbiter:
+        deadline = time.monotonic() + 10
+        while not (ledger / "compute.sock").exists():
+            if time.monotonic() > deadline or arbiter.poll() is not None:
+                raise SystemExit(
+                    f"the arbiter gave {ledger.name} no compute.sock within 10 s; its log:\n"
+                    + Path(tmp, "arbiter.log").read_text()[-3000:]
+                )
+            time.sleep(0.05)
+    return dict(env, LD_PRELOAD=str(shim_path()), CGPU_LEDGER_DIR=str(ledger))
+
+
 def gpu_uuid() -> str:
+    """GPU 0's UUID through NVML. On cgpu's simulator (its libraries on LD_LIBRARY_PATH) the
+    processes share one simulated GPU only through CGPU_SIM_STATE: without it, a clear exit."""
     import pynvml
 
     pynvml.nvmlInit()
-    uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(0))
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    name = pynvml.nvmlDeviceGetName(handle)
+    name = name.decode() if isinstance(name, bytes) else name
+    if "Simulated" in name and not os.environ.get("CGPU_SIM_STATE"):
+        raise SystemExit(
+            f"{name}: set CGPU_SIM_STATE (a file path) so that every process shares one "
+            "simulated GPU (without it each has a timeline of its own)"
+        )
+    uuid = pynvml.nvmlDeviceGetUUID(handle)
     return uuid.decode() if isinstance(uuid, bytes) else uuid
 
 
@@ -149,39 +241,23 @@ def main() -> None:
         size = int(args.kernel_ms * clock_khz)
     else:  # fp16 products run at ~500 TFLOP/s on an H100 or H200: n^3 * 2 / 5e14 s
         size = max(1024, round((args.kernel_ms * 1e-3 * 5e14 / 2) ** (1 / 3) / 256) * 256)
-    bare = {k: v for k, v in os.environ.items() if not k.startswith(("CGPU_", "LD_PRELOAD"))}
+    bare = bare_env()
     uuid = gpu_uuid()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp, "containers")
         root.mkdir()
-        arbiter = None
-        if not args.no_arbiter:
-            arbiter = subprocess.Popen(
-                [sys.executable, "-P", "-m", "cgpu.cli", "compute-arbiter",
-                 "--containers", str(root),
-                 "--status", str(Path(tmp, "arbiter.json"))],
-                env=bare,
-                stderr=open(Path(tmp, "arbiter.log"), "w"),  # noqa: SIM115
-            )
+        arbiter = None if args.no_arbiter else start_arbiter(Path(tmp), root, bare)
         made = 0
 
         def container(percent: int, policy: str) -> dict[str, str]:
             nonlocal made
             made += 1
-            ledger = root / f"c{made}"
-            ledger.mkdir()
-            write_config(ledger, {uuid: 8 << 30}, {uuid: (percent, policy)})
-            env = dict(bare, LD_PRELOAD=str(shim_path()), CGPU_LEDGER_DIR=str(ledger))
+            compute = (percent, policy) if percent else None  # "hosted": no compute line
+            env = make_container(root / f"c{made}", uuid, compute, bare, arbiter, Path(tmp))
             if args.trace:
                 where = args.trace / f"c{made}-{policy}{percent}"
                 where.mkdir(parents=True, exist_ok=True)
                 env["CGPU_COMPUTE_TRACE"] = str(where)
-            if arbiter:
-                deadline = time.monotonic() + 10
-                while not (ledger / "compute.sock").exists():
-                    if time.monotonic() > deadline or arbiter.poll() is not None:
-                        raise SystemExit(Path(tmp, "arbiter.log").read_text()[-3000:])
-                    time.sleep(0.05)
             return env
 
         alone = run_group([("bare", bare, 1)], args.work, size, args.seconds)["bare"]
@@ -193,7 +269,7 @@ def main() -> None:
             if args.only and title not in args.only:
                 continue
             members = [
-                (name, container(pct, policy) if pct else bare, count)
+                (name, container(pct, policy) if pct or policy else bare, count)
                 for name, pct, policy, *more in spec
                 for count in [more[0] if more else 1]
             ]
@@ -203,25 +279,22 @@ def main() -> None:
                 for name, windows in got.items()
             }
         if arbiter:
-            arbiter.terminate()
-            arbiter.wait(timeout=10)
-            log = Path(tmp, "arbiter.log").read_text().splitlines()
-            print("\n".join(["# the arbiter's log, last lines:", *log[-15:]]), file=sys.stderr)
-            status = Path(tmp, "arbiter.json")
-            if status.exists():
-                print(f"# its last status: {status.read_text()}", file=sys.stderr)
+            stop_arbiter(arbiter, Path(tmp))
 
     gpu = torch.cuda.get_device_name(0)
     how = "shim's NVML controller" if args.no_arbiter else "compute arbiter"
     print(f"# {time.strftime('%Y-%m-%d')} {gpu}, {args.work} kernel of {size} "
           f"({per_kernel_s * 1e3:.3f} ms alone), {how}; share of GPU time per 1 s window from 1 s")
-    print(f"{'scenario':26} {'process':10} {'median':>7} {'min':>6} {'max':>6} {'sum':>6}")
+    print(f"{'scenario':30} {'process':10} {'median':>7} {'min':>6} {'max':>6} {'sum':>6}")
     for title, members in report.items():
         total = [sum(v) for v in zip(*(s[1:] for s in members.values()), strict=True)]
         for name, shares in members.items():
             s = shares[1:]
-            print(f"{title:26} {name:10} {statistics.median(s):7.1f} {min(s):6.1f} {max(s):6.1f} "
+            print(f"{title:30} {name:10} {statistics.median(s):7.1f} {min(s):6.1f} {max(s):6.1f} "
                   f"{statistics.median(total):6.1f}")
+    for title, members in report.items():
+        for line in judge(title, members):
+            print(line)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 
