@@ -22,13 +22,14 @@
 # Issue 35 (2026-12-03, not yet run on a GPU) adds compute_hosted (`fixed` 60 beside a hosted
 # container without a compute limit, about 30 s, capped at 60 s) and priority (`high` inference
 # beside a `low` trainer with PyTorch's products, about 70 s, capped at 120 s); they run right
-# after smoke, before the rest. With them the default steps come to about 8 min 40 s by these
-# timings, over the 8 minutes: where a lease is that short, leave out compute_many (STEPS=...),
-# the last of the compute steps to have run on a GPU already.
+# after smoke, before the rest. With them and compute_many the default steps came to about 8 min
+# 40 s by these timings, over the 8 minutes, so compute_many (run on an H200 on 2026-11-26) left
+# the default steps: about 7 min 40 s.
 set -u
 PY=${PY:-python3}
-STEPS=${STEPS:-smoke compute_hosted priority compute_share compute_matmul compute_long pytest globals contexts smi compute_many outofturn}
-# Also there: compute_200 compute_nvml shim_overhead torch_throughput (STEPS="..." to run them).
+STEPS=${STEPS:-smoke compute_hosted priority compute_share compute_matmul compute_long pytest globals contexts smi outofturn}
+# Also there: compute_many compute_200 compute_nvml shim_overhead torch_throughput (STEPS="..."
+# to run them).
 OUT=${OUT:-$PWD/gpu-check-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
