@@ -85,6 +85,7 @@ class Tenant(Generic[Conn]):
     vtime: float = 0.0  # charged ns / percent
     refilling: bool = False  # fixed: spent its budget; eligible again at full credit
     spent_work_ns: float = 0.0  # the work its latest SPENT said it queued (a grant's worth)
+    conn_work_ns: float = 0.0  # that work over the connections then granted: one's grant
     active: bool = False  # eligible or holding at the last step
     next_limit: tuple[int, str] | None = None  # a change that waits for the hold's end
     charged_ns: float = 0.0

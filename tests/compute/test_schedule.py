@@ -656,3 +656,37 @@ def test_a_fixed_container_without_credit_is_woken_when_it_has_some() -> None:
     sim.run(2)
     # 10 % of the time, in turns whenever the credit allows: never more, never starved
     assert sim.charged_s("a") == pytest.approx(0.2, abs=0.03)
+
+
+def test_a_container_of_many_processes_with_long_kernels_takes_turns_a_few_at_a_time() -> None:
+    """Each granted process admits at least one launch: 16 processes of 50 ms kernels, all
+    granted, queued 800 ms a turn (`fixed` 30 went 1.3 s into debt and had seconds of nothing).
+    Once a SPENT shows one connection's grant queues more than a grant's work over them all,
+    a turn grants as many as that work holds (one here), the longest waiting first, and a hold
+    with nobody else waiting passes on to the next of them as each spends."""
+    gpu: GpuSchedule[str] = GpuSchedule(20 * MS, 1000 * MS, 2 * MS, now=0)
+    gpu.set_limit("many", 50, "share")
+    gpu.set_limit("one", 50, "share")
+    many = [f"many/{i}" for i in range(16)]
+    for conn in [*many, "one/0"]:
+        gpu.connect(conn, conn.split("/")[0], 0)
+        gpu.want(conn, 0)
+    turns: dict[int, list[str]] = {}  # epoch: the connections of `many` granted in it
+    for t in range(0, 3000):
+        now = t * MS
+        orders = gpu.step(now)
+        granted = [(c, o) for c, o in orders if o.kind == "grant" and c.startswith("many")]
+        for conn, order in granted:  # each queues one 50 ms kernel at once, beside the others
+            turns.setdefault(order.epoch, []).append(conn)
+            gpu.spent(conn, order.epoch, 50 * MS * len(granted), now)
+            gpu.want(conn, now)
+        for conn, order in orders:
+            if order.kind == "revoke":
+                gpu.done(conn, order.epoch, now)
+                gpu.want(conn, now)
+        if len(turns) >= 6:
+            break
+    grants = list(turns.values())
+    assert sorted(grants[0]) == sorted(many)  # nothing known yet: every one
+    assert all(len(g) == 1 for g in grants[1:]), grants
+    assert len({g[0] for g in grants[1:]}) == len(grants) - 1  # a different one each turn
