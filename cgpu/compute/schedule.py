@@ -396,14 +396,16 @@ class GpuSchedule(Generic[Conn]):
 
     def _turn_conns(self, tenant: Tenant[Conn]) -> int:
         """How many of a container's connections a turn grants: all of them, unless one
-        connection's grant queues more than a grant's work over them all (a kernel longer than
-        that: a grant admits at least one launch each). Then as many as GRANT_WORK_QUANTA quanta
-        hold, at least one: `fixed` 30 of 16 processes of 50 ms kernels, all granted, held
+        connection's grant queues more than twice a grant's work over them all (a kernel longer
+        than that: a grant admits at least one launch each). Then as many as GRANT_WORK_QUANTA
+        quanta hold, at least one: `fixed` 30 of 16 processes of 50 ms kernels, all granted, held
         turns of at least 800 ms, went 1.3 s into debt and had seconds of nothing."""
         count = len(tenant.conns)
-        if count < 2 or tenant.conn_work_ns <= 0:
-            return count
         per_turn = GRANT_WORK_QUANTA * self.quantum_ns
+        # (twice over, not just over: short kernels' SPENTs say about a grant's work, a little
+        # more at times, and two processes of 1 ms kernels would go one at a time for good)
+        if count < 2 or count * tenant.conn_work_ns <= 2 * per_turn:
+            return count
         return max(1, min(count, int(per_turn // tenant.conn_work_ns)))
 
     def _in_turn_order(self, tenant: Tenant[Conn]) -> list[Conn]:
