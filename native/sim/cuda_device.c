@@ -39,9 +39,17 @@ __attribute__((destructor)) static void release_at_exit(void)
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
+static int forked_child; /* this process is a fork of one that used the driver */
+
+static void after_fork_child(void)
+{
+    forked_child = 1;
+    reset_after_fork();
+}
+
 static void install_atfork(void)
 {
-    pthread_atfork(NULL, NULL, reset_after_fork);
+    pthread_atfork(NULL, NULL, after_fork_child);
 }
 
 /* CUDA_VISIBLE_DEVICES, as the driver reads it: indices or UUID prefixes,
@@ -120,6 +128,10 @@ static void *driver_thread(void *arg)
 
 static void start_driver_thread(void)
 {
+    /* Not in a fork of a process that used the driver: the thread would be one started after
+     * a multi-threaded fork, which ThreadSanitizer refuses (the shim's tests run under it). */
+    if (forked_child)
+        return;
     pthread_attr_t attr;
     pthread_t t;
     pthread_attr_init(&attr);
