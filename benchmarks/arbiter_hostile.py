@@ -52,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "shim"))
 sys.path.insert(0, str(HERE.parent / "tests" / "compute"))
 import hostile_kit as hk  # noqa: E402
-from compute_kit import Arbiter, Container, Nvml, build_load, now_us  # noqa: E402
+from compute_kit import Arbiter, Container, Nvml, build_load  # noqa: E402
 
 MS = 1_000_000
 CASES = ("flood", "silent", "restart", "cost", "many", "outofturn", "beside")
@@ -116,11 +116,12 @@ class Machine:
     def windows(self, t0: float, count: int) -> list[dict[str, float]]:
         """Each busy container's share in `count` 1 s windows from t0 (waits for them)."""
         out = []
+        wall0 = time.time() - (time.monotonic() - t0)  # t0 on the simulator's clock
         for i in range(count):
-            time.sleep(max(0.0, t0 + i - time.monotonic()))
-            since = now_us()
-            time.sleep(max(0.0, t0 + i + 1 - time.monotonic()))
-            until = now_us()
+            # Fixed boundaries (the simulator's 10 ms buckets), read once the window is over: a
+            # reader that falls behind reads late, never a shorter window.
+            since, until = (int((wall0 + i + k) * 100) * 10_000 for k in (0, 1))
+            time.sleep(max(0.0, t0 + i + 1.02 - time.monotonic()))
             out.append({c.name: self.nvml.share(0, c.pids(), since, until) for c in self.busy})
         return out
 

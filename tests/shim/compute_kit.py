@@ -87,6 +87,8 @@ class Nvml:
         fn = self.lib.cgpuSimProcessBusyNs
         fn.restype = ctypes.c_ulonglong
         fn.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.c_ulonglong, ctypes.c_ulonglong]
+        if until_us <= since_us:
+            raise ValueError(f"an empty window [{since_us}, {until_us}) us: the reader fell behind")
         busy = sum(fn(index, pid, since_us, until_us) for pid in pids)
         return 100.0 * busy / ((until_us - since_us) * 1000)
 

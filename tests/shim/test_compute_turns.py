@@ -200,9 +200,12 @@ def test_a_process_that_started_unhooked_is_brought_into_the_turns(
     ]
     spec = _spec(shim_env, sim_dir, load, tmp_path, 1, containers)
     spec["arbiter_after"] = 2.0
+    status = tmp_path / "status.json"
+    spec["arbiter"] = ["--status", str(status)]
     result = run_isolated(spec)[4:-1]  # from 2 s after the arbiter's start
     f60, early = _shares(result, "f60"), _shares(result, "early")
-    assert all(abs(v - 60) <= TOL for v in f60), f60
+    seen = json.loads(status.read_text())["gpus"]
+    assert all(abs(v - 60) <= TOL for v in f60), (f60, seen)
     # The cost of the host's lever: each stop holds the token a quarter of a quantum for what
     # the process had queued, idle when it had less (60 + 36-37 of the GPU's time, windows of
     # 31.5-39.5 for it in three runs on 2026-12-02).
