@@ -51,7 +51,7 @@
 #define RECONNECT_NS 150000000LL   /* without the arbiter this long: back to the NVML controller */
 #define RECONNECT_EVERY_NS 10000000L /* a reconnection attempt this often until then */
 #define MAX_CTX 8                  /* contexts remembered per device */
-#define WANT_AGAIN_MS 50u          /* a WANT unanswered this long is sent again */
+#define WANT_AGAIN_MS 200u         /* a WANT unanswered this long is sent again */
 #define MAX_BUDGET_LAUNCHES 8      /* a budget of more launches than this: none (the quantum rules) */
 
 enum {
