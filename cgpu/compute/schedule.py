@@ -15,7 +15,8 @@ have one is best effort (`BEST_EFFORT`): it comes after every `share` one, so it
 limited ones leave, and best-effort containers split that evenly. A holder is charged its hold
 times f, the fraction of the GPU it really had (below 1 when processes outside the managed
 containers run on the GPU too). A probe (`probe`) leaves the token free for a while, so that
-those processes' demand shows.
+those processes' demand shows. What a charge moves (virtual time, credit, totals, the recent
+share) and the order of the classes are in `charging.py`.
 
 A grant admits about GRANT_WORK_QUANTA quanta of work while others wait (ALONE_WORK_QUANTA
 while none does): the client counts its launches at its own learnt time per launch, at least one,
@@ -33,6 +34,10 @@ from typing import Generic
 
 from cgpu.core.computestatus import BEST_EFFORT
 
+from . import charging
+from .charging import CREDIT_CAP_NS, FIXED, SHARE
+from .charging import rank as _rank
+from .charging import weight as _weight
 from .turnstate import (
     HIGH,
     LOW,
@@ -48,42 +53,13 @@ from .turnstate import (
     Usage,
 )
 
-FIXED, SHARE = "fixed", "share"
 POLICIES = (FIXED, SHARE)  # a compute line's policies
-BEST_EFFORT_WEIGHT = 100  # a best-effort container's virtual time counts at this percent
-DEBT_FLOOR_NS = -2_000_000_000  # a fixed container's credit never goes below -2 s
-CREDIT_CAP_NS = 1_000_000_000  # nor above 1 s (a quantum while it wants nothing)
-SHARE_WINDOW_NS = 1_000_000_000  # shares are over the last ~1 s
 HOLD_HISTORY_NS = 5_000_000_000  # how far back the hold log goes
-MIN_FRACTION = 0.2  # f is clamped to [0.2, 1]
-FULL = 10_000  # a share of 100 %, in 1/100 percent
 GRANT_WORK_QUANTA = 2  # the work a grant admits while another container waits, in quanta
 ALONE_WORK_QUANTA = 20  # and while none does (a renewal then costs two messages, no wait)
 REVOKE_DEADLINE_QUANTA = 2  # a holder that has not drained this long after REVOKE loses the token
 PREEMPTIBLE_WORK_DIVISOR = 20  # beside a `high` container a grant admits 1/20 of a quantum
 REFILL_MAX_QUANTA = 4  # a spent `fixed` container waits for at most this much credit
-
-
-def _after(segment: tuple[int, int, float], start: int) -> float:
-    """The part of a charge for [begin, end] that falls after `start` (pro rata)."""
-    begin, end, charged = segment
-    return charged if begin >= start else charged * max(0, end - start) / (end - begin)
-
-
-_POLICY_RANK = {FIXED: 0, SHARE: 1, BEST_EFFORT: 2}
-
-
-def _rank(tenant: Tenant[Conn]) -> tuple[int, int]:
-    """Which class a container is served in: its priority (high, normal, low), then 0 for
-    `fixed` (a reservation), 1 for `share`, 2 for best effort (no limit: what the others
-    leave)."""
-    return PRIORITIES.index(tenant.priority), _POLICY_RANK[tenant.policy]
-
-
-def _weight(tenant: Tenant[Conn]) -> int:
-    """The percent a container's virtual time counts at (charged ns / weight): its limit, or
-    BEST_EFFORT_WEIGHT without one, so that best-effort containers split what is left evenly."""
-    return tenant.percent if tenant.policy != BEST_EFFORT else BEST_EFFORT_WEIGHT
 
 
 def check_limit(percent: int, policy: str, priority: str = NORMAL) -> None:
@@ -252,12 +228,8 @@ class GpuSchedule(Generic[Conn]):
         tenant = self._tenants.get(container)
         if tenant is None or ns <= 0:
             return
-        tenant.vtime += ns / _weight(tenant)
-        if tenant.policy == FIXED:
-            tenant.credit_ns = max(tenant.credit_ns - ns, DEBT_FLOOR_NS)
-        tenant.charged_ns += ns
+        charging.charge(tenant, float(ns), now, now)
         tenant.out_of_turn_ns += ns
-        tenant.recent.append((now, now, float(ns)))
 
     def set_unmanaged(self, load: float) -> None:
         """The unmanaged processes' demand on this GPU, u * k (0: none)."""
@@ -563,11 +535,11 @@ class GpuSchedule(Generic[Conn]):
         it drains after a REVOKE, those that have not drained: each is charged at its DONE)."""
         links = [self._links[c] for c in self._tenants[token.holder].conns]
         draining = token.phase is Phase.REVOKING
-        busy = max(1, sum(link.owes_done if draining else link.active for link in links))
+        busy = sum(link.owes_done if draining else link.active for link in links)
         # A container still draining a hold that was forced to end is not counted: it may run
         # nothing (a connection that never answers), and a neighbour charged less for it would
         # take a third container's turns. Its late work is its own charge when it answers.
-        return min(1.0, max(MIN_FRACTION, busy / (busy + self._load)))
+        return charging.fraction(busy, self._load)
 
     def _late_containers(self, besides: str) -> int:
         """How many other containers still drain a hold that was forced to end, each counted
@@ -594,12 +566,7 @@ class GpuSchedule(Generic[Conn]):
     def _charge(self, token: Token, now: int) -> None:
         """Charge the holder for [t_mark, now]: virtual time, credit, totals."""
         tenant = self._tenants[token.holder]
-        charged = self._pending_charge(token, now)
-        tenant.vtime += charged / _weight(tenant)
-        if tenant.policy == FIXED:
-            tenant.credit_ns = max(tenant.credit_ns - charged, DEBT_FLOOR_NS)
-        tenant.charged_ns += charged
-        tenant.recent.append((token.t_mark, now, charged))
+        charging.charge(tenant, self._pending_charge(token, now), token.t_mark, now)
         token.t_mark = now
         if tenant.next_limit:  # a change made during the hold applies from here on
             (tenant.percent, tenant.policy), tenant.next_limit = tenant.next_limit, None
@@ -769,14 +736,9 @@ class GpuSchedule(Generic[Conn]):
 
     def _share(self, tenant: Tenant[Conn], now: int) -> int:
         """The container's charged time over the last ~1 s, in 1/100 percent."""
-        start = now - SHARE_WINDOW_NS
-        while tenant.recent and tenant.recent[0][1] <= start:
-            tenant.recent.popleft()
-        charged = sum(_after(segment, start) for segment in tenant.recent)
         token = self._token
-        if token and tenant is self._tenants.get(token.holder):
-            charged += self._pending_charge(token, now)
-        return min(FULL, round(charged * FULL / SHARE_WINDOW_NS))
+        holding = token and tenant is self._tenants.get(token.holder)
+        return charging.share(tenant, now, self._pending_charge(token, now) if holding else 0.0)
 
     def _waiting_since(self, tenant: Tenant[Conn]) -> int:
         """When the container's longest-waiting connection started to want."""
@@ -817,11 +779,7 @@ class GpuSchedule(Generic[Conn]):
         # A drain lasts no longer than the drain cap: what a silent connection did after that
         # is for the host's view of out-of-turn work to find.
         charged = (min(now, since + self.drain_cap_ns) - since) / (1 + others)
-        tenant.vtime += charged / _weight(tenant)
-        if tenant.policy == FIXED:
-            tenant.credit_ns = max(tenant.credit_ns - charged, DEBT_FLOOR_NS)
-        tenant.charged_ns += charged
-        tenant.recent.append((since, now, charged))
+        charging.charge(tenant, charged, since, now)
         for index in range(len(self._holds) - 1, -1, -1):
             hold = self._holds[index]
             if hold.container == container and hold.end >= since:

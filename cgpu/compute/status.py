@@ -10,8 +10,9 @@ from typing import Any
 
 from cgpu.core.files import atomic_write
 
+from .charging import FULL
 from .sampler import HostFigures
-from .schedule import FULL, GpuSchedule
+from .schedule import GpuSchedule
 from .turnstate import Usage
 
 
