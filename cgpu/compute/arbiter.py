@@ -50,6 +50,9 @@ MAX_SLEEP_NS = 1000 * MS  # the longest sleep, whatever is due
 NOFILE_RESERVE = 64  # descriptors kept for listeners' peers, NVML, the status file
 MAX_STEP_ROUNDS = 8
 NEVER = 1 << 63  # no deadline
+# A container flagged for out-of-turn work keeps the token this many quanta after its drain (its
+# processes stopped): what it queued past its gate runs then, not in the next holder's turn
+TAIL_QUANTA = 1.0
 UNHOOKED_STATE_NAME = "compute-arbiter-stopped.json"  # beside the status file (unhooked.py)
 
 
@@ -731,6 +734,9 @@ class Arbiter:
         }
         for pid in self._levers.set_targets(targets):
             log.warning("pid %d killed (--enforce): out-of-turn work", pid)
+        tail = round(self.settings.quantum_ns * TAIL_QUANTA)
+        for gpu in self._gpus.values():
+            gpu.set_tails({name: tail for name in targets})
 
     def _best_effort(
         self, found: dict[tuple[str, str], list[Proc]]
@@ -748,14 +754,23 @@ class Arbiter:
     def _follow(self, now: int) -> None:
         """Stop flagged containers outside their turns, continue them in their turns; the
         connections of those stopped now count as wanting (a stopped process cannot say so)."""
-        holding = {gpu.holder for gpu in self._gpus.values() if gpu.holder is not None}
+        # Stopped from its REVOKE on: what it queued since drains in its hold's tail (set_tails)
+        holding = {
+            gpu.holder
+            for gpu in self._gpus.values()
+            if gpu.holder is not None and gpu.phase is Phase.GRANTED
+        }
         for name in self._levers.follow(holding):
             container = self._containers.get(name)
             for client in container.clients if container else ():
                 for uuid in client.devs.values():
-                    if uuid in self._gpus:
-                        self._gpus[uuid].want(client, now)
-                        self._gpu_due = None
+                    gpu = self._gpus.get(uuid)
+                    if gpu is None:
+                        continue
+                    if gpu.holder == name:  # revoked: it cannot DONE, its drain ends here
+                        gpu.stopped(client, now)
+                    gpu.want(client, now)
+                    self._gpu_due = None
 
     def _write_status(self, now: int) -> None:
         path = self.settings.status

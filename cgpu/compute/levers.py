@@ -1,10 +1,12 @@
 """What the arbiter does to a container flagged for out-of-turn work (outofturn.py).
 
 Without `--enforce`: its processes (those the host places in it, `attribution.py`, and its
-connected peers) are stopped (SIGSTOP) whenever it holds none of its GPUs' tokens, and continued
-(SIGCONT) as soon as it is granted one: it runs in its turns and nowhere else. A stopped process
-cannot say WANT, so the arbiter counts its connections as wanting when it stops them; a turn
-it then has no work for ends as an idle one does. Without `--enforce` nothing is killed.
+connected peers) are stopped (SIGSTOP) whenever it holds none of its GPUs' tokens but in a
+REVOKE's drain (the arbiter passes only holders not revoked), and continued (SIGCONT) as soon as
+it is granted one: it launches in its turns and nowhere else, and what it queued runs in its
+hold's tail (`GpuSchedule.set_tails`). A stopped process cannot say WANT nor DONE, so the arbiter
+counts its connections as wanting, and as drained, when it stops them; a turn it then has no work
+for ends as an idle one does. Without `--enforce` nothing is killed.
 
 With `--enforce`: each of those processes is killed (SIGKILL), once.
 

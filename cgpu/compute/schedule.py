@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from typing import Generic
 
 from cgpu.core.computestatus import BEST_EFFORT
@@ -230,6 +231,15 @@ class GpuSchedule(Generic[Conn]):
             return
         charging.charge(tenant, float(ns), now, now)
         tenant.out_of_turn_ns += ns
+
+    def set_tails(self, tails: Mapping[str, int]) -> None:
+        """The containers flagged for out-of-turn work (outofturn.py) and each one's tail: its
+        holds end that long after its last DONE and the work it said it queued, the token kept
+        meanwhile. The arbiter stops a flagged container's processes at its REVOKE; what they
+        had queued past the gate (work no SPENT told of) runs in the tail, alone on the GPU and
+        charged to it, not time-sliced against the next holder's turn. Others: no tail."""
+        for name, tenant in self._tenants.items():
+            tenant.tail_ns = max(0, int(tails.get(name, 0)))
 
     def set_unmanaged(self, load: float) -> None:
         """The unmanaged processes' demand on this GPU, u * k (0: none)."""
@@ -478,9 +488,22 @@ class GpuSchedule(Generic[Conn]):
         if not token.preempted and self._preempting(token):
             token.preempted = True
         if not self.draining():
-            self._end_hold(token.drained_at, forced=False)
+            end = self._tail_end(token)
+            if now >= end:
+                self._end_hold(end, forced=False)
         elif now - token.t_revoke >= self.revoke_deadline_ns(token):
             self._end_hold(now, forced=True)
+
+    def _tail_end(self, token: Token) -> int:
+        """When a drained hold ends: at the last DONE, or (a container with a tail, see
+        `set_tails`) its tail after that and after the work it said it queued, of which no
+        more than a tail is waited for (its processes stopped at the REVOKE, a SPENT's word
+        could keep the GPU idle: one that said 100 ms held a period 26% busy)."""
+        tail = self._tenants[token.holder].tail_ns
+        if not tail or token.preempted:  # a `high` waiter is not kept waiting for it
+            return token.drained_at
+        queued = min(max(0, token.queued_until - token.drained_at), tail)
+        return token.drained_at + queued + tail
 
     def _end_hold(self, end: int, forced: bool) -> None:
         """Charge the holder up to `end`, log the hold and free the token. Connections that
@@ -660,6 +683,8 @@ class GpuSchedule(Generic[Conn]):
                     times.append(now + (need - tenant.credit_ns) * 100 / tenant.percent)
         if token and token.phase is Phase.REVOKING:
             times.append(token.t_revoke + self.revoke_deadline_ns(token))
+            if not self.draining():
+                times.append(self._tail_end(token))
         elif token:
             times += self._hold_deadlines(token, now)
         later = [t for t in times if t > now]  # what is due at `now` was done by `step`

@@ -300,6 +300,42 @@ def test_a_revoke_ends_as_soon_as_the_holder_is_drained(how: str) -> None:
     assert sim.gpu.usage(sim.now)["a"].forced_revokes == 0
 
 
+def test_a_flagged_container_keeps_the_token_for_its_tail_after_its_drain() -> None:
+    # Flagged for out-of-turn work (set_tails): its hold ends its tail after the stop, the token
+    # kept (what it queued past its gate runs then, alone), charged to it and logged as its
+    # hold; then the next container is granted. Without a tail, at once.
+    sim = Sim()
+    sim.gpu.set_limit("a", 50, "share")
+    sim.gpu.set_tails({"a": 20 * MS, "nobody": 5 * MS})
+    a, b, revoke = _holder_revoked(sim)
+    sim.gpu.stopped(a, sim.now)  # the arbiter stopped its processes at the REVOKE
+    stopped_at = sim.now
+    before = sim.gpu.usage(sim.now)["a"].charged_ns
+    sim.settle()
+    assert sim.gpu.holder == "a" and sim.orders_to(b, "grant") == []
+    assert sim.gpu.next_deadline(sim.now) == stopped_at + 20 * MS
+    sim.now += 20 * MS - 1
+    sim.settle()
+    assert sim.gpu.holder == "a"
+    sim.now += 1
+    sim.settle()
+    assert sim.gpu.holder == "b" and sim.orders_to(b, "grant")[0].epoch == revoke.epoch + 1
+    # charged its quantum and its tail (the hold's charge comes at its end)
+    assert sim.gpu.usage(sim.now)["a"].charged_ns - before == pytest.approx(40 * MS, rel=0.01)
+    assert sim.gpu.holds_since(stopped_at, sim.now)[0].end == stopped_at + 20 * MS
+
+
+def test_a_tail_ends_with_the_flag() -> None:
+    sim = Sim()
+    sim.gpu.set_limit("a", 50, "share")
+    sim.gpu.set_tails({"a": 20 * MS})
+    sim.gpu.set_tails({})  # no longer flagged
+    a, _, _ = _holder_revoked(sim)
+    sim.gpu.stopped(a, sim.now)
+    sim.settle()
+    assert sim.gpu.holder == "b"
+
+
 def test_done_for_another_epoch_is_ignored() -> None:
     sim = Sim()
     a, _, revoke = _holder_revoked(sim)
