@@ -61,10 +61,6 @@ ALONE_WORK_QUANTA = 20  # and while none does (a renewal then costs two messages
 REVOKE_DEADLINE_QUANTA = 2  # a holder that has not drained this long after REVOKE loses the token
 PREEMPTIBLE_WORK_DIVISOR = 20  # beside a `high` container a grant admits 1/20 of a quantum
 REFILL_MAX_QUANTA = 4  # a spent `fixed` container waits for at most this much credit
-# Until a SPENT says what one grant queues, a turn grants this many of a container's connections
-# at most (`fixed` 30 of 16 processes of 50 ms kernels, all granted, held its first turns for
-# 0.5-1.3 s and had nothing for seconds after); more as those granted go idle
-FIRST_TURN_CONNS = 2
 
 
 def check_limit(percent: int, policy: str, priority: str = NORMAL) -> None:
@@ -145,8 +141,6 @@ class GpuSchedule(Generic[Conn]):
         tenant.conns[conn] = None
         token = self._token
         if token and token.holder == container and token.phase is Phase.GRANTED:
-            if self._using(tenant) >= self._turn_conns(tenant):
-                return  # its turn has as many as it may: this one waits for its WANT's turn
             link.granted = link.active = True
             self._outbox.append((conn, Order("grant", token.epoch, self._share(tenant, now))))
 
@@ -368,11 +362,8 @@ class GpuSchedule(Generic[Conn]):
         tenant = self._tenants[token.holder]
         links = [self._links[c] for c in tenant.conns]
         waiting = any(self._eligible(t) for n, t in self._tenants.items() if n != token.holder)
-        if waiting and not all(link.spent or link.idle for link in links if link.granted):
-            # others wait: the holder's turn is judged when every busy grant is spent (those of
-            # its connections not granted this turn wait for it: counted, a `fixed` holder of 16
-            # processes whose SPENT said less than its credit held the GPU idle to its budget)
-            return
+        if waiting and not all(link.spent or link.idle for link in links):
+            return  # others wait: the holder's turn is judged when every busy grant is spent
         if self._renewal_held(token, now):
             return  # beside a `high` container: renewed once most of what it queued has run
         turn = self._turn_conns(tenant)
@@ -392,21 +383,12 @@ class GpuSchedule(Generic[Conn]):
         quanta hold, at least one: `fixed` 30 of 16 processes of 50 ms kernels, all granted, held
         turns of at least 800 ms, went 1.3 s into debt and had seconds of nothing."""
         count = len(tenant.conns)
-        if not tenant.conn_work_ns:  # no SPENT has said what one grant queues: a few, not all
-            return min(count, FIRST_TURN_CONNS)
         per_turn = GRANT_WORK_QUANTA * self.quantum_ns
         # (twice over, not just over: short kernels' SPENTs say about a grant's work, a little
         # more at times, and two processes of 1 ms kernels would go one at a time for good)
         if count < 2 or count * tenant.conn_work_ns <= 2 * per_turn:
             return count
         return max(1, min(count, int(per_turn // tenant.conn_work_ns)))
-
-    def _using(self, tenant: Tenant[Conn]) -> int:
-        """How many of the container's connections have a grant in use."""
-        links = self._links
-        return sum(
-            links[c].granted and not links[c].spent and not links[c].idle for c in tenant.conns
-        )
 
     def _in_turn_order(self, tenant: Tenant[Conn]) -> list[Conn]:
         """The container's connections, those waiting longest first, then those not waiting."""
@@ -418,7 +400,9 @@ class GpuSchedule(Generic[Conn]):
         that `turn` of them have a grant in use. A spent connection keeps its closed gate until
         the REVOKE, which every connection granted in the hold gets."""
         links = self._links
-        using = self._using(tenant)
+        using = sum(
+            links[c].granted and not links[c].spent and not links[c].idle for c in tenant.conns
+        )
         for conn in self._in_turn_order(tenant)[: max(0, turn - using)]:
             link = links[conn]
             if not link.wanting or (link.granted and not link.spent):
@@ -435,8 +419,7 @@ class GpuSchedule(Generic[Conn]):
             return "gone"
         spent = any(link.spent for link in links)
         owed = self._pending_charge(token, now) + (self._queued_charge(token, now) if spent else 0)
-        # every busy grant (of those granted this turn: the others wait for a later one)
-        used = spent and all(link.spent or link.idle for link in links if link.granted)
+        used = spent and all(link.spent or link.idle for link in links)  # every busy grant
         if tenant.policy == FIXED and tenant.credit_ns <= owed:
             return "budget"
         if self._preempting(token):  # at once, not at the end of the turn
@@ -808,25 +791,20 @@ class GpuSchedule(Generic[Conn]):
     def _late_drained(self, conn: Conn, link: Link, now: int) -> None:
         """A connection drained (or went) after its hold was forced to end: its container is
         charged the late drain at its part of the GPU beside whoever ran meanwhile, and its
-        hold in the log ends here. Its connections drain at once, side by side: each charges
-        only the time past what its container's late drains charged already (16 processes of
-        50 ms kernels were charged 4.2 s for one forced revoke, and had nothing for 6 s)."""
+        hold in the log ends here."""
         container, since = link.container, link.late_since
         link.late_epoch = link.late_since = 0
         tenant = self._tenants.get(container)
         if tenant is None or now <= since:
             return
-        start = max(since, tenant.late_charged_until)
-        tenant.late_charged_until = max(tenant.late_charged_until, now)
         others = self._load + self._late_containers(container)
         token = self._token
         if token and token.holder != container:
             others += sum(self._links[c].active for c in self._tenants[token.holder].conns)
         # A drain lasts no longer than the drain cap: what a silent connection did after that
         # is for the host's view of out-of-turn work to find.
-        charged = max(0, min(now, since + self.drain_cap_ns) - start) / (1 + others)
-        if charged > 0:
-            charging.charge(tenant, charged, start, now)
+        charged = (min(now, since + self.drain_cap_ns) - since) / (1 + others)
+        charging.charge(tenant, charged, since, now)
         for index in range(len(self._holds) - 1, -1, -1):
             hold = self._holds[index]
             if hold.container == container and hold.end >= since:
