@@ -23,17 +23,19 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from cgpu.core.computestatus import BEST_EFFORT
 from cgpu.core.containers import make_private_root
 
 from . import protocol, status
 from .clients import UNGATED_REASON, Client, handle
 from .discovery import Discovery, Limits
+from .exchange import best_effort_only, snapshot
 from .guard import ACCEPTS_PER_PASS, PENALTY_NS, ContainerGuard, RateLimitedLog
 from .levers import Levers
 from .listener import Listener, intact, listen, unlisten
 from .peer import halted, peer_of
-from .sampler import HOLD_LOOKBACK_NS, GpuSnapshot, HostFigures, Proc, Sampler, Snapshot
-from .schedule import BEST_EFFORT, GpuSchedule
+from .sampler import HostFigures, Sampler
+from .schedule import GpuSchedule
 from .turnstate import Order, Phase
 from .unhooked import Unhooked, UnhookedTurns
 from .unmanaged import BusySource, NvmlSource
@@ -691,24 +693,8 @@ class Arbiter:
         the levers on flagged containers. Nothing here waits for NVML."""
         if self._source is None:
             return
-        peers: dict[int, str] = {}
-        gpus: dict[str, GpuSnapshot] = {}
-        in_turns = self._unhooked.pids
-        for container in self._containers.values():
-            for client in container.clients:
-                if client.peer is not None:
-                    peers[client.peer.pid] = container.name
-        for uuid, gpu in self._gpus.items():
-            managed = {
-                client.peer.pid
-                for container in self._containers.values()
-                for client in container.clients
-                if client.peer is not None and uuid in client.devs.values()
-            } | in_turns.get(uuid, set())
-            holds = tuple(gpu.holds_since(now - HOLD_LOOKBACK_NS, now))
-            gpus[uuid] = GpuSnapshot(holds, frozenset(managed), tuple(gpu.containers))
-        offset = now - time.time_ns()
-        self._sampler.publish(Snapshot(now, offset, now - HOLD_LOOKBACK_NS, gpus, peers))
+        clients = {name: container.clients for name, container in self._containers.items()}
+        self._sampler.publish(snapshot(clients, self._gpus, self._unhooked.pids, now))
         report = self._sampler.take()
         if report is None:
             return
@@ -727,7 +713,8 @@ class Arbiter:
                 log.info("%s: %.1f ms of out-of-turn work on %s charged", name, ns / MS, uuid)
                 self._gpus[uuid].charge_outside(name, ns, now)
         self._host = {uuid: host for uuid, host in report.host.items() if uuid in self._gpus}
-        self._unhooked.update(self._best_effort(report.unhooked), self._gpus, now)
+        limits = {name: container.limits for name, container in self._containers.items()}
+        self._unhooked.update(best_effort_only(report.unhooked, limits), self._gpus, now)
         targets = {  # processes in turns through their own lever are not stopped or killed
             name: set(procs) - self._unhooked.managed(name)
             for name, procs in report.targets.items()
@@ -737,19 +724,6 @@ class Arbiter:
         tail = round(self.settings.quantum_ns * TAIL_QUANTA)
         for gpu in self._gpus.values():
             gpu.set_tails({name: tail for name in targets})
-
-    def _best_effort(
-        self, found: dict[tuple[str, str], list[Proc]]
-    ) -> dict[tuple[str, str], list[Proc]]:
-        """The unhooked processes of containers that are best effort on that GPU (a limited
-        container's are its own affair: the host view judges them)."""
-        out = {}
-        for (uuid, name), procs in found.items():
-            container = self._containers.get(name)
-            limit = container.limits.get(uuid) if container else None
-            if limit is not None and limit[1] == BEST_EFFORT:
-                out[uuid, name] = procs
-        return out
 
     def _follow(self, now: int) -> None:
         """Stop flagged containers outside their turns, continue them in their turns; the

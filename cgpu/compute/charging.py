@@ -1,4 +1,5 @@
-"""What a container is charged for GPU time, and the order containers are served in.
+"""What a container is charged for GPU time, the order containers are served in, and what a
+limit may be (`check_limit`).
 
 Pure arithmetic on one `Tenant` (turnstate.py), shared by the schedule's three ways of charging:
 a hold (the holder, at f of the GPU), a late drain after a forced revoke, and out-of-turn work
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 from cgpu.core.computestatus import BEST_EFFORT
 
-from .turnstate import PRIORITIES, Conn, Tenant
+from .turnstate import NORMAL, PRIORITIES, Conn, Tenant
 
 FIXED, SHARE = "fixed", "share"
+POLICIES = (FIXED, SHARE)  # a compute line's policies
 BEST_EFFORT_WEIGHT = 100  # a best-effort container's virtual time counts at this percent
 DEBT_FLOOR_NS = -2_000_000_000  # a fixed container's credit never goes below -2 s
 CREDIT_CAP_NS = 1_000_000_000  # nor above 1 s (a quantum while it wants nothing)
@@ -23,6 +25,19 @@ MIN_FRACTION = 0.2  # f is clamped to [0.2, 1]
 FULL = 10_000  # a share of 100 %, in 1/100 percent
 
 _POLICY_RANK = {FIXED: 0, SHARE: 1, BEST_EFFORT: 2}
+
+
+def check_limit(percent: int, policy: str, priority: str = NORMAL) -> None:
+    """ValueError unless `percent` is 1-100, `policy` fixed or share and `priority` high,
+    normal or low; or, best effort (no limit), `percent` 0."""
+    if policy == BEST_EFFORT and percent == 0 and priority in PRIORITIES:
+        return
+    if isinstance(percent, bool) or not 1 <= percent <= 100:
+        raise ValueError(f"compute percent {percent!r}: 1 to 100")
+    if policy not in POLICIES:
+        raise ValueError(f"compute policy {policy!r}: fixed or share")
+    if priority not in PRIORITIES:
+        raise ValueError(f"compute priority {priority!r}: high, normal or low")
 
 
 def rank(tenant: Tenant[Conn]) -> tuple[int, int]:

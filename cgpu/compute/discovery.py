@@ -17,11 +17,12 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
+from cgpu.core.computestatus import BEST_EFFORT
 from cgpu.core.config import ConfigError, load_compute_lines, load_config
 from cgpu.core.containers import META_COMPUTE_PRIORITY, read_meta
 from cgpu.core.layout import CONFIG_NAME, META_NAME
 
-from .schedule import BEST_EFFORT, check_limit
+from .charging import check_limit
 from .turnstate import NORMAL
 
 log = logging.getLogger(__name__)

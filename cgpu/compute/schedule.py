@@ -29,21 +29,18 @@ kernel long, not the several a process queues.
 from __future__ import annotations
 
 import math
-from collections import deque
 from collections.abc import Mapping
 from typing import Generic
 
-from cgpu.core.computestatus import BEST_EFFORT
-
 from . import charging
-from .charging import CREDIT_CAP_NS, FIXED, SHARE
+from .charging import CREDIT_CAP_NS, FIXED, check_limit
 from .charging import rank as _rank
 from .charging import weight as _weight
+from .holdlog import HoldLog, held_ns
 from .turnstate import (
     HIGH,
     LOW,
     NORMAL,
-    PRIORITIES,
     Conn,
     Hold,
     Link,
@@ -54,26 +51,11 @@ from .turnstate import (
     Usage,
 )
 
-POLICIES = (FIXED, SHARE)  # a compute line's policies
-HOLD_HISTORY_NS = 5_000_000_000  # how far back the hold log goes
 GRANT_WORK_QUANTA = 2  # the work a grant admits while another container waits, in quanta
 ALONE_WORK_QUANTA = 20  # and while none does (a renewal then costs two messages, no wait)
 REVOKE_DEADLINE_QUANTA = 2  # a holder that has not drained this long after REVOKE loses the token
 PREEMPTIBLE_WORK_DIVISOR = 20  # beside a `high` container a grant admits 1/20 of a quantum
 REFILL_MAX_QUANTA = 4  # a spent `fixed` container waits for at most this much credit
-
-
-def check_limit(percent: int, policy: str, priority: str = NORMAL) -> None:
-    """ValueError unless `percent` is 1-100, `policy` fixed or share and `priority` high,
-    normal or low; or, best effort (no limit), `percent` 0."""
-    if policy == BEST_EFFORT and percent == 0 and priority in PRIORITIES:
-        return
-    if isinstance(percent, bool) or not 1 <= percent <= 100:
-        raise ValueError(f"compute percent {percent!r}: 1 to 100")
-    if policy not in POLICIES:
-        raise ValueError(f"compute policy {policy!r}: fixed or share")
-    if priority not in PRIORITIES:
-        raise ValueError(f"compute priority {priority!r}: high, normal or low")
 
 
 class GpuSchedule(Generic[Conn]):
@@ -93,7 +75,7 @@ class GpuSchedule(Generic[Conn]):
         self._paused_until = 0  # no grant before this (a probe's gap)
         self.probes = 0  # probes made, and the time they left the token free
         self.probe_ns = 0
-        self._holds: deque[Hold] = deque()
+        self._holds = HoldLog()
         self._outbox: list[tuple[Conn, Order]] = []
 
     # --- containers ----------------------------------------------------------------------
@@ -513,7 +495,7 @@ class GpuSchedule(Generic[Conn]):
         tenant = self._tenants[token.holder]
         self._charge(token, max(end, token.t_mark))
         revoked = token.t_revoke if token.phase is Phase.REVOKING else None
-        self._holds.append(Hold(token.holder, token.t_grant, revoked, end))
+        self._holds.add(Hold(token.holder, token.t_grant, revoked, end))
         for conn in tenant.conns:
             link = self._links[conn]
             if link.owes_done:
@@ -744,20 +726,17 @@ class GpuSchedule(Generic[Conn]):
 
     def held_ns(self, start: int, end: int, now: int) -> int:
         """How long some container held the token within [start, end]."""
-        spans = [(hold.start, hold.end) for hold in self.holds_since(start, now)]
-        return sum(max(0, min(end, b) - max(start, a)) for a, b in spans)
+        return held_ns(self.holds_since(start, now), start, end)
 
     def holds_since(self, start: int, now: int) -> list[Hold]:
         """The holds that ended at or after `start` (the log reaches HOLD_HISTORY_NS back),
         oldest first; the current one last, ending at `now`."""
-        while self._holds and self._holds[0].end < now - HOLD_HISTORY_NS:
-            self._holds.popleft()
-        holds = [hold for hold in self._holds if hold.end >= start]
         token = self._token
+        current = None
         if token:
             revoked = token.t_revoke if token.phase is Phase.REVOKING else None
-            holds.append(Hold(token.holder, token.t_grant, revoked, now))
-        return holds
+            current = Hold(token.holder, token.t_grant, revoked, now)
+        return self._holds.since(start, now, current)
 
     def _share(self, tenant: Tenant[Conn], now: int) -> int:
         """The container's charged time over the last ~1 s, in 1/100 percent."""
@@ -805,8 +784,4 @@ class GpuSchedule(Generic[Conn]):
         # is for the host's view of out-of-turn work to find.
         charged = (min(now, since + self.drain_cap_ns) - since) / (1 + others)
         charging.charge(tenant, charged, since, now)
-        for index in range(len(self._holds) - 1, -1, -1):
-            hold = self._holds[index]
-            if hold.container == container and hold.end >= since:
-                self._holds[index] = hold._replace(end=max(hold.end, now))
-                break
+        self._holds.extend(container, since, now)

@@ -13,8 +13,8 @@ import pytest
 from test_schedule import MS, SECOND, DeadlineSim, Sim, revoke_time  # tests/compute on sys.path
 
 from cgpu.compute import status
-from cgpu.compute.discovery import Discovery
-from cgpu.compute.schedule import PREEMPTIBLE_WORK_DIVISOR, GpuSchedule, check_limit
+from cgpu.compute.discovery import Discovery, check_limit
+from cgpu.compute.schedule import PREEMPTIBLE_WORK_DIVISOR, GpuSchedule
 from cgpu.core.config import write_config
 
 

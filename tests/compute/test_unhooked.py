@@ -8,8 +8,9 @@ import json
 import signal
 from pathlib import Path
 
-from cgpu.compute.schedule import BEST_EFFORT, GpuSchedule
+from cgpu.compute.schedule import GpuSchedule
 from cgpu.compute.unhooked import Unhooked, UnhookedTurns
+from cgpu.core.computestatus import BEST_EFFORT
 
 MS = 1_000_000
 GPU = "GPU-1"
