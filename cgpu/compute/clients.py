@@ -83,6 +83,8 @@ def handle(
         gpu.busy(client)
     elif message.type == protocol.DONE:
         gpu.done(client, message.a, now)
+        if message.b:  # and a thread waits: the turn's WANT, in the same message
+            gpu.want(client, now)
     elif message.type == protocol.SPENT:
         gpu.spent(client, message.a, message.b, now)
     return CHANGED

@@ -21,7 +21,7 @@ TEXT_SIZE = 40
 HELLO = 1  # a = protocol version, b = the client's own pid (informational)
 DEV = 2  # dev = ledger index, text = GPU UUID
 WANT = 3  # a thread waits to launch on dev
-DONE = 4  # a = epoch: gate closed and work drained after REVOKE
+DONE = 4  # a = epoch: gate closed and work drained after REVOKE; b = 1: a thread waits (a WANT)
 IDLE = 5  # granted, but no launch for a while
 BUSY = 6  # launching again after IDLE
 SPENT = 7  # a = epoch, b = work queued (ns, the client's estimate): the grant's budget is used
@@ -64,6 +64,8 @@ def unpack_client(packet: bytes) -> Message:
         raise ProtocolError(f"unknown message type {message.type}")
     if message.dev >= MAX_DEVICES:
         raise ProtocolError(f"device index {message.dev} out of range")
+    if message.type == DONE and message.b > 1:
+        raise ProtocolError(f"DONE with b = {message.b}: 0, or 1 for a thread that waits")
     return message
 
 

@@ -218,7 +218,20 @@ static int send_msg(uint32_t type, uint32_t dev, uint64_t a, uint64_t b, const c
 
 /* ---- the launch side ---------------------------------------------------------------- */
 
+static int wait_turn(int dev);
+
 int token_wait(int dev)
+{
+    /* Counted before the WANT's look at want_sent, seen by the DONE after it clears it
+     * (sequentially consistent on both sides): a launcher that blocks while its process drains
+     * is either counted by that DONE or asks itself. */
+    __atomic_fetch_add(&g_token.waiting[dev], 1, __ATOMIC_SEQ_CST);
+    int held = wait_turn(dev);
+    __atomic_fetch_sub(&g_token.waiting[dev], 1, __ATOMIC_SEQ_CST);
+    return held;
+}
+
+static int wait_turn(int dev)
 {
     for (;;) {
         if (__atomic_load_n(&g_token.mode, __ATOMIC_ACQUIRE) != TOKEN_ON)
@@ -229,7 +242,7 @@ int token_wait(int dev)
             return held;
         /* Ask once per turn, and again every WANT_AGAIN_MS while nothing comes: a WANT that
          * crossed a reconnection or the end of a turn is never the last word. */
-        uint32_t last = __atomic_load_n(&g_token.want_sent[dev], __ATOMIC_ACQUIRE);
+        uint32_t last = __atomic_load_n(&g_token.want_sent[dev], __ATOMIC_SEQ_CST);
         uint32_t now = (uint32_t)(now_ns() / 1000000) | 1u; /* ms, never 0 */
         if ((!last || now - last >= WANT_AGAIN_MS) &&
             __atomic_compare_exchange_n(&g_token.want_sent[dev], &last, now, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
@@ -394,7 +407,8 @@ static int connect_arbiter(void)
             /* A UUID the message cannot carry whole: not this protocol's (NVIDIA's are 40). */
             ok = strlen(uuid) <= sizeof(((struct token_msg *)0)->text) && send_msg(MSG_DEV, d, 0, 0, uuid) == 0;
             /* Launchers already waiting: ask again on this connection. */
-            if (ok && __atomic_load_n(&g_token.want_sent[d], __ATOMIC_ACQUIRE))
+            if (ok && (__atomic_load_n(&g_token.waiting[d], __ATOMIC_ACQUIRE) ||
+                       __atomic_load_n(&g_token.want_sent[d], __ATOMIC_ACQUIRE)))
                 ok = send_msg(MSG_WANT, d, 0, 0, NULL) == 0;
         }
     return ok ? 0 : -1;
@@ -453,6 +467,18 @@ static void learn_cost(int d)
     __atomic_store_n(&tk.cost[d], tk.cost[d] ? (tk.cost[d] + sample) / 2 : sample, __ATOMIC_RELAXED);
 }
 
+/* After a drain: 1 if the DONE asks for the GPU again for the launchers waiting (it takes the
+ * turn's WANT), else 0, and a launcher that blocks from now on asks itself. */
+static uint64_t done_wants(int d)
+{
+    __atomic_store_n(&g_token.want_sent[d], 0, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&g_token.waiting[d], __ATOMIC_SEQ_CST))
+        return 0;
+    uint32_t zero = 0;
+    return __atomic_compare_exchange_n(&g_token.want_sent[d], &zero, (uint32_t)(now_ns() / 1000000) | 1u, 0,
+                                       __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+}
+
 static void on_message(const struct token_msg *m)
 {
     if (m->dev >= CGPU_MAX_DEVICES || !g_shim.ledger.turns[m->dev])
@@ -495,11 +521,17 @@ static void on_message(const struct token_msg *m)
         break;
     case MSG_REVOKE:
         if (!tk.refused[d]) {
+            /* Launchers that block while the work drains wait for the DONE to ask for them
+             * (one message, not a WANT and a DONE: two arbiter wake-ups a turn were one). */
+            uint32_t last = __atomic_load_n(&g_token.want_sent[d], __ATOMIC_ACQUIRE);
+            if (!last)
+                __atomic_compare_exchange_n(&g_token.want_sent[d], &last, (uint32_t)(now_ns() / 1000000) | 1u,
+                                            0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
             drain(d);
             if (tk.held[d])
                 learn_cost(d);
             tk.held[d] = 0;
-            send_msg(MSG_DONE, (uint32_t)d, m->a, 0, NULL);
+            send_msg(MSG_DONE, (uint32_t)d, m->a, done_wants(d), NULL);
         }
         break;
     case MSG_REFUSE:

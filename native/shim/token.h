@@ -34,6 +34,7 @@ struct token_gate {
     uint32_t seq;                        /* futex word: bumped when a gate opens or the mode changes */
     uint32_t open[CGPU_MAX_DEVICES];     /* 1 while the container holds that GPU */
     uint32_t want_sent[CGPU_MAX_DEVICES]; /* when a WANT went out since the last GRANT (ms), or 0 */
+    uint32_t waiting[CGPU_MAX_DEVICES];  /* launchers in token_wait (a DONE says whether any is) */
     long inflight[CGPU_MAX_DEVICES];     /* launches past the gate, not yet returned by the driver */
     uint64_t launches[CGPU_MAX_DEVICES]; /* launches admitted, ever */
     uint64_t stop_at[CGPU_MAX_DEVICES];  /* the grant's last launch (its work budget), or ~0 */

@@ -116,6 +116,7 @@ def malformed(uuid: str) -> dict[str, list[bytes]]:
         "DEV twice, same GPU": [*ok, dev(1, uuid)],
         "WANT for an undeclared device": [*ok, packet(WANT, 5)],
         "DONE for an undeclared device": [*ok, packet(DONE, 7, a=1)],
+        "DONE with b = 2 (b says whether a thread waits: 0 or 1)": [*ok, packet(DONE, a=1, b=2)],
         "IDLE for an undeclared device": [*ok, packet(IDLE, 3)],
         "BUSY for an undeclared device": [*ok, packet(BUSY, 3)],
         "SPENT for an undeclared device": [*ok, packet(SPENT, 3, a=1, b=1)],

@@ -91,6 +91,29 @@ def test_two_containers_take_turns_by_grant_revoke_and_done(root: Path, start) -
     assert a.expect(GRANT).a > second.a
 
 
+def test_a_done_that_says_a_thread_waits_is_its_want(root: Path, start) -> None:
+    # The shim's threads that block while it drains are asked for by its DONE (b = 1): one
+    # message for the arbiter to wake for, not a WANT and a DONE.
+    _, a_dir, b_dir = _pair(root, start, "--quantum-ms", "50")
+    a = Client(a_dir).hello((0, UUID))
+    b = Client(b_dir).hello((0, UUID))
+    a.send(WANT, 0)
+    first = a.expect(GRANT)
+    b.send(WANT, 0)
+    revoke = a.expect(REVOKE)
+    a.send(DONE, 0, a=revoke.a, b=1)
+    second = b.expect(GRANT)
+    assert b.expect(REVOKE).a == second.a  # a waits: b's turn ends at its quantum
+    b.send(DONE, 0, a=second.a)
+    assert a.expect(GRANT).a > second.a > first.a
+    # Without it (b = 0), nobody waits: b keeps the GPU past its quantum.
+    b.send(WANT, 0)
+    third = a.expect(REVOKE)
+    a.send(DONE, 0, a=third.a)
+    b.expect(GRANT)
+    assert b.silent(0.2)
+
+
 def test_a_stopped_holder_is_passed_over_at_once(root: Path, start) -> None:
     arbiter, a_dir, b_dir = _pair(root, start, "--drain-cap-ms", "5000")
     holder = start_holder(a_dir)

@@ -1,0 +1,126 @@
+"""What the shim says on its arbiter connection, read by a peer written from the wire format.
+
+The peer binds the container's compute.sock itself and plays the arbiter: GRANT, REVOKE, and
+reads each message the real shim (in compute_load, on the simulator) sends back.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from compute_kit import build_load
+
+from cgpu.core.config import write_config
+
+MSG = struct.Struct("<IIQQ40s")
+HELLO, DEV, WANT, DONE, IDLE, BUSY, SPENT = 1, 2, 3, 4, 5, 6, 7
+GRANT, REVOKE = 10, 11
+BUDGET = struct.Struct("<QI")
+UUID = "GPU-5eed0000-0000-4000-8000-000000000000"  # the simulator's first GPU
+MS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def load(tmp_path_factory: pytest.TempPathFactory, cc: str, sim_dir: Path) -> Path:
+    return build_load(cc, sim_dir, tmp_path_factory.mktemp("compute_load"))
+
+
+class Peer:
+    """The arbiter's side of one process's connection."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.conn.settimeout(10)
+
+    def read(self) -> tuple[int, int, int, int]:
+        kind, dev, a, b, _text = MSG.unpack(self.conn.recv(64))
+        return kind, dev, a, b
+
+    def send(self, kind: int, a: int = 0, b: int = 0, text: bytes = b"") -> None:
+        self.conn.send(MSG.pack(kind, 0, a, b, text))
+
+    def until(self, kind: int) -> list[tuple[int, int, int, int]]:
+        """The messages up to and including the first of `kind`."""
+        seen = []
+        while not seen or seen[-1][0] != kind:
+            seen.append(self.read())
+        return seen
+
+
+def test_a_process_that_drains_asks_again_in_its_done_not_in_a_want(
+    shim_env, sim_dir, load, tmp_path
+):
+    # A busy process is revoked: its launcher blocks while the work drains. Its DONE says a
+    # thread waits (b = 1), and no WANT comes between the REVOKE and the DONE: one message for
+    # the arbiter to wake for. Once it no longer launches, a DONE says nobody waits (b = 0).
+    ledger = tmp_path / "c"
+    write_config(ledger, {UUID: 8 << 30}, {UUID: (50, "share")})
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(ledger / "compute.sock"))
+    listener.listen(4)
+    listener.settimeout(20)
+    env = shim_env(devices=1)
+    env.update(CGPU_LEDGER_DIR=str(ledger), CGPU_SIM_STATE=str(tmp_path / "sim.state"))
+    env["CUDA_VISIBLE_DEVICES"] = "0"
+    # 1 ms kernels for 3 s, after 0.2 s holding a context and launching nothing
+    args = [str(load), "run", "kernel", str(MS), "3.0", "1", "0.2", "0"]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        conn, _ = listener.accept()
+        peer = Peer(conn)
+        assert peer.read()[0] == HELLO
+        kind, dev, _, _ = peer.read()
+        assert (kind, dev) == (DEV, 0)
+        peer.until(WANT)
+        budget = BUDGET.pack(0, 1)
+        for epoch in (1, 2, 3):
+            peer.send(GRANT, a=epoch, b=5000, text=budget)
+            time.sleep(0.05)  # it launches
+            peer.send(REVOKE, a=epoch)
+            said = peer.until(DONE)
+            kinds = [m[0] for m in said]
+            assert WANT not in kinds, said
+            assert said[-1][2] == epoch and said[-1][3] == 1, said
+        assert proc.poll() is None  # it waits for the next GRANT
+    finally:
+        proc.kill()
+        proc.wait()
+        listener.close()
+
+
+def test_a_done_with_no_launcher_waiting_says_so(shim_env, sim_dir, load, tmp_path):
+    # A process that holds a context and launches nothing: granted, then revoked, its DONE
+    # says nobody waits (b = 0), and a later launch asks with a WANT of its own.
+    ledger = tmp_path / "c"
+    write_config(ledger, {UUID: 8 << 30}, {UUID: (50, "share")})
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(ledger / "compute.sock"))
+    listener.listen(4)
+    listener.settimeout(20)
+    env = shim_env(devices=1)
+    env.update(CGPU_LEDGER_DIR=str(ledger), CGPU_SIM_STATE=str(tmp_path / "sim.state"))
+    env["CUDA_VISIBLE_DEVICES"] = "0"
+    # idle for 1.5 s with a context, then 1 ms kernels for 0.5 s
+    args = [str(load), "run", "kernel", str(MS), "2.0", "1", "1.5", "0"]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        conn, _ = listener.accept()
+        peer = Peer(conn)
+        assert peer.read()[0] == HELLO
+        assert peer.read()[:2] == (DEV, 0)
+        time.sleep(0.3)
+        peer.send(GRANT, a=1, b=5000, text=BUDGET.pack(0, 1))
+        peer.send(REVOKE, a=1)
+        said = peer.until(DONE)
+        assert said[-1][2:] == (1, 0), said
+        asked = peer.until(WANT)  # its launches, after 1.5 s
+        assert all(m[0] in (WANT, IDLE, BUSY) for m in asked), asked
+    finally:
+        proc.kill()
+        proc.wait()
+        listener.close()
