@@ -178,7 +178,12 @@ class GpuSchedule(Generic[Conn]):
         work = min(max(work_ns, 0), self.drain_cap_ns)
         token.queued_until = max(token.queued_until, now) + work
         tenant = self._tenants[link.container]
-        tenant.spent_work_ns = work
+        # Past what its grant admitted: a kernel longer than the grant (it admits one at least).
+        # Up to it: short kernels, whatever the grant's size (alone, a `fixed` container's grant
+        # is its credit: refilling to what it said, turns of 100 ms every 0.55 s swung its 1 s
+        # windows from 12 to 23 for 20).
+        long = not token.budget_ns or work > token.budget_ns
+        tenant.spent_work_ns = work if long else 0.0
         # Each granted process's SPENT says what all of them queued at the time per launch it
         # learnt beside the others: one connection's grant is that over how many were granted.
         granted = sum(self._links[c].granted for c in tenant.conns)
@@ -248,6 +253,8 @@ class GpuSchedule(Generic[Conn]):
         if self._token is None and now >= self._paused_until:
             self._grant_next(now)
         out, self._outbox = self._outbox, []
+        if self._token and any(order.kind == "grant" for _, order in out):
+            self._token.budget_ns = max(self._token.budget_ns, self.grant_work_ns())
         return out
 
     def _accrue(self, now: int) -> None:
@@ -267,10 +274,10 @@ class GpuSchedule(Generic[Conn]):
 
     def _refill_ns(self, tenant: Tenant[Conn]) -> float:
         """The credit a `fixed` container that spent its budget waits for: a quantum, or what
-        one grant of its queued (a kernel longer than that: a grant admits at least one), at most
-        REFILL_MAX_QUANTA quanta. Back with less, a grant's one long kernel put it in debt, and a
-        work-conserving neighbour ran a kernel in each refill: `fixed` 60 of 50 ms kernels beside
-        one got 37, `fixed` 20 beside `share` 40 got 9.3."""
+        one grant of its queued past the grant's budget (a kernel longer than the grant: it
+        admits at least one), at most REFILL_MAX_QUANTA quanta. Back with less, a grant's one
+        long kernel put it in debt, and a work-conserving neighbour ran a kernel in each refill:
+        `fixed` 60 of 50 ms kernels beside one got 37, `fixed` 20 beside `share` 40 got 9.3."""
         return min(max(self.quantum_ns, tenant.spent_work_ns), REFILL_MAX_QUANTA * self.quantum_ns)
 
     def _wants(self, tenant: Tenant[Conn]) -> bool:

@@ -84,7 +84,7 @@ class Tenant(Generic[Conn]):
     priority: str = NORMAL  # high, normal or low: the order of the classes (see _rank)
     vtime: float = 0.0  # charged ns / percent
     refilling: bool = False  # fixed: spent its budget; eligible again at full credit
-    spent_work_ns: float = 0.0  # the work its latest SPENT said it queued (a grant's worth)
+    spent_work_ns: float = 0.0  # what its latest SPENT said it queued, if past its grant (else 0)
     conn_work_ns: float = 0.0  # that work over the connections then granted: one's grant
     active: bool = False  # eligible or holding at the last step
     next_limit: tuple[int, str] | None = None  # a change that waits for the hold's end
@@ -110,3 +110,4 @@ class Token:
     spent: bool = False  # revoked because a fixed holder's budget was spent
     queued_until: int = 0  # when the work its clients said they queued (SPENT) should end
     preempted: bool = False  # revoked for a `high` waiter: it has a preemptible grant to drain
+    budget_ns: int = 0  # the most work a GRANT of this hold admitted (its packet's budget)

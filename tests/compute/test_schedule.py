@@ -262,6 +262,38 @@ def test_a_spent_holder_gives_way_at_once_when_its_queued_work_puts_it_ahead() -
     assert sim.gpu.draining() == [a]
 
 
+def _refill_gap_ms(said_ms: int) -> float:
+    """`fixed` 20 alone, one connection: granted at 0 (its credit a quantum, 20 ms; its grant
+    admits 2 quanta, 40 ms), SPENT at once saying it queued `said_ms`, drained that long later;
+    the ms from its DONE (and WANT) to its next GRANT."""
+    sim = Sim()
+    (a,) = sim.add("a", 20, "fixed")
+    sim.saturating.discard(a)
+    sim.settle()
+    (grant,) = sim.orders_to(a, "grant")
+    assert sim.gpu.grant_work_ns() == 40 * MS
+    sim.gpu.spent(a, grant.epoch, said_ms * MS, sim.now)
+    sim.settle()
+    (revoke,) = sim.orders_to(a, "revoke")
+    sim.run(said_ms / 1000)
+    sim.gpu.done(a, revoke.epoch, sim.now)
+    sim.gpu.want(a, sim.now)
+    done_at = sim.now
+    while len(sim.orders_to(a, "grant")) == 1:
+        sim.run(0.001)
+    return (sim.now - done_at) / MS
+
+
+def test_a_spent_fixed_container_refills_a_quantum_unless_its_kernel_outran_the_grant() -> None:
+    # Charged its drain, its credit is 20 + 0.2 * d - d after a drain of d ms. What it said it
+    # queued within its grant's 40 ms is short kernels: it waits for a quantum of credit, (20 -
+    # (20 - 0.8 * 40)) / 0.2 = 160 ms (waiting for the 40 ms it said, alone its grants and
+    # refills grew to its credit: 100 ms turns every 0.55 s, 1 s windows 12-23 for 20). Past the
+    # grant, 70 ms: a kernel longer than a grant, it waits for that much, (70 + 36) / 0.2.
+    assert _refill_gap_ms(40) == pytest.approx(160, abs=3)
+    assert _refill_gap_ms(70) == pytest.approx(530, abs=3)
+
+
 def test_spent_for_another_epoch_or_while_draining_is_ignored() -> None:
     sim = Sim()
     a, _, revoke = _holder_revoked(sim)
