@@ -28,7 +28,8 @@ SPENT = 7  # a = epoch, b = work queued (ns, the client's estimate): the grant's
 # Arbiter -> client.
 # a = epoch, b = the container's share over the last ~1 s in 1/100 percent, text = the grant's
 # work budget (ns, uint64; 0 or absent: none), then how many busy processes the container has
-# (uint32; 0 or absent: one): with several, each counts the budget whatever its kernels' length
+# (uint32; 0 or absent: one): with several, each counts the budget whatever its kernels' length;
+# then the arbiter's features (uint32; 0 or absent: none, as from an older arbiter)
 GRANT = 10
 REVOKE = 11  # a = epoch
 REFUSE = 12  # text = reason
@@ -81,13 +82,16 @@ def text_uuid(text: bytes) -> str:
     return uuid
 
 
-BUDGET = struct.Struct("<QI")  # the grant's work (ns), the container's busy processes
+BUDGET = struct.Struct("<QII")  # the grant's work (ns), the container's busy processes, features
+FEATURE_DONE_WANTS = 1  # a DONE's b = 1 is read as a WANT: the shim need not send both
+FEATURES = FEATURE_DONE_WANTS
 
 
 def grant(dev: int, epoch: int, share: int, budget_ns: int = 0, sharers: int = 1) -> bytes:
     """GRANT for `dev` in `epoch`; share in 1/100 percent; the work a grant admits (ns), and how
     many busy processes the container has."""
-    return pack(Message(GRANT, dev, epoch, share, BUDGET.pack(budget_ns, max(1, sharers))))
+    budget = BUDGET.pack(budget_ns, max(1, sharers), FEATURES)
+    return pack(Message(GRANT, dev, epoch, share, budget))
 
 
 def revoke(dev: int, epoch: int) -> bytes:

@@ -52,6 +52,7 @@
 #define RECONNECT_EVERY_NS 10000000L /* a reconnection attempt this often until then */
 #define MAX_CTX 8                  /* contexts remembered per device */
 #define WANT_AGAIN_MS 200u         /* a WANT unanswered this long is sent again */
+#define FEATURE_DONE_WANTS 1u      /* a GRANT's features: a DONE's b = 1 is a WANT */
 #define MAX_BUDGET_LAUNCHES 8      /* a budget of more launches than this: none (the quantum rules) */
 
 enum {
@@ -186,6 +187,7 @@ static struct {
     uint64_t epoch[CGPU_MAX_DEVICES];     /* the latest GRANT's, for SPENT */
     uint64_t work[CGPU_MAX_DEVICES];      /* the work the grant admits, for SPENT */
     long long granted_at[CGPU_MAX_DEVICES]; /* when the latest GRANT came */
+    int done_wants;                       /* the arbiter reads a DONE's b as a WANT (GRANT says so) */
     ctx_fn push;
     ctx_out_fn pop;
     sync_fn sync;
@@ -442,6 +444,9 @@ static void set_budget(int d, const struct token_msg *m, uint64_t launched)
     uint32_t sharers;
     memcpy(&budget, m->text, sizeof budget); /* little-endian, as the arbiter packs it */
     memcpy(&sharers, m->text + sizeof budget, sizeof sharers); /* 0 from an older arbiter */
+    uint32_t features;
+    memcpy(&features, m->text + sizeof budget + sizeof sharers, sizeof features); /* ditto */
+    tk.done_wants = (features & FEATURE_DONE_WANTS) != 0;
     uint64_t stop = UINT64_MAX, work = 0, cost = tk.cost[d];
     if (budget && (!cost || sharers > 1 || budget / cost <= MAX_BUDGET_LAUNCHES)) {
         uint64_t k = cost && budget / cost ? budget / cost : 1;
@@ -522,16 +527,18 @@ static void on_message(const struct token_msg *m)
     case MSG_REVOKE:
         if (!tk.refused[d]) {
             /* Launchers that block while the work drains wait for the DONE to ask for them
-             * (one message, not a WANT and a DONE: two arbiter wake-ups a turn were one). */
+             * (one message, not a WANT and a DONE: two arbiter wake-ups a turn were one), where
+             * the arbiter's GRANT said it reads a DONE so (an older one does not). */
             uint32_t last = __atomic_load_n(&g_token.want_sent[d], __ATOMIC_ACQUIRE);
-            if (!last)
+            int ask = tk.done_wants;
+            if (ask && !last)
                 __atomic_compare_exchange_n(&g_token.want_sent[d], &last, (uint32_t)(now_ns() / 1000000) | 1u,
                                             0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
             drain(d);
             if (tk.held[d])
                 learn_cost(d);
             tk.held[d] = 0;
-            send_msg(MSG_DONE, (uint32_t)d, m->a, done_wants(d), NULL);
+            send_msg(MSG_DONE, (uint32_t)d, m->a, ask ? done_wants(d) : 0, NULL);
         }
         break;
     case MSG_REFUSE:

@@ -20,7 +20,8 @@ from cgpu.core.config import write_config
 MSG = struct.Struct("<IIQQ40s")
 HELLO, DEV, WANT, DONE, IDLE, BUSY, SPENT = 1, 2, 3, 4, 5, 6, 7
 GRANT, REVOKE = 10, 11
-BUDGET = struct.Struct("<QI")
+BUDGET = struct.Struct("<QII")  # work (ns), busy processes, the arbiter's features
+DONE_WANTS = 1  # the feature: a DONE's b = 1 is a WANT
 UUID = "GPU-5eed0000-0000-4000-8000-000000000000"  # the simulator's first GPU
 MS = 1_000_000
 
@@ -52,12 +53,14 @@ class Peer:
         return seen
 
 
+@pytest.mark.parametrize("features", [DONE_WANTS, 0], ids=["arbiter-reads-done", "older-arbiter"])
 def test_a_process_that_drains_asks_again_in_its_done_not_in_a_want(
-    shim_env, sim_dir, load, tmp_path
+    features, shim_env, sim_dir, load, tmp_path
 ):
     # A busy process is revoked: its launcher blocks while the work drains. Its DONE says a
     # thread waits (b = 1), and no WANT comes between the REVOKE and the DONE: one message for
-    # the arbiter to wake for. Once it no longer launches, a DONE says nobody waits (b = 0).
+    # the arbiter to wake for. An arbiter whose GRANT does not say it reads a DONE so (an older
+    # one) gets the WANT, as before, and a DONE with b = 0.
     ledger = tmp_path / "c"
     write_config(ledger, {UUID: 8 << 30}, {UUID: (50, "share")})
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -77,15 +80,18 @@ def test_a_process_that_drains_asks_again_in_its_done_not_in_a_want(
         kind, dev, _, _ = peer.read()
         assert (kind, dev) == (DEV, 0)
         peer.until(WANT)
-        budget = BUDGET.pack(0, 1)
+        budget = BUDGET.pack(0, 1, features)
         for epoch in (1, 2, 3):
             peer.send(GRANT, a=epoch, b=5000, text=budget)
             time.sleep(0.05)  # it launches
             peer.send(REVOKE, a=epoch)
             said = peer.until(DONE)
             kinds = [m[0] for m in said]
-            assert WANT not in kinds, said
-            assert said[-1][2] == epoch and said[-1][3] == 1, said
+            assert said[-1][2] == epoch, said
+            if features:
+                assert WANT not in kinds and said[-1][3] == 1, said
+            else:
+                assert WANT in kinds and said[-1][3] == 0, said
         assert proc.poll() is None  # it waits for the next GRANT
     finally:
         proc.kill()
@@ -114,7 +120,7 @@ def test_a_done_with_no_launcher_waiting_says_so(shim_env, sim_dir, load, tmp_pa
         assert peer.read()[0] == HELLO
         assert peer.read()[:2] == (DEV, 0)
         time.sleep(0.3)
-        peer.send(GRANT, a=1, b=5000, text=BUDGET.pack(0, 1))
+        peer.send(GRANT, a=1, b=5000, text=BUDGET.pack(0, 1, DONE_WANTS))
         peer.send(REVOKE, a=1)
         said = peer.until(DONE)
         assert said[-1][2:] == (1, 0), said
