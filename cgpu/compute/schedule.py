@@ -707,6 +707,11 @@ class GpuSchedule(Generic[Conn]):
         """The connections that owe a DONE for the current REVOKE."""
         return [conn for conn, link in self._links.items() if link.owes_done]
 
+    def revoked_at(self) -> int:
+        """When the holder was revoked; 0 unless it drains."""
+        token = self._token
+        return token.t_revoke if token and token.phase is Phase.REVOKING else 0
+
     def queued_until(self) -> int:
         """When the work the holder said it queued (SPENT) should have run; 0 when the token is
         free (a REVOKE's drain is explained by that work until then)."""
