@@ -92,6 +92,7 @@ class Tenant(Generic[Conn]):
     forced_revokes: int = 0
     out_of_turn_ns: float = 0.0
     tail_ns: int = 0  # flagged for out-of-turn work: its holds end this long after its drain
+    late_charged_until: int = 0  # its late drains are charged up to here (they overlap)
     recent: deque[tuple[int, int, float]] = field(default_factory=deque)  # (from, to, charged)
     conns: dict[Conn, None] = field(default_factory=dict)  # in connection order
 

@@ -294,6 +294,26 @@ def test_a_spent_fixed_container_refills_a_quantum_unless_its_kernel_outran_the_
     assert _refill_gap_ms(70) == pytest.approx(530, abs=3)
 
 
+def test_late_drains_of_one_containers_connections_are_charged_once() -> None:
+    # Two connections of a are forced to end their drain and answer 10 ms into b's turn, side
+    # by side: a is charged that time once (half of it, beside b's busy connection), not once
+    # per connection (16 processes of 50 ms kernels were charged 4.2 s for one forced revoke).
+    sim = Sim()
+    conns = sim.add("a", 50, "share", conns=2)
+    sim.saturating.difference_update(conns)
+    sim.settle()
+    sim.add("b", 50, "share")
+    sim.run(0.061)  # a quantum, then forced at 40 ms after the REVOKE
+    assert sim.gpu.holder == "b"
+    (revoke,) = sim.orders_to(conns[0], "revoke")
+    charged = sim.gpu.usage(sim.now)["a"].charged_ns
+    sim.run(0.010)
+    for conn in conns:
+        sim.gpu.done(conn, revoke.epoch, sim.now)
+    late = sim.gpu.usage(sim.now)["a"].charged_ns - charged
+    assert late == pytest.approx(5.5 * MS, abs=1 * MS)
+
+
 def test_spent_for_another_epoch_or_while_draining_is_ignored() -> None:
     sim = Sim()
     a, _, revoke = _holder_revoked(sim)
