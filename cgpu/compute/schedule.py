@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Generic
 
 from . import charging
 from .charging import CREDIT_CAP_NS, FIXED, check_limit
 from .charging import rank as _rank
 from .charging import weight as _weight
-from .holdlog import HoldLog, held_ns
+from .holdlog import HoldLog
+from .tokenview import TokenView
 from .turnstate import (
     HIGH,
     LOW,
@@ -58,7 +58,7 @@ PREEMPTIBLE_WORK_DIVISOR = 20  # beside a `high` container a grant admits 1/20 o
 REFILL_MAX_QUANTA = 4  # a spent `fixed` container waits for at most this much credit
 
 
-class GpuSchedule(Generic[Conn]):
+class GpuSchedule(TokenView[Conn]):
     """The token of one GPU. Times are ns; `now` never goes backwards."""
 
     def __init__(self, quantum_ns: int, drain_cap_ns: int, idle_release_ns: int, now: int) -> None:
@@ -637,21 +637,6 @@ class GpuSchedule(Generic[Conn]):
         links = [self._links[c] for c in self._tenants[self._token.holder].conns]
         return max(1, sum(link.active and not link.idle for link in links))
 
-    @property
-    def holder(self) -> str | None:
-        """The container that holds the token, or None."""
-        return self._token.holder if self._token else None
-
-    @property
-    def phase(self) -> Phase | None:
-        """The holder's phase, or None when the token is free."""
-        return self._token.phase if self._token else None
-
-    @property
-    def epoch(self) -> int:
-        """The epoch of the latest grant (0 before the first)."""
-        return self._epoch
-
     def next_deadline(self, now: int) -> int | None:
         """The earliest time after `now` at which `step` may act though no event comes (a
         quantum ends, an idle holder's release, a revoke's deadline, a `fixed` container's
@@ -703,24 +688,6 @@ class GpuSchedule(Generic[Conn]):
             times.append(now + max(0.0, lead) / f)
         return times
 
-    def draining(self) -> list[Conn]:
-        """The connections that owe a DONE for the current REVOKE."""
-        return [conn for conn, link in self._links.items() if link.owes_done]
-
-    def revoked_at(self) -> int:
-        """When the holder was revoked; 0 unless it drains."""
-        token = self._token
-        return token.t_revoke if token and token.phase is Phase.REVOKING else 0
-
-    def queued_until(self) -> int:
-        """When the work the holder said it queued (SPENT) should have run; 0 when the token is
-        free (a REVOKE's drain is explained by that work until then)."""
-        return self._token.queued_until if self._token else 0
-
-    def quiet(self) -> bool:
-        """Nothing can happen without an event: the token is free and nobody wants it."""
-        return self._token is None and not any(link.wanting for link in self._links.values())
-
     def usage(self, now: int) -> dict[str, Usage]:
         """Each container's limit, share over the last ~1 s, total charge and forced revokes."""
         return {
@@ -736,34 +703,11 @@ class GpuSchedule(Generic[Conn]):
             for name, t in self._tenants.items()
         }
 
-    def held_ns(self, start: int, end: int, now: int) -> int:
-        """How long some container held the token within [start, end]."""
-        return held_ns(self.holds_since(start, now), start, end)
-
-    def holds_since(self, start: int, now: int) -> list[Hold]:
-        """The holds that ended at or after `start` (the log reaches HOLD_HISTORY_NS back),
-        oldest first; the current one last, ending at `now`."""
-        token = self._token
-        current = None
-        if token:
-            revoked = token.t_revoke if token.phase is Phase.REVOKING else None
-            current = Hold(token.holder, token.t_grant, revoked, now)
-        return self._holds.since(start, now, current)
-
     def _share(self, tenant: Tenant[Conn], now: int) -> int:
         """The container's charged time over the last ~1 s, in 1/100 percent."""
         token = self._token
         holding = token and tenant is self._tenants.get(token.holder)
         return charging.share(tenant, now, self._pending_charge(token, now) if holding else 0.0)
-
-    def _waiting_since(self, tenant: Tenant[Conn]) -> int:
-        """When the container's longest-waiting connection started to want."""
-        return min(self._links[c].want_since for c in tenant.conns if self._links[c].wanting)
-
-    def _phase_of(self, link: Link) -> Phase | None:
-        """The token's phase if the link's container holds it, else None."""
-        token = self._token
-        return token.phase if token and token.holder == link.container else None
 
     def _drained(self, conn: Conn, now: int) -> None:
         """`conn` no longer owes a DONE."""
