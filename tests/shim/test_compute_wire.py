@@ -53,6 +53,34 @@ class Peer:
         return seen
 
 
+def _start(
+    shim_env, load: Path, root: Path, seconds: float, idle_first: float
+) -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """A container directory with a `share` 50 line, this peer listening on its compute.sock,
+    and one compute_load process of 1 ms kernels in it (idle `idle_first` s, then launching)."""
+    ledger = root / "c"
+    write_config(ledger, {UUID: 8 << 30}, {UUID: (50, "share")})
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(ledger / "compute.sock"))
+    listener.listen(4)
+    listener.settimeout(20)
+    env = shim_env(devices=1)
+    env.update(CGPU_LEDGER_DIR=str(ledger), CGPU_SIM_STATE=str(root / "sim.state"))
+    env["CUDA_VISIBLE_DEVICES"] = "0"
+    args = [str(load), "run", "kernel", str(MS), str(seconds), "1", str(idle_first), "0"]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return listener, proc
+
+
+def _greeted(listener: socket.socket) -> Peer:
+    """The process's connection, past its HELLO and its DEV for GPU 0."""
+    conn, _ = listener.accept()
+    peer = Peer(conn)
+    assert peer.read()[0] == HELLO
+    assert peer.read()[:2] == (DEV, 0)
+    return peer
+
+
 @pytest.mark.parametrize("features", [DONE_WANTS, 0], ids=["arbiter-reads-done", "older-arbiter"])
 def test_a_process_that_drains_asks_again_in_its_done_not_in_a_want(
     features, shim_env, sim_dir, load, tmp_path
@@ -61,24 +89,10 @@ def test_a_process_that_drains_asks_again_in_its_done_not_in_a_want(
     # thread waits (b = 1), and no WANT comes between the REVOKE and the DONE: one message for
     # the arbiter to wake for. An arbiter whose GRANT does not say it reads a DONE so (an older
     # one) gets the WANT, as before, and a DONE with b = 0.
-    ledger = tmp_path / "c"
-    write_config(ledger, {UUID: 8 << 30}, {UUID: (50, "share")})
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(str(ledger / "compute.sock"))
-    listener.listen(4)
-    listener.settimeout(20)
-    env = shim_env(devices=1)
-    env.update(CGPU_LEDGER_DIR=str(ledger), CGPU_SIM_STATE=str(tmp_path / "sim.state"))
-    env["CUDA_VISIBLE_DEVICES"] = "0"
     # 1 ms kernels for 3 s, after 0.2 s holding a context and launching nothing
-    args = [str(load), "run", "kernel", str(MS), "3.0", "1", "0.2", "0"]
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    listener, proc = _start(shim_env, load, tmp_path, seconds=3.0, idle_first=0.2)
     try:
-        conn, _ = listener.accept()
-        peer = Peer(conn)
-        assert peer.read()[0] == HELLO
-        kind, dev, _, _ = peer.read()
-        assert (kind, dev) == (DEV, 0)
+        peer = _greeted(listener)
         peer.until(WANT)
         budget = BUDGET.pack(0, 1, features)
         for epoch in (1, 2, 3):
@@ -102,23 +116,10 @@ def test_a_process_that_drains_asks_again_in_its_done_not_in_a_want(
 def test_a_done_with_no_launcher_waiting_says_so(shim_env, sim_dir, load, tmp_path):
     # A process that holds a context and launches nothing: granted, then revoked, its DONE
     # says nobody waits (b = 0), and a later launch asks with a WANT of its own.
-    ledger = tmp_path / "c"
-    write_config(ledger, {UUID: 8 << 30}, {UUID: (50, "share")})
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(str(ledger / "compute.sock"))
-    listener.listen(4)
-    listener.settimeout(20)
-    env = shim_env(devices=1)
-    env.update(CGPU_LEDGER_DIR=str(ledger), CGPU_SIM_STATE=str(tmp_path / "sim.state"))
-    env["CUDA_VISIBLE_DEVICES"] = "0"
     # idle for 1.5 s with a context, then 1 ms kernels for 0.5 s
-    args = [str(load), "run", "kernel", str(MS), "2.0", "1", "1.5", "0"]
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    listener, proc = _start(shim_env, load, tmp_path, seconds=2.0, idle_first=1.5)
     try:
-        conn, _ = listener.accept()
-        peer = Peer(conn)
-        assert peer.read()[0] == HELLO
-        assert peer.read()[:2] == (DEV, 0)
+        peer = _greeted(listener)
         time.sleep(0.3)
         peer.send(GRANT, a=1, b=5000, text=BUDGET.pack(0, 1, DONE_WANTS))
         peer.send(REVOKE, a=1)
