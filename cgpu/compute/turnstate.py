@@ -84,7 +84,8 @@ class Tenant(Generic[Conn]):
     priority: str = NORMAL  # high, normal or low: the order of the classes (see _rank)
     vtime: float = 0.0  # charged ns / percent
     refilling: bool = False  # fixed: spent its budget; eligible again at full credit
-    spent_work_ns: float = 0.0  # what its latest SPENT said it queued, if past its grant (else 0)
+    spent_work_ns: float = 0.0  # the work its latest SPENT said it queued
+    spent_past_grant: bool = False  # and that was more than its grant admitted (a long kernel)
     conn_work_ns: float = 0.0  # that work over the connections then granted: one's grant
     active: bool = False  # eligible or holding at the last step
     next_limit: tuple[int, str] | None = None  # a change that waits for the hold's end
