@@ -131,6 +131,7 @@ class Arbiter:
         self._fds_paused_until = 0  # every socket's accepts wait after EMFILE
         self.refused_connections = 0
         self.closed_clients = 0  # closed for misbehaving (malformed, flooding, unreadable)
+        self.closes = 0  # connections closed, for any reason
         self._say = RateLimitedLog(log)
         self._nofile = _raise_nofile()
 
@@ -600,6 +601,7 @@ class Arbiter:
         if client.closed:
             return
         client.closed = True
+        self.closes += 1
         with contextlib.suppress(KeyError, ValueError):
             self._selector.unregister(client.sock)
         client.sock.close()
@@ -656,20 +658,23 @@ class Arbiter:
         return due if due == NEVER else max(due, self._next_drain_check)
 
     def _step(self, now: int) -> None:
-        """Step every GPU and send its orders, again while sending closed connections; then
-        note the GPUs' next deadline (none known while they still had orders to send)."""
+        """Step every GPU and send its orders, again while carrying them out changed a schedule
+        (a connection that could not be sent to was closed; an unhooked process was stopped and
+        counted drained); then note the GPUs' next deadline (none known while they still had
+        orders to send). A step at the same instant after orders that changed nothing would
+        find nothing to do: skipping it was a sixth of the loop's busy time."""
         self._gpu_due = None
         for _ in range(MAX_STEP_ROUNDS):
-            sent = False
+            closes, changed = self.closes, False
             for uuid, gpu in list(self._gpus.items()):
                 for client, order in gpu.step(now):
-                    sent = True
                     if isinstance(client, Unhooked):
                         self._unhooked.order(client, order, gpu, now)
+                        changed = True
                     elif not client.closed:
                         packet = _packet(client, uuid, order, gpu.grant_work_ns(), gpu.sharers())
                         self._send(client, packet, now)
-            if not sent:
+            if not changed and self.closes == closes:
                 self._gpu_due = self._deadline(now)
                 self._unquiet()
                 return
