@@ -672,7 +672,7 @@ class Arbiter:
                         self._unhooked.order(client, order, gpu, now)
                         changed = True
                     elif not client.closed:
-                        packet = _packet(client, uuid, order, gpu.grant_work_ns(), gpu.sharers())
+                        packet = _packet(client, uuid, order, gpu)
                         self._send(client, packet, now)
             if not changed and self.closes == closes:
                 self._gpu_due = self._deadline(now)
@@ -764,12 +764,13 @@ class Arbiter:
             log.warning("cannot write %s: %s", path, err)
 
 
-def _packet(client: Client, uuid: str, order: Order, budget_ns: int, sharers: int) -> bytes:
-    """The GRANT (with the work budget of a grant and how many processes split it) or REVOKE
-    packet of `order`, for the client's index of the GPU."""
+def _packet(client: Client, uuid: str, order: Order, gpu: GpuSchedule[Client]) -> bytes:
+    """The GRANT (with the work budget of a grant, how many processes split it and whether it
+    must be counted) or REVOKE packet of `order`, for the client's index of the GPU."""
     dev = next(index for index, known in client.devs.items() if known == uuid)
     if order.kind == "grant":
-        return protocol.grant(dev, order.epoch, order.share, budget_ns, sharers)
+        budget, sharers, counted = gpu.grant_work_ns(), gpu.sharers(), gpu.counted_grants()
+        return protocol.grant(dev, order.epoch, order.share, budget, sharers, counted)
     return protocol.revoke(dev, order.epoch)
 
 

@@ -85,12 +85,20 @@ def text_uuid(text: bytes) -> str:
 BUDGET = struct.Struct("<QII")  # the grant's work (ns), the container's busy processes, features
 FEATURE_DONE_WANTS = 1  # a DONE's b = 1 is read as a WANT: the shim need not send both
 FEATURES = FEATURE_DONE_WANTS
+# This grant's budget is counted however many launches it admits (beside a `high` container,
+# what the holder queues must stay what the arbiter admitted); without it a process alone
+# counts only a budget of a few launches (short kernels: the REVOKE ends the turn soon enough).
+GRANT_COUNTED = 2
 
 
-def grant(dev: int, epoch: int, share: int, budget_ns: int = 0, sharers: int = 1) -> bytes:
-    """GRANT for `dev` in `epoch`; share in 1/100 percent; the work a grant admits (ns), and how
-    many busy processes the container has."""
-    budget = BUDGET.pack(budget_ns, max(1, sharers), FEATURES)
+def grant(
+    dev: int, epoch: int, share: int, budget_ns: int = 0, sharers: int = 1, counted: bool = False
+) -> bytes:
+    """GRANT for `dev` in `epoch`; share in 1/100 percent; the work a grant admits (ns), how
+    many busy processes the container has, and whether the shim must count that work however
+    many launches it is (`GRANT_COUNTED`)."""
+    features = FEATURES | (GRANT_COUNTED if counted else 0)
+    budget = BUDGET.pack(budget_ns, max(1, sharers), features)
     return pack(Message(GRANT, dev, epoch, share, budget))
 
 

@@ -252,6 +252,7 @@ class GpuSchedule(TokenView[Conn]):
         out, self._outbox = self._outbox, []
         if self._token and any(order.kind == "grant" for _, order in out):
             self._token.budget_ns = max(self._token.budget_ns, self.grant_work_ns())
+            self._token.counted = self.counted_grants()
         return out
 
     def _accrue(self, now: int) -> None:
@@ -305,6 +306,8 @@ class GpuSchedule(TokenView[Conn]):
         if not self._wants(tenant):
             return False
         if tenant.priority == LOW and self._high_busy():
+            return False
+        if tenant.spent_past_grant and self._outlasts_wait(tenant):
             return False
         return tenant.policy != FIXED or (tenant.credit_ns > 0 and not tenant.refilling)
 
@@ -422,6 +425,8 @@ class GpuSchedule(TokenView[Conn]):
             return "budget"
         if self._preempting(token):  # at once, not at the end of the turn
             return "preempt"
+        if not token.counted and tenant.priority != HIGH and self._near_high(tenant):
+            return "ahead"  # its queue drains before the `high` one's turn; then counted grants
         waiters = [t for n, t in self._tenants.items() if n != token.holder and self._eligible(t)]
         waiting = bool(waiters)
         turn_over = used or now - token.t_grant >= self.quantum_ns
@@ -518,6 +523,9 @@ class GpuSchedule(TokenView[Conn]):
                 link.late_epoch, link.late_since = token.epoch, end
             link.granted = link.owes_done = link.idle = link.spent = False
         tenant.forced_revokes += forced
+        if revoked is not None and not forced and not token.counted and not token.preempted:
+            drain = max(0, token.drained_at - revoked)  # what an uncounted grant leaves queued
+            tenant.drain_ns = drain if not tenant.drain_ns else (3 * tenant.drain_ns + drain) / 4
         tenant.refilling = tenant.refilling or (token.spent and tenant.policy == FIXED)
         self._token = None
 
@@ -614,10 +622,62 @@ class GpuSchedule(TokenView[Conn]):
         tenant = self._tenants.get(holder) if holder else None
         if tenant and tenant.policy == FIXED:
             work = min(work, max(GRANT_WORK_QUANTA * self.quantum_ns, int(tenant.credit_ns)))
-        if tenant and tenant.priority != HIGH and self._high_present(holder):
-            # A `high` container may ask at any moment: keep what must drain before it short.
+        if tenant and tenant.priority != HIGH and self._near_high(tenant):
+            # A `high` container may take the GPU soon: keep what must drain before it short.
             work = min(work, self.quantum_ns // PREEMPTIBLE_WORK_DIVISOR)
         return work
+
+    def counted_grants(self) -> bool:
+        """Whether the holder's grants must be counted by the shim however many launches they
+        admit: near a `high` container's turn (`_near_high`), a grant of many short kernels
+        must not become a driver queue that the preempting REVOKE then waits for (the shim
+        counts only grants of a few launches otherwise)."""
+        holder = self.holder
+        tenant = self._tenants.get(holder) if holder else None
+        return bool(tenant and tenant.priority != HIGH and self._near_high(tenant))
+
+    def _near_high(self, tenant: Tenant[Conn]) -> bool:
+        """Whether a `high` container other than `tenant` could take the GPU within what
+        `tenant` takes to drain after a REVOKE (and a renewal's lead): then its grants are
+        preemptible ones, counted, renewed as their work runs out. Further off (a `high`
+        `fixed` container refilling its credit) it is granted as usual, and REVOKEd once that
+        near (`_revoke_reason`, "ahead"): beside a saturating `high` `fixed` 25 container, a
+        `low` trainer granted preemptible grants throughout got 15-55 of the 75 left, the GPU
+        idle while each renewal went round (2-core host, 500 us kernels)."""
+        wait = self._high_wait_ns(tenant)
+        if wait is None:
+            return False
+        drain = tenant.drain_ns or self.quantum_ns  # not measured yet: a quantum
+        return wait <= drain + self._renewal_lead_ns()
+
+    def _high_wait_ns(self, besides: Tenant[Conn]) -> float | None:
+        """How long at least until a `high` container other than `besides` could take the GPU:
+        0 when one may ask at any moment; a `fixed` one that spent its credit, the time its
+        credit takes to come back (its turns come no sooner); None when no `high` container
+        has a connection on this GPU."""
+        wait: float | None = None
+        for tenant in self._tenants.values():
+            if tenant is besides or tenant.priority != HIGH or not tenant.conns:
+                continue
+            ns = 0.0
+            if tenant.policy == FIXED:  # eligible from credit > 0, or refilled (`_eligible`)
+                # A refill is a quantum at least; more (`_refill_ns`) only while others want
+                # the GPU, which changes with each of the holder's SPENTs and GRANTs: the least
+                # of it, so that the wait is never longer than what comes.
+                need = self.quantum_ns if tenant.refilling else 1.0
+                ns = max(0.0, (need - tenant.credit_ns) * 100 / tenant.percent)
+            wait = ns if wait is None else min(wait, ns)
+        return wait
+
+    def _near_high_at(self, tenant: Tenant[Conn], now: int) -> float | None:
+        """When `_near_high` turns true for `tenant` as a `high` container's credit comes
+        back (None: no such time ahead)."""
+        wait = self._high_wait_ns(tenant)
+        if wait is None:
+            return None
+        drain = tenant.drain_ns or self.quantum_ns
+        ahead = wait - drain - self._renewal_lead_ns()
+        return now + ahead if ahead > 0 else None
 
     def _renewal_lead_ns(self) -> int:
         """How much queued work a holder beside a `high` container may still have when its
@@ -626,17 +686,26 @@ class GpuSchedule(TokenView[Conn]):
         return 3 * self.quantum_ns // PREEMPTIBLE_WORK_DIVISOR // 2
 
     def _renewal_held(self, token: Token, now: int) -> bool:
-        """Whether a spent grant waits for its queued work to run before it is renewed: beside
-        a `high` container, so that renewals cannot pile work up faster than the GPU runs it
-        (what a REVOKE must drain stays about one grant; the shim admits each grant's budget
+        """Whether a spent grant waits for its queued work to run before it is renewed: near a
+        `high` container's turn, so that renewals cannot pile work up faster than the GPU runs
+        it (what a REVOKE must drain stays about one grant; the shim admits each grant's budget
         whatever is still queued from the last)."""
-        if self._tenants[token.holder].priority == HIGH or not self._high_present(token.holder):
+        tenant = self._tenants[token.holder]
+        if tenant.priority == HIGH or not self._near_high(tenant):
             return False
-        return token.queued_until - now > self._renewal_lead_ns()
+        queued = token.queued_until - now
+        return queued > self._renewal_lead_ns() or self._outlasts_wait(tenant, max(0, queued))
 
-    def _high_present(self, besides: str | None) -> bool:
-        """Some `high` container other than `besides` has a connection on this GPU."""
-        return any(t.priority == HIGH and t.conns for n, t in self._tenants.items() if n != besides)
+    def _outlasts_wait(self, tenant: Tenant[Conn], queued: float = 0.0) -> bool:
+        """Whether one more launch of `tenant` (known from its SPENTs to be longer than a
+        grant), after `queued`, would still run when a `high` `fixed` container's credit comes
+        back: not granted, the GPU idles less than that launch, and the `high` one does not
+        start its turn time-sliced against it (`fixed` 25 `high` of 5 ms kernels beside a `low`
+        trainer got 12.5-22 with it)."""
+        if not tenant.spent_past_grant or tenant.priority == HIGH:
+            return False
+        wait = self._high_wait_ns(tenant)
+        return wait is not None and 0 < wait < queued + tenant.spent_work_ns
 
     def sharers(self) -> int:
         """How many busy processes (connections) the holder has: with several, each counts a
@@ -684,6 +753,10 @@ class GpuSchedule(TokenView[Conn]):
                 times.append(token.queued_until - self._renewal_lead_ns())
         if links and all(link.idle for link in links):
             times.append(max(link.idle_since for link in links) + self.idle_release_ns)
+        if not token.counted and tenant.priority != HIGH:
+            near = self._near_high_at(tenant, now)
+            if near is not None:
+                times.append(near)
         f = self._fraction(token)
         owed = self._pending_charge(token, now) + self._queued_charge(token, now)
         if tenant.policy == FIXED:

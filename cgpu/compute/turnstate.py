@@ -94,6 +94,7 @@ class Tenant(Generic[Conn]):
     out_of_turn_ns: float = 0.0
     tail_ns: int = 0  # flagged for out-of-turn work: its holds end this long after its drain
     late_charged_until: int = 0  # its late drains are charged up to here (they overlap)
+    drain_ns: float = 0.0  # how long its REVOKEs of uncounted grants took to drain (smoothed)
     recent: deque[tuple[int, int, float]] = field(default_factory=deque)  # (from, to, charged)
     conns: dict[Conn, None] = field(default_factory=dict)  # in connection order
 
@@ -113,3 +114,4 @@ class Token:
     queued_until: int = 0  # when the work its clients said they queued (SPENT) should end
     preempted: bool = False  # revoked for a `high` waiter: it has a preemptible grant to drain
     budget_ns: int = 0  # the most work a GRANT of this hold admitted (its packet's budget)
+    counted: bool = False  # its latest GRANTs asked the shim to count their budget

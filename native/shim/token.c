@@ -53,6 +53,7 @@
 #define MAX_CTX 8                  /* contexts remembered per device */
 #define WANT_AGAIN_MS 200u         /* a WANT unanswered this long is sent again */
 #define FEATURE_DONE_WANTS 1u      /* a GRANT's features: a DONE's b = 1 is a WANT */
+#define GRANT_COUNTED 2u           /* and: count this grant's budget however many launches */
 #define MAX_BUDGET_LAUNCHES 8      /* a budget of more launches than this: none (the quantum rules) */
 
 enum {
@@ -433,10 +434,11 @@ static void disconnect(void)
 /* The grant's last launch: a work budget's worth at the learnt time per launch, at least one;
  * one before a turn has been measured; none (~0) without a budget, or where a process alone would
  * admit more than MAX_BUDGET_LAUNCHES (kernels short beside the quantum: its REVOKE ends the turn
- * soon enough, and the budget would only add messages). A process of a container with several
- * busy ones always counts it: each queues its own work ahead (a driver queue each), so without it
- * a container of sixteen had sixteen queues to drain at every REVOKE (turns of 100-200 ms, not
- * 20). Its time per launch, learnt from whole turns, is the GPU time it gets with the others
+ * soon enough, and the budget would only add messages), unless the GRANT says GRANT_COUNTED
+ * (beside a `high` container: what is queued when it asks must be what the arbiter admitted). A
+ * process of a container with several busy ones always counts it: each queues its own work ahead
+ * (a driver queue each), so without it a container of sixteen had sixteen queues to drain at
+ * every REVOKE (turns of 100-200 ms, not 20). Its time per launch, learnt from whole turns, is the GPU time it gets with the others
  * beside it, so the container's processes together admit about the budget. */
 static void set_budget(int d, const struct token_msg *m, uint64_t launched)
 {
@@ -448,7 +450,8 @@ static void set_budget(int d, const struct token_msg *m, uint64_t launched)
     memcpy(&features, m->text + sizeof budget + sizeof sharers, sizeof features); /* ditto */
     tk.done_wants = (features & FEATURE_DONE_WANTS) != 0;
     uint64_t stop = UINT64_MAX, work = 0, cost = tk.cost[d];
-    if (budget && (!cost || sharers > 1 || budget / cost <= MAX_BUDGET_LAUNCHES)) {
+    int counted = (features & GRANT_COUNTED) != 0;
+    if (budget && (!cost || sharers > 1 || counted || budget / cost <= MAX_BUDGET_LAUNCHES)) {
         uint64_t k = cost && budget / cost ? budget / cost : 1;
         stop = launched + k;
         work = k * cost;

@@ -8,6 +8,7 @@ runs; a stopped `high` process blocks nobody; `normal` is the scheduler without 
 from __future__ import annotations
 
 import random
+from collections import Counter
 
 import pytest
 from test_schedule import MS, SECOND, DeadlineSim, Sim, revoke_time  # tests/compute on sys.path
@@ -384,3 +385,35 @@ def test_a_best_effort_container_takes_turns_at_its_pods_priority(tmp_path) -> N
     }
     write_meta(tmp_path / "plain", {"compute_priority": "high"})  # the host's record changed
     assert found.scan()[tmp_path / "plain"] == {uuid: (0, "best-effort", "high")}
+
+
+def test_a_trainer_beside_a_refilling_high_container_is_granted_as_usual_until_its_turn_nears():
+    """A `high` `fixed` container that never idles cannot take the GPU before its credit comes
+    back: until then a `low` trainer's grants are the usual ones (uncounted), not a preemptible
+    grant's work at a time (its renewals' round trips idled the GPU: the trainer got 15-55 of
+    the 75 left); near the `high` one's turn they are preemptible and counted, so that what
+    must drain when it comes stays short. The reservation and the rest hold either way."""
+    sim = Sim()
+    add(sim, "low", 75, "share", "low")
+    add(sim, "high", 25, "fixed", "high")
+    gpu = sim.gpu
+    held_as: Counter[tuple[bool, bool]] = Counter()  # (preemptible grants, counted) while low held
+    counted_before_high: list[bool] = []  # low's grants were counted in the ms before high's turn
+    last, counted = None, False
+    for _ in range(5000):
+        sim.settle()
+        holder = gpu.holder
+        if holder == "high" and last == "low":
+            counted_before_high.append(counted)
+        if holder == "low":
+            counted = gpu.counted_grants()
+            held_as[(gpu.grant_work_ns() == PREEMPTIBLE, counted)] += 1
+        last = holder
+        sim.held[holder] += 1
+        sim.now += MS
+    assert sim.charged_s("high") == pytest.approx(1.25, abs=0.1)
+    assert sim.charged_s("low") == pytest.approx(3.75, abs=0.15)
+    low_ms = sum(held_as.values())
+    assert held_as[(False, False)] >= 0.7 * low_ms, held_as  # mostly usual grants
+    assert held_as[(True, False)] == held_as[(False, True)] == 0, held_as
+    assert counted_before_high and all(counted_before_high), counted_before_high

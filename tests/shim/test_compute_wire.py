@@ -6,6 +6,7 @@ reads each message the real shim (in compute_load, on the simulator) sends back.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 import subprocess
@@ -22,6 +23,7 @@ HELLO, DEV, WANT, DONE, IDLE, BUSY, SPENT = 1, 2, 3, 4, 5, 6, 7
 GRANT, REVOKE = 10, 11
 BUDGET = struct.Struct("<QII")  # work (ns), busy processes, the arbiter's features
 DONE_WANTS = 1  # the feature: a DONE's b = 1 is a WANT
+COUNTED = 2  # this grant's budget is counted however many launches it admits
 UUID = "GPU-5eed0000-0000-4000-8000-000000000000"  # the simulator's first GPU
 MS = 1_000_000
 
@@ -127,6 +129,47 @@ def test_a_done_with_no_launcher_waiting_says_so(shim_env, sim_dir, load, tmp_pa
         assert said[-1][2:] == (1, 0), said
         asked = peer.until(WANT)  # its launches, after 1.5 s
         assert all(m[0] in (WANT, IDLE, BUSY) for m in asked), asked
+    finally:
+        proc.kill()
+        proc.wait()
+        listener.close()
+
+
+def test_a_counted_grant_of_many_launches_is_spent_and_an_uncounted_one_is_not(
+    shim_env, sim_dir, load, tmp_path
+):
+    # A process alone counts a budget of a few launches only: a grant of 40 ms of 1 ms kernels
+    # runs until its REVOKE (its queue is the driver's). Beside a `high` container the arbiter
+    # says GRANT_COUNTED: the same grant then ends in a SPENT once 40 ms is admitted, and its
+    # gate stays closed, so what a REVOKE must drain is what the arbiter admitted.
+    listener, proc = _start(shim_env, load, tmp_path, seconds=5.0, idle_first=0.2)
+    try:
+        peer = _greeted(listener)
+        peer.until(WANT)
+        peer.send(GRANT, a=1, b=5000, text=BUDGET.pack(0, 1, DONE_WANTS))  # a turn, measured
+        time.sleep(0.1)
+        peer.send(REVOKE, a=1)
+        peer.until(DONE)
+        peer.send(GRANT, a=2, b=5000, text=BUDGET.pack(40 * MS, 1, DONE_WANTS))
+        time.sleep(0.2)  # five grants' worth of its kernels
+        peer.send(REVOKE, a=2)
+        said = peer.until(DONE)
+        assert SPENT not in [m[0] for m in said], said
+        peer.send(GRANT, a=3, b=5000, text=BUDGET.pack(40 * MS, 1, DONE_WANTS | COUNTED))
+        started = time.monotonic()
+        said = peer.until(SPENT)
+        took = time.monotonic() - started
+        assert said[-1][2] == 3 and 0 < said[-1][3] <= 45 * MS, said
+        assert took < 1.0, took  # about the grant's 40 ms, on a loaded host
+        peer.conn.settimeout(0.1)
+        after, until = [], time.monotonic() + 0.5
+        while time.monotonic() < until:  # its launcher waits for the next grant, asking
+            with contextlib.suppress(TimeoutError):
+                after.append(peer.read())
+        assert all(m[0] == WANT for m in after), after
+        peer.conn.settimeout(10)
+        peer.send(REVOKE, a=3)
+        assert peer.until(DONE)[-1][2] == 3
     finally:
         proc.kill()
         proc.wait()
