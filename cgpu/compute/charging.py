@@ -40,11 +40,16 @@ def check_limit(percent: int, policy: str, priority: str = NORMAL) -> None:
         raise ValueError(f"compute priority {priority!r}: high, normal or low")
 
 
-def rank(tenant: Tenant[Conn]) -> tuple[int, int]:
+def rank(tenant: Tenant[Conn]) -> tuple[int, int, int]:
     """Which class a container is served in: its priority (high, normal, low), then 0 for
     `fixed` (a reservation), 1 for `share`, 2 for best effort (no limit: what the others
-    leave)."""
-    return PRIORITIES.index(tenant.priority), _POLICY_RANK[tenant.policy]
+    leave). A best-effort container below `high` comes after the `low` limited ones too (then
+    `normal` before `low`): it gets what every limited container leaves. Ranked at its
+    priority, a `normal` one took 70-80 of the GPU from a `low` `share` 70 trainer that got 0."""
+    priority = PRIORITIES.index(tenant.priority)
+    if tenant.policy == BEST_EFFORT and tenant.priority != PRIORITIES[0]:
+        return len(PRIORITIES) - 1, _POLICY_RANK[BEST_EFFORT], priority
+    return priority, _POLICY_RANK[tenant.policy], 0
 
 
 def weight(tenant: Tenant[Conn]) -> int:

@@ -417,3 +417,20 @@ def test_a_trainer_beside_a_refilling_high_container_is_granted_as_usual_until_i
     assert held_as[(False, False)] >= 0.7 * low_ms, held_as  # mostly usual grants
     assert held_as[(True, False)] == held_as[(False, True)] == 0, held_as
     assert counted_before_high and all(counted_before_high), counted_before_high
+
+
+def test_a_best_effort_container_gets_what_a_low_limited_one_leaves() -> None:
+    """A container without a limit gets what the limited ones leave, `low` ones included: beside
+    a saturating `low` `share` 70 trainer (and an idle `high` inference), a `normal` best-effort
+    container gets nothing while the trainer has work (ranked at its priority it took 70-80 of
+    the GPU and the trainer got 0). A `high` best-effort one still comes before both."""
+    sim = Sim()
+    add(sim, "trainer", 70, "share", "low")
+    add(sim, "plain", 0, "best-effort", "normal")
+    Requests(sim, "infer", 30, "share", "high")  # connected, idle
+    sim.run(2)
+    assert sim.charged_s("trainer") == pytest.approx(2.0, abs=0.05)
+    assert sim.charged_s("plain") < 0.05
+    add(sim, "urgent", 0, "best-effort", "high")
+    sim.run(2)
+    assert sim.charged_s("urgent") == pytest.approx(2.0, abs=0.1)  # high, and it never idles
