@@ -425,7 +425,7 @@ class GpuSchedule(TokenView[Conn]):
             return "budget"
         if self._preempting(token):  # at once, not at the end of the turn
             return "preempt"
-        if not token.counted and tenant.priority != HIGH and self._near_high(tenant):
+        if not token.counted and self._counts(tenant):
             return "ahead"  # its queue drains before the `high` one's turn; then counted grants
         waiters = [t for n, t in self._tenants.items() if n != token.holder and self._eligible(t)]
         waiting = bool(waiters)
@@ -634,9 +634,20 @@ class GpuSchedule(TokenView[Conn]):
         counts only grants of a few launches otherwise)."""
         holder = self.holder
         tenant = self._tenants.get(holder) if holder else None
-        return bool(tenant and tenant.priority != HIGH and self._near_high(tenant))
+        return bool(tenant and self._counts(tenant))
 
-    def _near_high(self, tenant: Tenant[Conn]) -> bool:
+    def _counts(self, tenant: Tenant[Conn]) -> bool:
+        """Whether `tenant`'s grants are counted (`counted_grants`): near the turn of a `high`
+        `fixed` container whose credit is coming back. Not beside one that may ask at any
+        moment (inference with credit, a `share` one): there the shim counts a preemptible
+        grant of up to 8 launches as before (kernels of 1/8 ms or more), and shorter kernels
+        keep a driver queue, not two messages a millisecond (not measured either way)."""
+        if tenant.priority == HIGH:
+            return False
+        wait = self._high_wait_ns(tenant)
+        return wait is not None and wait > 0 and self._near_high(tenant, wait)
+
+    def _near_high(self, tenant: Tenant[Conn], wait: float | None = None) -> bool:
         """Whether a `high` container other than `tenant` could take the GPU within what
         `tenant` takes to drain after a REVOKE (and a renewal's lead): then its grants are
         preemptible ones, counted, renewed as their work runs out. Further off (a `high`
@@ -644,7 +655,7 @@ class GpuSchedule(TokenView[Conn]):
         near (`_revoke_reason`, "ahead"): beside a saturating `high` `fixed` 25 container, a
         `low` trainer granted preemptible grants throughout got 15-55 of the 75 left, the GPU
         idle while each renewal went round (2-core host, 500 us kernels)."""
-        wait = self._high_wait_ns(tenant)
+        wait = self._high_wait_ns(tenant) if wait is None else wait
         if wait is None:
             return False
         drain = tenant.drain_ns or self.quantum_ns  # not measured yet: a quantum
@@ -733,6 +744,10 @@ class GpuSchedule(TokenView[Conn]):
                 need = self._refill_ns(tenant) if tenant.refilling else 1.0
                 if tenant.credit_ns < need:
                     times.append(now + (need - tenant.credit_ns) * 100 / tenant.percent)
+            if name != holder and tenant.spent_past_grant and self._wants(tenant):
+                wait = self._high_wait_ns(tenant)  # held back by `_outlasts_wait` until then
+                if wait:
+                    times.append(now + wait)
         if token and token.phase is Phase.REVOKING:
             times.append(token.t_revoke + self.revoke_deadline_ns(token))
             if not self.draining():
@@ -755,7 +770,7 @@ class GpuSchedule(TokenView[Conn]):
             times.append(max(link.idle_since for link in links) + self.idle_release_ns)
         if not token.counted and tenant.priority != HIGH:
             near = self._near_high_at(tenant, now)
-            if near is not None:
+            if near is not None:  # "ahead" from then
                 times.append(near)
         f = self._fraction(token)
         owed = self._pending_charge(token, now) + self._queued_charge(token, now)

@@ -434,3 +434,25 @@ def test_a_best_effort_container_gets_what_a_low_limited_one_leaves() -> None:
     add(sim, "urgent", 0, "best-effort", "high")
     sim.run(2)
     assert sim.charged_s("urgent") == pytest.approx(2.0, abs=0.1)  # high, and it never idles
+
+
+def test_a_long_launch_waits_out_a_high_refill_and_is_granted_when_it_ends() -> None:
+    """A trainer whose launches are longer than a grant (its SPENTs say 30 ms) is not granted
+    one that would still run when a `high` `fixed` container's credit is back (20 ms away):
+    the GPU idles less than that launch, and the arbiter wakes at the refill's end, when it is
+    granted (the `high` one, idle, does not want it), with no event to wake it."""
+    sim = Sim()
+    gpu = sim.gpu
+    gpu.set_limit("high", 25, "fixed", "high")
+    gpu.connect("high/0", "high", sim.now)  # connected, idle
+    high = gpu._tenants["high"]
+    high.credit_ns, high.refilling = 15 * MS, True  # a quantum's refill: 5 ms of credit, 20 ms
+    add(sim, "low", 75, "share", "low")
+    trainer = gpu._tenants["low"]
+    trainer.spent_past_grant, trainer.spent_work_ns = True, 30 * MS
+    assert gpu.step(sim.now) == []  # not granted: it would outlast the wait
+    due = gpu.next_deadline(sim.now)
+    assert due == 20 * MS
+    sim.now = due
+    orders = gpu.step(sim.now)
+    assert [(conn, order.kind) for conn, order in orders] == [("low/0", "grant")]
