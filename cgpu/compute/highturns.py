@@ -82,8 +82,12 @@ class HighTurns(TokenView[Conn]):
         wait = self._high_wait_ns(tenant) if wait is None else wait
         if wait is None:
             return False
-        drain = tenant.drain_ns or self.quantum_ns  # not measured yet: a quantum
-        return wait <= drain + self._renewal_lead_ns()
+        return wait <= self._near_margin_ns(tenant)
+
+    def _near_margin_ns(self, tenant: Tenant[Conn]) -> float:
+        """How near a `high` turn counts as near for `tenant`: its drain after a REVOKE (a
+        quantum until one is measured) and a renewal's lead."""
+        return (tenant.drain_ns or self.quantum_ns) + self._renewal_lead_ns()
 
     def _high_wait_ns(self, besides: Tenant[Conn]) -> float | None:
         """How long at least until a `high` container other than `besides` could take the GPU:
@@ -110,8 +114,7 @@ class HighTurns(TokenView[Conn]):
         wait = self._high_wait_ns(tenant)
         if wait is None:
             return None
-        drain = tenant.drain_ns or self.quantum_ns
-        ahead = wait - drain - self._renewal_lead_ns()
+        ahead = wait - self._near_margin_ns(tenant)
         return now + ahead if ahead > 0 else None
 
     def _renewal_lead_ns(self) -> int:

@@ -116,6 +116,19 @@ INFER_CONF = {
 }
 
 
+def _spec(env: dict, load: Path, containers: list[dict], seconds: float, arbiter: list) -> dict:
+    """One simulated machine's run under the arbiter, for `run_isolated`."""
+    return {
+        "sim_dir": str(sim_lib_dir()),
+        "state": env["CGPU_SIM_STATE"],
+        "load": str(load),
+        "env": env,
+        "containers": containers,
+        "windows": one_second_windows(0.0, seconds),
+        "arbiter": arbiter,
+    }
+
+
 def priority(tmp: Path, load: Path, seconds: float) -> tuple[int, int]:
     """Run the priority mixes; (goals met, goals)."""
     infer = build_inference(shutil.which("cc") or "cc", tmp)
@@ -143,15 +156,7 @@ def priority(tmp: Path, load: Path, seconds: float) -> tuple[int, int]:
         for cont in others:
             cont = {**cont, "ledger": str(tmp / f"p{m}" / cont["name"]), "seconds": seconds + 0.5}
             containers.append(cont)
-        spec = {
-            "sim_dir": str(sim_lib_dir()),
-            "state": env["CGPU_SIM_STATE"],
-            "load": str(load),
-            "env": env,
-            "containers": containers,
-            "windows": one_second_windows(0.0, seconds),
-            "arbiter": [],
-        }
+        spec = _spec(env, load, containers, seconds, [])
         result = run_isolated(spec)[1:]
         words = report.read_text().split()
         figures = dict(zip(words[::2], map(float, words[1::2]), strict=True))
@@ -192,15 +197,8 @@ def main() -> None:
                 name = cont.pop("ledger_as", cont["name"])
                 cont["ledger"] = str(tmp / f"m{m}" / name)
                 cont["seconds"] = cont.get("seconds", args.seconds) + 0.5
-            spec = {
-                "sim_dir": str(sim_lib_dir()),
-                "state": env["CGPU_SIM_STATE"],
-                "load": str(load),
-                "env": env,
-                "containers": containers,
-                "windows": one_second_windows(0.0, args.seconds),
-                "arbiter": ["--log-level", "DEBUG"] if args.debug else [],
-            }
+            debug = ["--log-level", "DEBUG"] if args.debug else []
+            spec = _spec(env, load, containers, args.seconds, debug)
             result = run_isolated(spec)[1:]
             if args.debug:
                 Path(args.debug).mkdir(parents=True, exist_ok=True)
